@@ -1,0 +1,57 @@
+"""User-facing errors: one message, the `file:line:column`, and the offending source line.
+
+Every error the compiler or runtime raises on bad input is a `TawaError` (or a subclass). The CLI prints
+`str(error)` and exits with status 1; no internal traceback reaches the user.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class SourceLocation:
+    filename: str
+    line: int          # 1-based
+    column: int        # 1-based
+    source_line: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.line}:{self.column}"
+
+
+class TawaError(Exception):
+    """An error in the user's program, arguments or configuration."""
+
+    def __init__(self, message: str, location: SourceLocation | None = None, note: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.location = location
+        self.note = note
+
+    def __str__(self) -> str:
+        text = f"{self.location}: error: {self.message}" if self.location else f"error: {self.message}"
+        if self.location and self.location.source_line:
+            caret = " " * (max(self.location.column, 1) - 1) + "^"
+            text += f"\n    {self.location.source_line.rstrip()}\n    {caret}"
+        if self.note:
+            text += f"\nnote: {self.note}"
+        return text
+
+
+class CompilationError(TawaError):
+    """The program is malformed or uses something the compiler does not support."""
+
+
+class LaunchError(TawaError):
+    """A kernel was launched with arguments that do not match its declaration."""
+
+
+class DriverError(TawaError):
+    """A CUDA driver call failed; the message names the call and the driver's error."""
+
+
+def location_of(filename: str, source: str, line: int, column: int) -> SourceLocation:
+    """Build a location, looking up the text of `line` in `source`."""
+    lines = source.splitlines()
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    return SourceLocation(filename, line, column, text)

@@ -1,0 +1,151 @@
+"""The `tawa` MLIR dialect, defined once in IRDL and loaded into every context the compiler makes.
+
+Tile values are builtin ranked tensors (`tensor<128x64xbf16>`); global tensors are builtin memrefs with dynamic
+sizes (`memref<?x?xbf16>`); scalars are `i32`, `f32` (and the other builtin scalar types). Elementwise math on
+tiles uses upstream `arith`/`math` ops directly on tensors, control flow uses `scf`. The `tawa` dialect adds only
+what upstream lacks: program ids, block loads/stores, dot, shape ops, reductions, and the asynchronous references
+(arefs) that warp specialization is built on. See docs/ir.md for the semantics of every op.
+
+IRDL checks each op's operand and result *kinds*; the shape and dtype rules live in `tawa.ir.verify`, which the
+pass manager runs after every pass.
+
+Warp groups are `scf.execute_region` ops tagged with `tawa.warp_group` (IRDL ops cannot be region terminators, and
+an execute_region is exactly "a block of code run by one role").
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import irdl
+
+DIALECT_IRDL = r"""
+irdl.dialect @tawa {
+  // An asynchronous reference: a ring of `depth` slots, each holding one value of every type in `types`.
+  irdl.type @aref {
+    %types = irdl.any
+    %depth = irdl.any
+    irdl.parameters(types: %types, depth: %depth)
+  }
+
+  irdl.operation @program_id {
+    %i32 = irdl.is i32
+    %attr = irdl.any
+    irdl.attributes {"axis" = %attr}
+    irdl.results(result: %i32)
+  }
+  irdl.operation @num_programs {
+    %i32 = irdl.is i32
+    %attr = irdl.any
+    irdl.attributes {"axis" = %attr}
+    irdl.results(result: %i32)
+  }
+  irdl.operation @dim {
+    %mem = irdl.base "!builtin.memref"
+    %i32 = irdl.is i32
+    %attr = irdl.any
+    irdl.attributes {"axis" = %attr}
+    irdl.operands(tensor: %mem)
+    irdl.results(result: %i32)
+  }
+  irdl.operation @load {
+    %mem = irdl.base "!builtin.memref"
+    %i32 = irdl.is i32
+    %tile = irdl.base "!builtin.tensor"
+    irdl.operands(src: %mem, offsets: variadic %i32)
+    irdl.results(result: %tile)
+  }
+  irdl.operation @store {
+    %mem = irdl.base "!builtin.memref"
+    %i32 = irdl.is i32
+    %tile = irdl.base "!builtin.tensor"
+    irdl.operands(dst: %mem, value: %tile, offsets: variadic %i32)
+  }
+  irdl.operation @splat {
+    %scalar = irdl.any
+    %tile = irdl.base "!builtin.tensor"
+    irdl.operands(value: %scalar)
+    irdl.results(result: %tile)
+  }
+  irdl.operation @arange {
+    %tile = irdl.base "!builtin.tensor"
+    %start = irdl.any
+    %end = irdl.any
+    irdl.attributes {"start" = %start, "end" = %end}
+    irdl.results(result: %tile)
+  }
+  irdl.operation @dot {
+    %tile = irdl.base "!builtin.tensor"
+    irdl.operands(a: %tile, b: %tile, acc: %tile)
+    irdl.results(result: %tile)
+  }
+  irdl.operation @expand_dims {
+    %tile = irdl.base "!builtin.tensor"
+    %attr = irdl.any
+    irdl.attributes {"axis" = %attr}
+    irdl.operands(src: %tile)
+    irdl.results(result: %tile)
+  }
+  irdl.operation @broadcast {
+    %tile = irdl.base "!builtin.tensor"
+    irdl.operands(src: %tile)
+    irdl.results(result: %tile)
+  }
+  irdl.operation @trans {
+    %tile = irdl.base "!builtin.tensor"
+    irdl.operands(src: %tile)
+    irdl.results(result: %tile)
+  }
+  irdl.operation @reduce {
+    %tile = irdl.base "!builtin.tensor"
+    %any = irdl.any
+    %attr = irdl.any
+    %kind = irdl.any
+    irdl.attributes {"axis" = %attr, "kind" = %kind}
+    irdl.operands(src: %tile)
+    irdl.results(result: %any)
+  }
+
+  irdl.operation @aref_create {
+    %aref = irdl.base @tawa::@aref
+    irdl.results(result: %aref)
+  }
+  irdl.operation @aref_put {
+    %aref = irdl.base @tawa::@aref
+    %any = irdl.any
+    irdl.operands(aref: %aref, values: variadic %any)
+  }
+  irdl.operation @aref_get {
+    %aref = irdl.base @tawa::@aref
+    %any = irdl.any
+    irdl.operands(aref: %aref)
+    irdl.results(values: variadic %any)
+  }
+  irdl.operation @aref_consumed {
+    %aref = irdl.base @tawa::@aref
+    irdl.operands(aref: %aref)
+  }
+}
+"""
+
+#: Names of the ops this dialect defines (used by verifiers and tests).
+OPS = ("program_id", "num_programs", "dim", "load", "store", "splat", "arange", "dot", "expand_dims",
+       "broadcast", "trans", "reduce", "aref_create", "aref_put", "aref_get", "aref_consumed")
+
+#: Attribute names that mark kernel functions and warp groups.
+KERNEL_ATTR = "tawa.kernel"
+WARP_GROUP_ATTR = "tawa.warp_group"
+
+
+def load_dialect(context: ir.Context) -> None:
+    """Register the `tawa` dialect in `context` (idempotent per context)."""
+    if getattr(context, "_tawa_loaded", False):
+        return
+    with context, ir.Location.unknown(context):
+        irdl.load_dialects(ir.Module.parse(DIALECT_IRDL))
+    context._tawa_loaded = True
+
+
+def make_context() -> ir.Context:
+    """A fresh MLIR context with upstream dialects and `tawa` loaded."""
+    context = ir.Context()
+    load_dialect(context)
+    return context
