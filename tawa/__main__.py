@@ -1,0 +1,4 @@
+from tawa.cli import main
+import sys
+
+sys.exit(main())

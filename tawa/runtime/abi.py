@@ -1,0 +1,60 @@
+"""The contract between the GPU backend and the runtime: what a compiled kernel's parameter list holds.
+
+The backend emits a kernel whose PTX parameters are, in order, the entries of `CompiledKernel.abi` (a list of
+`AbiParam`). The runtime packs each launch from this list alone, so a cached kernel launches without MLIR.
+
+Kinds of entry (`arg` is the index of the user-facing kernel argument it derives from):
+- `tensormap`: a 128-byte `CUtensorMap` for tensor argument `arg`, encoded at launch with
+  `cuTensorMapEncodeTiled` from the argument's pointer, sizes and strides, with box `box` (innermost dimension
+  last, in elements), `swizzle` in bytes (0, 32, 64, 128) and element type of the argument. `by_value` true:
+  passed in the parameter space (`.param .align 64 .b8 [128]`, a `__grid_constant__`); false: the runtime copies
+  it to device memory and passes a pointer.
+- `ptr`: the argument's device address (u64).
+- `dim`: extent of dimension `axis` of argument `arg` (i32).
+- `stride`: stride of dimension `axis` of argument `arg`, in elements (i64).
+- `scalar`: the scalar argument `arg`, with `dtype` (`i32` or `f32`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+from typing import Optional
+
+
+@dataclass
+class AbiParam:
+    kind: str                       # "tensormap" | "ptr" | "dim" | "stride" | "scalar"
+    arg: int
+    axis: Optional[int] = None
+    box: Optional[list] = None      # tensormap: box extents, outermost first (as the tensor's dims)
+    swizzle: int = 0                # tensormap: 0, 32, 64 or 128
+    by_value: bool = True           # tensormap: grid-constant parameter or pointer to global memory
+    dtype: Optional[str] = None     # scalar: "i32" | "f32"
+
+
+@dataclass
+class CompiledKernel:
+    """Everything needed to launch a compiled kernel: JSON-serialisable, no MLIR objects."""
+    name: str                       # kernel entry name in the PTX/cubin
+    target: str                     # "cuda" or "cpu"
+    params: list                    # tawa.params (see docs/ir.md)
+    grid: list                      # grid expressions (strings)
+    constants: dict
+    abi: list = field(default_factory=list)          # list[AbiParam] (cuda)
+    num_threads: int = 128
+    shared_bytes: int = 0           # dynamic shared memory
+    ptx: Optional[str] = None
+    cubin: Optional[bytes] = None
+    ir: Optional[str] = None        # the final MLIR text (cpu target: what the interpreter runs)
+    notes: list = field(default_factory=list)        # diagnostics (e.g. why warp specialization did not apply)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d.pop("cubin")
+        d["abi"] = [asdict(p) if isinstance(p, AbiParam) else p for p in self.abi]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict, cubin: Optional[bytes] = None) -> "CompiledKernel":
+        d = dict(d)
+        d["abi"] = [AbiParam(**p) for p in d.get("abi", [])]
+        return cls(cubin=cubin, **d)

@@ -1,0 +1,86 @@
+"""The launchable kernel object returned by `tawa.compile`.
+
+`kernel(*args)` launches over the grid the kernel declares; `kernel[grid](*args)` overrides it. The same API
+serves both targets: "cuda" launches the compiled cubin/PTX through the driver, "cpu" runs the tile IR in the
+interpreter on numpy arrays. Nothing here imports MLIR unless the CPU target is launched.
+"""
+from __future__ import annotations
+
+from tawa.runtime.abi import CompiledKernel
+
+
+class Kernel:
+    def __init__(self, compiled: CompiledKernel, from_cache: bool = False):
+        self.compiled = compiled
+        self.from_cache = from_cache
+        self._launcher = None
+        self._module = None
+
+    # -- introspection -------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.compiled.name
+
+    @property
+    def target(self) -> str:
+        return self.compiled.target
+
+    @property
+    def ptx(self):
+        return self.compiled.ptx
+
+    @property
+    def cubin(self):
+        return self.compiled.cubin
+
+    @property
+    def ir(self):
+        return self.compiled.ir
+
+    @property
+    def notes(self) -> list:
+        """Diagnostics from compilation (for instance why warp specialization did not apply)."""
+        return self.compiled.notes
+
+    def __repr__(self) -> str:
+        return f"<tawa.Kernel {self.name} target={self.target}>"
+
+    # -- launch --------------------------------------------------------------------------------------------
+    def __getitem__(self, grid):
+        if isinstance(grid, int):
+            grid = (grid,)
+        grid = tuple(int(g) for g in grid)
+        return lambda *args, **kw: self._launch(args, grid, **kw)
+
+    def __call__(self, *args, **kw):
+        return self._launch(args, None, **kw)
+
+    def _launch(self, args, grid, stream=None, seed=None):
+        from tawa.errors import LaunchError
+        params = self.compiled.params
+        if len(args) != len(params):
+            names = ", ".join(p["name"] for p in params)
+            raise LaunchError(f"kernel '{self.name}' takes {len(params)} arguments ({names}), got {len(args)}")
+        if self.target == "cpu":
+            return self._launch_cpu(list(args), grid, seed)
+        if self._launcher is None:
+            from tawa.runtime.launcher import GpuLauncher
+            self._launcher = GpuLauncher(self.compiled)
+        return self._launcher.launch(list(args), grid=grid, stream=stream)
+
+    def _launch_cpu(self, args, grid, seed):
+        from tawa.errors import LaunchError
+        from tawa.runtime.grid import eval_grid
+        from tawa.runtime.interpreter import bind_numpy_args, run_kernel
+        bindings = bind_numpy_args(self.compiled.params, args)
+        if grid is None:
+            if not self.compiled.grid:
+                raise LaunchError(f"kernel '{self.name}' declares no grid: launch it as kernel[grid](...)")
+            grid = eval_grid(self.compiled.grid, bindings, self.compiled.constants)
+        if self._module is None:
+            from mlir import ir
+            from tawa.ir.dialect import make_context
+            self._context = make_context()
+            with self._context:
+                self._module = ir.Module.parse(self.compiled.ir)
+        run_kernel(self._module, args, tuple(grid), kernel_name=self.name, seed=seed)

@@ -1,0 +1,43 @@
+"""Shared test setup: the `gpu` marker skips tests when no Hopper GPU is present (reported as skipped)."""
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+@functools.lru_cache(maxsize=1)
+def hopper_gpu_available() -> bool:
+    try:
+        from cuda.bindings import driver
+        if driver.cuInit(0)[0] != driver.CUresult.CUDA_SUCCESS:
+            return False
+        err, dev = driver.cuDeviceGet(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return False
+        err, major = driver.cuDeviceGetAttribute(
+            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+        return err == driver.CUresult.CUDA_SUCCESS and major == 9
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if hopper_gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA Hopper GPU (sm_90)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Each test session compiles into its own cache directory unless TAWA_CACHE_DIR is set by the caller."""
+    if "TAWA_TEST_KEEP_CACHE" not in os.environ:
+        monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tawa-cache"))
