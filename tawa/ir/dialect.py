@@ -73,26 +73,32 @@ irdl.dialect @tawa {
     irdl.results(result: %tile)
   }
   irdl.operation @dot {
-    %tile = irdl.base "!builtin.tensor"
-    irdl.operands(a: %tile, b: %tile, acc: %tile)
-    irdl.results(result: %tile)
+    %a = irdl.base "!builtin.tensor"
+    %b = irdl.base "!builtin.tensor"
+    %acc = irdl.base "!builtin.tensor"
+    %res = irdl.base "!builtin.tensor"
+    irdl.operands(a: %a, b: %b, acc: %acc)
+    irdl.results(result: %res)
   }
   irdl.operation @expand_dims {
     %tile = irdl.base "!builtin.tensor"
+    %out = irdl.base "!builtin.tensor"
     %attr = irdl.any
     irdl.attributes {"axis" = %attr}
     irdl.operands(src: %tile)
-    irdl.results(result: %tile)
+    irdl.results(result: %out)
   }
   irdl.operation @broadcast {
     %tile = irdl.base "!builtin.tensor"
+    %out = irdl.base "!builtin.tensor"
     irdl.operands(src: %tile)
-    irdl.results(result: %tile)
+    irdl.results(result: %out)
   }
   irdl.operation @trans {
     %tile = irdl.base "!builtin.tensor"
+    %out = irdl.base "!builtin.tensor"
     irdl.operands(src: %tile)
-    irdl.results(result: %tile)
+    irdl.results(result: %out)
   }
   irdl.operation @reduce {
     %tile = irdl.base "!builtin.tensor"
@@ -108,16 +114,32 @@ irdl.dialect @tawa {
     %aref = irdl.base @tawa::@aref
     irdl.results(result: %aref)
   }
+  // IRDL binds each constraint variable to one type per op, so values of different types need their own
+  // operands: up to 8 optional ones (`operandSegmentSizes` / `resultSegmentSizes` say which are present).
   irdl.operation @aref_put {
     %aref = irdl.base @tawa::@aref
-    %any = irdl.any
-    irdl.operands(aref: %aref, values: variadic %any)
+    %v0 = irdl.any
+    %v1 = irdl.any
+    %v2 = irdl.any
+    %v3 = irdl.any
+    %v4 = irdl.any
+    %v5 = irdl.any
+    %v6 = irdl.any
+    %v7 = irdl.any
+    irdl.operands(aref: %aref, v0: optional %v0, v1: optional %v1, v2: optional %v2, v3: optional %v3, v4: optional %v4, v5: optional %v5, v6: optional %v6, v7: optional %v7)
   }
   irdl.operation @aref_get {
     %aref = irdl.base @tawa::@aref
-    %any = irdl.any
+    %v0 = irdl.any
+    %v1 = irdl.any
+    %v2 = irdl.any
+    %v3 = irdl.any
+    %v4 = irdl.any
+    %v5 = irdl.any
+    %v6 = irdl.any
+    %v7 = irdl.any
     irdl.operands(aref: %aref)
-    irdl.results(values: variadic %any)
+    irdl.results(v0: optional %v0, v1: optional %v1, v2: optional %v2, v3: optional %v3, v4: optional %v4, v5: optional %v5, v6: optional %v6, v7: optional %v7)
   }
   irdl.operation @aref_consumed {
     %aref = irdl.base @tawa::@aref
@@ -129,6 +151,9 @@ irdl.dialect @tawa {
 #: Names of the ops this dialect defines (used by verifiers and tests).
 OPS = ("program_id", "num_programs", "dim", "load", "store", "splat", "arange", "dot", "expand_dims",
        "broadcast", "trans", "reduce", "aref_create", "aref_put", "aref_get", "aref_consumed")
+
+#: Most values one aref slot holds (`aref_put` operands / `aref_get` results after the aref).
+AREF_MAX_VALUES = 8
 
 #: Attribute names that mark kernel functions and warp groups.
 KERNEL_ATTR = "tawa.kernel"

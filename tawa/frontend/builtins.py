@@ -1,0 +1,332 @@
+"""The builtin functions of the language and the methods of tiles (`x.to`, `x.T`, `x.shape`).
+
+Each builtin takes the lowerer, the `Call` node, evaluated positional arguments and a dict of evaluated keyword
+arguments, checks them, and emits IR through the lowerer's `Emitter`. The table `BUILTINS` maps the names a
+kernel sees to these functions.
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+from . import syntax as S
+from .dtypes import DTYPES, DType
+from .ops import BOOL, F32, I32, i32_attr, tawa_op, tile_type
+from .values import (Builtin, Method, TensorArg, describe, dtype_of_value, elem_type, is_pow2, is_scalar,
+                     is_static, is_tile, is_value, shape_of)
+
+
+def bind(L, call, args, kwargs, names: list, required: int) -> list:
+    """Match arguments to parameter `names` (the first `required` are mandatory); None for missing ones."""
+    fname = call.func.id if isinstance(call.func, S.Name) else getattr(call.func, "attr", "function")
+    if len(args) > len(names):
+        raise L.diag.error(call, f"{fname}() takes {_count(names, required)}, got {len(args) + len(kwargs)}")
+    out = list(args) + [None] * (len(names) - len(args))
+    given = [True] * len(args) + [False] * (len(names) - len(args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise L.diag.error(call, f"{fname}() got an unexpected keyword argument '{k}'")
+        i = names.index(k)
+        if given[i]:
+            raise L.diag.error(call, f"{fname}() got multiple values for argument '{k}'")
+        out[i], given[i] = v, True
+    if not all(given[:required]):
+        raise L.diag.error(call, f"{fname}() takes {_count(names, required)}, got {len(args) + len(kwargs)}")
+    return out
+
+
+def _count(names, required) -> str:
+    if required == len(names):
+        return f"{required} argument{'s' if required != 1 else ''}"
+    return f"{required} to {len(names)} arguments"
+
+
+def _arg_node(call, i):
+    return call.args[i] if i < len(call.args) else call
+
+
+def _static_int(L, v, node, what) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise L.diag.error(node, f"{what} must be a compile-time integer, got {describe(v)}")
+    return v
+
+
+def _tile_shape(L, v, node, what) -> list:
+    dims = list(v) if isinstance(v, tuple) else [v]
+    if not dims:
+        raise L.diag.error(node, f"{what}: a tile needs at least one dimension")
+    for d in dims:
+        _static_int(L, d, node, f"{what}: tile dimension")
+        if not is_pow2(d):
+            raise L.diag.error(node, f"{what}: tile dimension {d} is not a power of two")
+    return dims
+
+
+def _dtype(L, v, node, what) -> DType:
+    if not isinstance(v, DType):
+        raise L.diag.error(node, f"{what}: expected a dtype ({', '.join(DTYPES)}), got {describe(v)}")
+    return v
+
+
+def _tile(L, v, node, what) -> ir.Value:
+    if not is_tile(v):
+        raise L.diag.error(node, f"{what}: expected a tile, got {describe(v)}")
+    return v
+
+
+def _axis(L, v, rank, node, what) -> int:
+    a = _static_int(L, v, node, f"{what}: axis")
+    if not -rank <= a < rank:
+        raise L.diag.error(node, f"{what}: axis {a} is out of range for a {rank}-D tile")
+    return a % rank
+
+
+# ---- program geometry -------------------------------------------------------------------------------------
+def _program_query(op):
+    def fn(L, call, args, kwargs):
+        (axis,) = bind(L, call, args, kwargs, ["axis"], 1)
+        a = _static_int(L, axis, _arg_node(call, 0), f"{op}: axis")
+        if a not in (0, 1, 2):
+            raise L.diag.error(_arg_node(call, 0), f"{op}: axis must be 0, 1 or 2, got {a}")
+        return tawa_op(op, [I32.mlir()], [], {"axis": i32_attr(a)}).result
+    return fn
+
+
+# ---- scalar helpers ---------------------------------------------------------------------------------------
+def _cdiv(L, call, args, kwargs):
+    a, b = bind(L, call, args, kwargs, ["a", "b"], 2)
+    for i, v in enumerate((a, b)):
+        if not (is_static(v) and isinstance(v, int) and not isinstance(v, bool)) and not (
+                is_value(v) and dtype_of_value(v) == I32):
+            raise L.diag.error(_arg_node(call, i), f"cdiv: expected integers, got {describe(v)}")
+    if is_static(a) and is_static(b):
+        if b == 0:
+            raise L.diag.error(call, "cdiv: division by zero")
+        return -(-a // b)
+    e = L.emit
+    return e.binary("//", e.binary("-", e.binary("+", a, b, call), 1, call), b, call)
+
+
+def _min_max(kind):
+    def fn(L, call, args, kwargs):
+        # With a tile first, min/max reduce (`max(x, axis)`); elementwise is `maximum(a, b)`.
+        if (args and is_tile(args[0])) or "axis" in kwargs or "x" in kwargs:
+            return _reduce(kind, L, call, args, kwargs)
+        a, b = bind(L, call, args, kwargs, ["a", "b"], 2)
+        return L.emit.binary(kind, a, b, call)
+    return fn
+
+
+def _elementwise_min_max(kind):
+    def fn(L, call, args, kwargs):
+        a, b = bind(L, call, args, kwargs, ["a", "b"], 2)
+        return L.emit.binary(kind, a, b, call)
+    return fn
+
+
+def _reduce(kind, L, call, args, kwargs):
+    name = {"max": "max", "min": "min", "sum": "sum"}[kind]
+    x, axis = bind(L, call, args, kwargs, ["x", "axis"], 1)
+    x = _tile(L, x, _arg_node(call, 0), name)
+    shape = shape_of(x)
+    if axis is None:
+        if len(shape) != 1:
+            raise L.diag.error(call, f"{name}: give the axis to reduce over a {len(shape)}-D tile")
+        axis = 0
+    a = _axis(L, axis, len(shape), call, name)
+    if dtype_of_value(x) == BOOL:
+        raise L.diag.error(call, f"{name}: cannot reduce a bool tile; convert with .to(i32)")
+    rest = shape[:a] + shape[a + 1:]
+    rtype = ir.RankedTensorType.get(rest, elem_type(x)) if rest else elem_type(x)
+    return tawa_op("reduce", [rtype], [x], {"axis": i32_attr(a), "kind": ir.StringAttr.get(kind)}).result
+
+
+def _sum(L, call, args, kwargs):
+    return _reduce("sum", L, call, args, kwargs)
+
+
+# ---- memory -----------------------------------------------------------------------------------------------
+def _address(L, call, t, coords, shape_or_none, what):
+    if not isinstance(t, TensorArg):
+        raise L.diag.error(_arg_node(call, 0), f"{what}: first argument must be a tensor parameter, got "
+                           f"{describe(t)}")
+    block_rank = t.rank - len(t.indices)
+    cs = list(coords) if isinstance(coords, tuple) else [coords]
+    if len(cs) != block_rank:
+        sel = f" ({len(t.indices)} selected by index)" if t.indices else ""
+        raise L.diag.error(_arg_node(call, 1), f"{what}: tensor {t.name} has {t.rank} dims{sel}; expected "
+                           f"{block_rank} block coordinates, got {len(cs)}")
+    offsets = list(t.indices)
+    for c, extent in zip(cs, shape_or_none):
+        L.emit.index(c, _arg_node(call, 1), f"{what}: block coordinate")
+        off = L.emit.binary("*", c, extent, call)
+        offsets.append(L.emit.materialize(off, call))
+    return offsets
+
+
+def _load(L, call, args, kwargs):
+    t, coords, shape = bind(L, call, args, kwargs, ["tensor", "coords", "shape"], 3)
+    dims = _tile_shape(L, shape, _arg_node(call, 2), "load")
+    if isinstance(t, TensorArg) and len(dims) != t.rank - len(t.indices):
+        raise L.diag.error(_arg_node(call, 2), f"load: block shape has {len(dims)} dims but tensor {t.name} "
+                           f"needs {t.rank - len(t.indices)}")
+    offsets = _address(L, call, t, coords, dims, "load")
+    return tawa_op("load", [tile_type(dims, t.dtype)], [t.value] + offsets).result
+
+
+def _store(L, call, args, kwargs):
+    t, coords, value = bind(L, call, args, kwargs, ["tensor", "coords", "value"], 3)
+    value = _tile(L, value, _arg_node(call, 2), "store")
+    dims = shape_of(value)
+    if isinstance(t, TensorArg):
+        need = t.rank - len(t.indices)
+        if len(dims) != need:
+            raise L.diag.error(_arg_node(call, 2), f"store: tile {describe(value)} has {len(dims)} dims but "
+                               f"tensor {t.name} needs {need}-D tiles")
+        if dtype_of_value(value) != t.dtype:
+            raise L.diag.error(_arg_node(call, 2), f"store: tile dtype {dtype_of_value(value)} does not match "
+                               f"tensor {t.name} ({t.dtype})", note=f"convert with .to({t.dtype})")
+    offsets = _address(L, call, t, coords, dims, "store")
+    tawa_op("store", [], [t.value, value] + offsets)
+    return None
+
+
+# ---- tile creation ----------------------------------------------------------------------------------------
+def _zeros(L, call, args, kwargs):
+    shape, dtype = bind(L, call, args, kwargs, ["shape", "dtype"], 1)
+    dims = _tile_shape(L, shape, _arg_node(call, 0), "zeros")
+    dt = F32 if dtype is None else _dtype(L, dtype, _arg_node(call, 1), "zeros")
+    return L.emit.splat(L.emit.constant(0, dt), dims)
+
+
+def _full(L, call, args, kwargs):
+    shape, value, dtype = bind(L, call, args, kwargs, ["shape", "value", "dtype"], 2)
+    dims = _tile_shape(L, shape, _arg_node(call, 0), "full")
+    if is_static(value):
+        dt = (F32 if isinstance(value, float) else (BOOL if isinstance(value, bool) else I32)) \
+            if dtype is None else _dtype(L, dtype, _arg_node(call, 2), "full")
+        if isinstance(value, float) and not dt.is_float and dt != BOOL:
+            raise L.diag.error(_arg_node(call, 1), f"full: float value {value} for a {dt} tile")
+        return L.emit.splat(L.emit.checked_constant(value, dt, call), dims)
+    if not is_scalar(value):
+        raise L.diag.error(_arg_node(call, 1), f"full: value must be a scalar, got {describe(value)}")
+    if dtype is not None:
+        value = L.emit.cast(value, _dtype(L, dtype, _arg_node(call, 2), "full"), call)
+    return L.emit.splat(value, dims)
+
+
+def _arange(L, call, args, kwargs):
+    start, end = bind(L, call, args, kwargs, ["start", "end"], 2)
+    s = _static_int(L, start, _arg_node(call, 0), "arange: start")
+    e = _static_int(L, end, _arg_node(call, 1), "arange: end")
+    if not is_pow2(e - s):
+        raise L.diag.error(call, f"arange: length {e - s} is not a power of two")
+    return tawa_op("arange", [tile_type([e - s], I32)], [],
+                   {"start": i32_attr(s), "end": i32_attr(e)}).result
+
+
+# ---- math ---------------------------------------------------------------------------------------------------
+def _dot(L, call, args, kwargs):
+    a, b, acc = bind(L, call, args, kwargs, ["a", "b", "acc"], 2)
+    a = _tile(L, a, _arg_node(call, 0), "dot")
+    b = _tile(L, b, _arg_node(call, 1), "dot")
+    sa, sb = shape_of(a), shape_of(b)
+    if len(sa) != 2 or len(sb) != 2:
+        raise L.diag.error(call, f"dot: operands must be 2-D tiles, got {describe(a)} and {describe(b)}")
+    da, db = dtype_of_value(a), dtype_of_value(b)
+    if da != db:
+        raise L.diag.error(call, f"dot: operand dtypes differ ({da} vs {db})",
+                           note="convert one operand with .to(dtype)")
+    if da.name not in ("f16", "bf16", "f8e4m3", "f8e5m2", "f32"):
+        raise L.diag.error(call, f"dot: operands must be f16, bf16, f8e4m3, f8e5m2 or f32, got {da}")
+    if sa[1] != sb[0]:
+        raise L.diag.error(call, f"dot: inner dimensions differ ({sa[1]} vs {sb[0]})")
+    out = [sa[0], sb[1]]
+    if acc is None:
+        acc = L.emit.splat(L.emit.constant(0.0, F32), out)
+    else:
+        acc = _tile(L, acc, _arg_node(call, 2), "dot: accumulator")
+        if dtype_of_value(acc) != F32:
+            raise L.diag.error(_arg_node(call, 2), f"dot: accumulator must be f32, got {describe(acc)}")
+        if shape_of(acc) != out:
+            raise L.diag.error(_arg_node(call, 2), f"dot: accumulator shape {shape_of(acc)} does not match "
+                               f"the product shape {out}")
+    return tawa_op("dot", [acc.type], [a, b, acc]).result
+
+
+def _unary(name):
+    def fn(L, call, args, kwargs):
+        (x,) = bind(L, call, args, kwargs, ["x"], 1)
+        return L.emit.unary_math(name, x, call)
+    return fn
+
+
+def _where(L, call, args, kwargs):
+    c, a, b = bind(L, call, args, kwargs, ["cond", "x", "y"], 3)
+    return L.emit.select(c, a, b, call)
+
+
+def _trans(L, call, args, kwargs):
+    (x,) = bind(L, call, args, kwargs, ["x"], 1)
+    return transpose(L, x, call)
+
+
+def transpose(L, x, node):
+    x = _tile(L, x, node, "trans")
+    s = shape_of(x)
+    if len(s) != 2:
+        raise L.diag.error(node, f"trans: expected a 2-D tile, got {describe(x)}")
+    return tawa_op("trans", [ir.RankedTensorType.get([s[1], s[0]], elem_type(x))], [x]).result
+
+
+def _range(L, call, args, kwargs):
+    raise L.diag.error(call, "range() may only be used as the iterable of a for loop")
+
+
+BUILTINS = {
+    "program_id": _program_query("program_id"),
+    "num_programs": _program_query("num_programs"),
+    "cdiv": _cdiv,
+    "min": _min_max("min"),
+    "max": _min_max("max"),
+    "sum": _sum,
+    "maximum": _elementwise_min_max("max"),
+    "minimum": _elementwise_min_max("min"),
+    "load": _load,
+    "store": _store,
+    "zeros": _zeros,
+    "full": _full,
+    "arange": _arange,
+    "dot": _dot,
+    "where": _where,
+    "trans": _trans,
+    "range": _range,
+    **{n: _unary(n) for n in ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "sigmoid", "silu", "tanh")},
+}
+
+BUILTIN_VALUES = {name: Builtin(name, fn) for name, fn in BUILTINS.items()}
+
+
+# ---- methods of tiles -----------------------------------------------------------------------------------
+def attribute(L, node, value, attr: str):
+    """`value.attr`: `.T`, `.shape`, `.dtype` or a method (`.to`)."""
+    if attr == "T":
+        return transpose(L, value, node)
+    if attr == "shape":
+        if not is_tile(value):
+            raise L.diag.error(node, f".shape of {describe(value)}")
+        return tuple(shape_of(value))
+    if attr == "dtype":
+        if is_value(value):
+            return dtype_of_value(value)
+        if isinstance(value, TensorArg):
+            return value.dtype
+    if attr == "to" and (is_value(value) or is_static(value)):
+        return Method("to", value)
+    raise L.diag.error(node, f"{describe(value)} has no attribute '{attr}'")
+
+
+def call_method(L, call, method: Method, args, kwargs):
+    if method.name == "to":
+        (dt,) = bind(L, call, args, kwargs, ["dtype"], 1)
+        return L.emit.cast(method.target, _dtype(L, dt, _arg_node(call, 0), ".to"), call)
+    raise L.diag.error(call, f"unknown method {method.name}")

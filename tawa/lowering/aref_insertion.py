@@ -1,0 +1,158 @@
+"""aref_insertion: route the tile loads of each pipelined loop through an asynchronous reference.
+
+Takes: a tile-level kernel (sequential, no arefs). Gives: for every top-level `scf.for` whose body loads tiles
+that feed a `tawa.dot` (see `ws_analysis`), one `tawa.aref_create` before the loop, with one slot holding all of
+one iteration's heavy loads, and a loop body that reads
+
+    <index math of the loads> ; %a = tawa.load ... ; %b = tawa.load ...
+    tawa.aref_put %r, %a, %b
+    %a2, %b2 = tawa.aref_get %r
+    ... every former use of %a/%b now uses %a2/%b2 ...
+    tawa.aref_consumed %r          // right after the last op of the iteration that uses %a2/%b2
+
+The program is still sequential and still computes the same result (a put is immediately taken by the get, so any
+depth >= 1 works). Why: it makes the producer/consumer hand-off explicit before the kernel is split into warp
+groups (`partition`), so the split itself only moves ops.
+
+Kernels that cannot be specialized are left untouched (or, with `warp_specialize=True`, rejected with the reason);
+`warp_specialize=False` makes the pass a no-op.
+
+Depth: `options.num_buffers`, else as many slots as fit in Hopper's 227 KiB of shared memory per CTA next to the
+other tiles the kernel loads and its largest stored tile, between 2 and 6.
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+from tawa.errors import CompilationError
+from tawa.lowering import ws_analysis, ws_ir
+
+SMEM_BYTES = 227 * 1024
+#: Room kept for mbarriers and alignment padding.
+SMEM_RESERVED = 1024
+MAX_AUTO_DEPTH = 6
+
+
+def tile_bytes(t: ir.Type) -> int:
+    t = ir.RankedTensorType(t)
+    n = 1
+    for d in t.shape:
+        n *= d
+    et = t.element_type
+    width = getattr(et, "width", None)
+    if width is None:
+        width = 32
+    return n * max(width, 8) // 8
+
+
+def _other_smem_bytes(func_op, heavy) -> int:
+    """Shared memory the rest of the kernel may need next to the ring: tiles loaded outside the ring (a backend
+    stages TMA loads through shared memory) and the largest stored tile (it may be staged for a TMA store)."""
+    loads, store = 0, 0
+    for op in ws_ir.walk(func_op.operation):
+        if op.name == "tawa.load" and op not in heavy:
+            loads += tile_bytes(op.results[0].type)
+        elif op.name == "tawa.store":
+            store = max(store, tile_bytes(op.operands[1].type))
+    return loads + store
+
+
+def choose_depth(slot_bytes: int, func_op, options, heavy=()) -> int:
+    if options.num_buffers is not None:
+        if int(options.num_buffers) < 1:
+            raise CompilationError(f"num_buffers must be at least 1, got {options.num_buffers}")
+        return int(options.num_buffers)
+    budget = SMEM_BYTES - SMEM_RESERVED - _other_smem_bytes(func_op, set(heavy))
+    depth = min(MAX_AUTO_DEPTH, budget // max(slot_bytes, 1))
+    if depth >= 2:
+        return depth
+    # Even two slots do not fit next to the epilogue: give the ring what there is (the backend reports if one
+    # slot is still too large).
+    return 2 if 2 * slot_bytes <= SMEM_BYTES - SMEM_RESERVED else 1
+
+
+def _load_names(loads):
+    names = []
+    for ld in loads:
+        loc = ld.location
+        try:
+            if loc.is_a_name():
+                names.append(loc.name_str)
+                continue
+        except Exception:
+            pass
+        return None
+    return ", ".join(names)
+
+
+def _in_body_slice(loads, block):
+    """Ops of `block` that (transitively) compute the operands of `loads`."""
+    needed, work = set(), [v for ld in loads for v in ld.operands]
+    while work:
+        v = work.pop()
+        op = ws_ir.defining_op(v)
+        if op is None or op.block != block or op in needed:
+            continue
+        needed.add(op)
+        work.extend(op.operands)
+    return needed
+
+
+def insert_for_loop(p: ws_analysis.LoopPlan, depth: int) -> ir.Operation:
+    """Rewrite one loop; returns the new aref_create op."""
+    loop, loads = p.loop, p.loads
+    block = loop.regions[0].blocks[0]
+    types = [ld.results[0].type for ld in loads]
+
+    create = ws_ir.create_aref(types, depth, loc=loop.location, name=_load_names(loads))
+    ir.InsertionPoint(loop).insert(create)
+    aref = create.results[0]
+
+    # Hoist the loads and their index math to the top of the body, so one put can hand over the whole slot
+    # before any use of any of the loaded tiles.
+    moved = _in_body_slice(loads, block) | set(loads)
+    body_ops = ws_ir.ops_of(block)
+    anchor = next(op for op in body_ops if op not in moved)
+    for op in body_ops:
+        if op in moved:
+            op.move_before(anchor)
+
+    last_load = loads[-1]
+    for ld in loads:
+        if last_load.is_before_in_block(ld):
+            last_load = ld
+    put = ws_ir.create_put(aref, [ld.results[0] for ld in loads], loc=last_load.location)
+    get = ws_ir.create_get(aref, loc=last_load.location)
+    ip = ir.InsertionPoint(anchor)
+    ip.insert(put)
+    ip.insert(get)
+    for ld, val in zip(loads, get.results):
+        ld.results[0].replace_all_uses_except(val, put)
+
+    # Release the slot right after the last op of this iteration that reads a borrowed tile.
+    last_user = get
+    for val in get.results:
+        for use in val.uses:
+            user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            top = ws_ir.ancestor_in_block(user, block)
+            if top is not None and last_user.is_before_in_block(top):
+                last_user = top
+    consumed = ws_ir.create_consumed(aref, loc=last_user.location)
+    ir.InsertionPoint.at_block_terminator(block).insert(consumed)
+    consumed.move_after(last_user)
+    return create
+
+
+def run(module: ir.Module, options) -> ir.Module:
+    with module.context, ir.Location.unknown(module.context):
+        for func in ws_ir.kernels(module):
+            specialize, _note = ws_analysis.decide(func, options)
+            if not specialize:
+                continue
+            plans = ws_analysis.plan(func)
+            heavy = [ld for p in plans for ld in p.loads]
+            # All rings live at once (they are created up front), so they share the budget.
+            depth = choose_depth(sum(tile_bytes(ld.results[0].type) for ld in heavy), func, options, heavy)
+            for p in plans:
+                insert_for_loop(p, depth)
+    return module

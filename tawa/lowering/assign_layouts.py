@@ -1,0 +1,191 @@
+"""The `assign-layouts` pass: give every register tile a distributed layout, written into the IR.
+
+Takes a tawa kernel (docs/ir.md); gives the same kernel with
+- `tawa.smem` on each `tawa.load` (and `tawa.trans` of one) whose value only feeds `tawa.dot` operands: that tile
+  lives in shared memory (TMA, 128-byte swizzle) and has no register layout;
+- `tawa.layout = "<layout>"` on every other op producing a tile, and `tawa.layouts = [...]` (one entry per
+  result, "" for scalars) on `scf.for` / `scf.if` carrying tiles.
+
+Why: the conversion to NVVM needs to know, for every tile, which thread holds which element. Dot results take
+the wgmma accumulator layout (`mma<MxN,w=W>`); the layout a value's users want flows backwards (a bias added
+to an accumulator is loaded straight into the accumulator's column slice, a loop's zero accumulator is born in
+the accumulator layout) and what is left gets a generic `blocked` layout. Reductions produce slices of their
+operand's layout, so row statistics of an accumulator stay in registers. Mismatches that remain become
+shared-memory conversions in the lowering. Layout strings are parsed by `tawa.lowering.layouts.parse`.
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+from tawa.errors import CompilationError
+
+from . import layouts as L
+from .to_nvvm.context import ops_of, owner_op
+from .to_nvvm.kernel import find_kernel, kernel_num_warps
+
+NAME = "assign-layouts"
+
+
+def _walk(block, out):
+    for op in ops_of(block):
+        out.append(op)
+        for region in op.regions:
+            for blk in region.blocks:
+                _walk(blk, out)
+
+
+def _is_tile(v) -> bool:
+    return isinstance(v.type, ir.RankedTensorType)
+
+
+def _shape(v):
+    return tuple(ir.RankedTensorType(v.type).shape)
+
+
+def _uses(value):
+    return [(u.owner.operation if hasattr(u.owner, 'operation') else u.owner, u.operand_number) for u in value.uses]
+
+
+def _feeds_dots_only(value) -> bool:
+    uses = _uses(value)
+    if not uses:
+        return False
+    for owner, idx in uses:
+        if owner.name == "tawa.dot" and idx in (0, 1):
+            continue
+        if owner.name == "tawa.trans" and _feeds_dots_only(owner.results[0]):
+            continue
+        return False
+    return True
+
+
+def _elementwise(op) -> bool:
+    return (op.name.startswith("arith.") or op.name.startswith("math.")) and op.results and \
+        _is_tile(op.results[0])
+
+
+def run(module: ir.Module, options=None) -> ir.Module:
+    func = find_kernel(module)
+    W = kernel_num_warps(func, options)
+    ops = []
+    _walk(func.regions[0].blocks[0], ops)
+    ctx = module.context
+
+    smem = set()
+    for op in ops:
+        if op.name == "tawa.load" and _feeds_dots_only(op.results[0]):
+            op.attributes["tawa.smem"] = ir.UnitAttr.get(ctx)
+            smem.add(op.results[0])
+    for op in ops:
+        if op.name == "tawa.trans" and op.operands[0] in smem:
+            op.attributes["tawa.smem"] = ir.UnitAttr.get(ctx)
+            smem.add(op.results[0])
+
+    def mma_for(op):
+        m, n = _shape(op.results[0])
+        return L.mma(m, n, W)
+
+    # Backward: what layout do users want?
+    want: dict = {}
+    for op in reversed(ops):
+        name = op.name
+        if name == "tawa.dot":
+            want.setdefault(op.operands[2], mma_for(op))
+        elif _elementwise(op):
+            w = want.get(op.results[0])
+            if w is not None:
+                for v in op.operands:
+                    if _is_tile(v) and _shape(v) == w.shape:
+                        want.setdefault(v, w)
+        elif name == "tawa.broadcast":
+            w = want.get(op.results[0])
+            if w is not None:
+                want.setdefault(op.operands[0], L.collapse(w, _shape(op.operands[0])))
+        elif name == "tawa.expand_dims":
+            w = want.get(op.results[0])
+            if w is not None:
+                want.setdefault(op.operands[0], L.slice_(w, op.attributes["axis"].value))
+        elif name == "scf.for":
+            body = op.regions[0].blocks[0]
+            yield_op = ops_of(body)[-1]
+            for j, (res, barg, init) in enumerate(zip(op.results, list(body.arguments)[1:], list(op.operands)[3:])):
+                w = want.get(barg) or want.get(res)
+                if w is None and _is_tile(res):
+                    # The loop-carried value's producer inside the body decides (a dot's accumulator).
+                    producer = owner_op(yield_op.operands[j])
+                    if producer is not None and producer.name == "tawa.dot":
+                        w = mma_for(producer)
+                if w is not None:
+                    want.setdefault(init, w)
+                    want.setdefault(barg, w)
+                    want.setdefault(res, w)
+                    want.setdefault(yield_op.operands[j], w)
+
+    layout: dict = {}
+
+    def lay_of(v):
+        return layout.get(v)
+
+    def default(v):
+        return want.get(v) or L.blocked(_shape(v), W)
+
+    def put(op, lay):
+        layout[op.results[0]] = lay
+        op.attributes["tawa.layout"] = ir.StringAttr.get(lay.desc, ctx)
+
+    for op in ops:
+        name = op.name
+        if not op.results:
+            continue
+        res = op.results[0]
+        if name == "scf.for":
+            body = op.regions[0].blocks[0]
+            descs = []
+            for res_j, barg, init in zip(op.results, list(body.arguments)[1:], list(op.operands)[3:]):
+                if _is_tile(res_j):
+                    lay = want.get(barg) or lay_of(init) or default(res_j)
+                    layout[barg] = layout[res_j] = lay
+                    descs.append(lay.desc)
+                else:
+                    descs.append("")
+            op.attributes["tawa.layouts"] = ir.ArrayAttr.get([ir.StringAttr.get(d, ctx) for d in descs], ctx)
+            continue
+        if name == "scf.if":
+            continue  # decided after its branches, below
+        if not _is_tile(res):
+            continue
+        if res in smem:
+            continue
+        if name == "tawa.dot":
+            put(op, mma_for(op))
+        elif name == "tawa.reduce":
+            src = lay_of(op.operands[0])
+            put(op, L.slice_(src, op.attributes["axis"].value))
+        elif name == "tawa.expand_dims":
+            put(op, L.expand(lay_of(op.operands[0]), op.attributes["axis"].value))
+        elif name == "tawa.trans":
+            put(op, L.transpose(lay_of(op.operands[0])))
+        elif _elementwise(op) and name != "arith.constant":
+            w = want.get(res)
+            if w is None:
+                for v in op.operands:
+                    if _is_tile(v) and lay_of(v) is not None and lay_of(v).shape == _shape(res):
+                        w = lay_of(v)
+                        break
+            put(op, w or default(res))
+        else:  # load, splat, arange, broadcast, constant
+            put(op, default(res))
+
+    for op in ops:
+        if op.name == "scf.if" and op.results:
+            then_yield = ops_of(op.regions[0].blocks[0])[-1]
+            descs = []
+            for res, v in zip(op.results, then_yield.operands):
+                if _is_tile(res):
+                    lay = want.get(res) or lay_of(v) or default(res)
+                    layout[res] = lay
+                    descs.append(lay.desc)
+                else:
+                    descs.append("")
+            op.attributes["tawa.layouts"] = ir.ArrayAttr.get([ir.StringAttr.get(d, ctx) for d in descs], ctx)
+    return module

@@ -1,0 +1,117 @@
+"""Final emission: the NVVM-level module -> LLVM dialect -> PTX (NVPTX backend) -> cubin (ptxas, when present).
+
+`lower_to_llvm` (the `lower-to-llvm` pass) takes the module from convert-to-nvvm and gives it with the kernel in
+the LLVM dialect: the upstream pipeline `nvvm-attach-target{chip=sm_90a}`, then in the gpu.module
+`convert-scf-to-cf`, `convert-nvvm-to-llvm` (inline PTX of ops such as mbarrier.try_wait), `convert-gpu-to-nvvm`
+(arith/math/cf to LLVM), `canonicalize`, `cse`, `reconcile-unrealized-casts`.
+`emit_ptx` runs `gpu-module-to-binary{format=isa}` and returns the PTX text; `assemble` runs
+`ptxas -arch=sm_90a -v` and parses its resource report (registers, spills, shared memory).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+from mlir import ir, passmanager
+from mlir.dialects import gpu
+
+from tawa.errors import CompilationError
+
+NAME = "lower-to-llvm"
+CHIP = "sm_90a"
+
+LLVM_PIPELINE = (
+    "builtin.module(nvvm-attach-target{chip=sm_90a features=+ptx80 O=3}, "
+    "gpu.module(convert-scf-to-cf, convert-nvvm-to-llvm, convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=true}, "
+    "canonicalize, cse, reconcile-unrealized-casts))"
+)
+
+
+def _run(module: ir.Module, pipeline: str) -> None:
+    with module.context:
+        pm = passmanager.PassManager.parse(pipeline)
+        try:
+            pm.run(module.operation)
+        except ir.MLIRError as e:
+            raise CompilationError(f"internal: LLVM lowering failed: {e}") from None
+
+
+def lower_to_llvm(module: ir.Module, options=None) -> ir.Module:
+    _run(module, LLVM_PIPELINE)
+    return module
+
+
+def emit_ptx(module: ir.Module) -> str:
+    """PTX of the (LLVM-dialect) kernel module. Works on a clone: the module itself stays printable."""
+    clone = ir.Module.parse(str(module), module.context)
+    _run(clone, "builtin.module(gpu-module-to-binary{format=isa})")
+    for op in clone.body.operations:
+        if op.name == "gpu.binary":
+            obj = gpu.ObjectAttr(op.attributes["objects"][0]).object
+            return obj.decode() if isinstance(obj, (bytes, bytearray)) else str(obj)
+    raise CompilationError("internal: no gpu.binary produced")
+
+
+def find_ptxas() -> str | None:
+    env = os.environ.get("TAWA_PTXAS")
+    if env and os.path.exists(env):
+        return env
+    try:
+        import nvidia  # noqa: F401  (namespace package of the CUDA wheels)
+        for root in list(nvidia.__path__):
+            for sub in ("cu13", "cuda_nvcc", "cu12"):
+                cand = os.path.join(root, sub, "bin", "ptxas")
+                if os.path.exists(cand):
+                    return cand
+    except ImportError:
+        pass
+    return shutil.which("ptxas")
+
+
+@dataclass
+class PtxasReport:
+    registers: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    stack_bytes: int = 0
+    smem_bytes: int = 0
+    warnings: list = field(default_factory=list)
+
+
+def parse_ptxas_report(text: str) -> PtxasReport:
+    rep = PtxasReport()
+    m = re.search(r"Used (\d+) registers", text)
+    if m:
+        rep.registers = int(m.group(1))
+    m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
+    if m:
+        rep.spill_stores, rep.spill_loads = int(m.group(1)), int(m.group(2))
+    m = re.search(r"(\d+) bytes stack frame", text)
+    if m:
+        rep.stack_bytes = int(m.group(1))
+    m = re.search(r"(\d+) bytes smem", text)
+    if m:
+        rep.smem_bytes = int(m.group(1))
+    rep.warnings = [l.strip() for l in text.splitlines() if "warning" in l.lower()]
+    return rep
+
+
+def assemble(ptx: str, ptxas: str | None = None) -> tuple[bytes, PtxasReport]:
+    """ptxas the PTX for sm_90a; returns (cubin, report). Raises CompilationError on a ptxas failure."""
+    ptxas = ptxas or find_ptxas()
+    if ptxas is None:
+        raise CompilationError("ptxas was not found (install nvidia-cuda-nvcc or set TAWA_PTXAS)")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        out = os.path.join(d, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        proc = subprocess.run([ptxas, f"-arch={CHIP}", "-v", "-o", out, src], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompilationError(f"internal: ptxas failed:\n{proc.stderr.strip()}")
+        with open(out, "rb") as f:
+            return f.read(), parse_ptxas_report(proc.stderr + proc.stdout)

@@ -1,0 +1,166 @@
+"""partition: split a kernel with arefs into a producer warp group and a consumer warp group.
+
+Takes: a kernel after `aref_insertion` (sequential; pipelined loops hold `load...; aref_put; aref_get; ...;
+aref_consumed`). Gives: the kernel body
+
+    %r = tawa.aref_create ...                      (arefs stay shared, outside the regions)
+    scf.execute_region {tawa.warp_group = "producer"} {
+      <replicated scalar control: program ids, dims, offsets, loop bounds>
+      scf.for %k = ... {                           (same bounds, no iter_args)
+        <index math> ; %a = tawa.load ... ; tawa.aref_put %r, %a, ...
+      }
+    }
+    scf.execute_region {tawa.warp_group = "consumer", tawa.num_warp_groups = n} {
+      <everything else: scalar control, the loop with aref_get / dot / math / aref_consumed and its
+       iter_args, the epilogue and stores>
+    }
+
+Why: the two regions run concurrently on different warp groups and meet only at the arefs, so TMA loads for
+later iterations overlap the tensor-core work of the current one. Scalar control is replicated rather than
+shared so each warp group computes what it needs from program ids and kernel arguments without any
+synchronisation. `n` (consumer warp groups executing the consumer region collectively, splitting the output
+tile along M) is `options.num_consumer_groups`, else 2 when the accumulator has at least 128 rows, else 1.
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import scf
+
+from tawa.errors import CompilationError
+from tawa.ir.dialect import WARP_GROUP_ATTR
+from tawa.lowering import ws_ir
+
+
+def _loop_has_put(op) -> bool:
+    return op.name == "scf.for" and any(o.name == "tawa.aref_put" for o in ws_ir.ops_of(op.regions[0].blocks[0]))
+
+
+def _acc_rows(loops) -> int:
+    rows = 0
+    for lp in loops:
+        for op in ws_ir.walk(lp):
+            if op.name == "tawa.dot":
+                shape = ir.RankedTensorType(op.results[0].type).shape
+                rows = max(rows, shape[0] if len(shape) >= 2 else 1)
+    return rows
+
+
+def num_consumer_groups(loops, options) -> int:
+    if options.num_consumer_groups is not None:
+        n = int(options.num_consumer_groups)
+        if n not in (1, 2):
+            raise CompilationError(f"num_consumer_groups must be 1 or 2, got {n}")
+        return n
+    return 2 if _acc_rows(loops) >= 128 else 1
+
+
+def _new_region(role: str, before: ir.Operation, extra=None) -> tuple:
+    attrs = {WARP_GROUP_ATTR: ir.StringAttr.get(role)}
+    attrs.update(extra or {})
+    op = ir.Operation.create("scf.execute_region", results=[], regions=1, attributes=attrs, loc=before.location)
+    ir.InsertionPoint(before).insert(op)
+    block = op.regions[0].blocks.append()
+    with ir.InsertionPoint(block):
+        term = scf.YieldOp([])
+    return op, block, term.operation
+
+
+def _producer_slice(loop):
+    """Ops of the loop body the producer needs: the loads that are put, and their index math, in body order."""
+    block = loop.regions[0].blocks[0]
+    puts = [op for op in ws_ir.ops_of(block) if op.name == "tawa.aref_put"]
+    needed, work = set(), [v for p in puts for v in list(p.operands)[1:]]
+    while work:
+        v = work.pop()
+        op = ws_ir.defining_op(v)
+        if op is None or op.block != block or op in needed:
+            continue
+        if op.name != "tawa.load" and not ws_ir.is_scalar_control(op):
+            raise CompilationError(f"internal: '{op.name}' feeds an aref_put{ws_ir.where(op)}")
+        needed.add(op)
+        work.extend(op.operands)
+    return [op for op in ws_ir.ops_of(block) if op in needed], puts
+
+
+def _build_producer_loop(loop, ip_top: ir.InsertionPoint, mapping: dict):
+    block = loop.regions[0].blocks[0]
+    iv = block.arguments[0]
+    body_ops, puts = _producer_slice(loop)
+    outside = list(loop.operands)[:3]
+    for op in body_ops:
+        for v in op.operands:
+            d = ws_ir.defining_op(v)
+            if v != iv and (d is None or d.block != block):
+                outside.append(v)
+    ws_ir.clone_slice(outside, ip_top, mapping)
+    lb, ub, step = (mapping.get(v, v) for v in list(loop.operands)[:3])
+    new_loop = scf.ForOp(lb, ub, step, [], loc=loop.location, ip=ip_top)
+    local = dict(mapping)
+    local[iv] = new_loop.induction_variable
+    with ir.InsertionPoint(new_loop.body):
+        ip_in = ir.InsertionPoint.current
+        for op in body_ops:
+            new = op.clone(ip=ip_in)
+            for i, v in enumerate(op.operands):
+                if v in local:
+                    new.operands[i] = local[v]
+            for old_r, new_r in zip(op.results, new.results):
+                local[old_r] = new_r
+        for p in puts:
+            ws_ir.create_put(p.operands[0], [local.get(v, v) for v in list(p.operands)[1:]], loc=p.location,
+                             ip=ip_in)
+        scf.YieldOp([])
+    return body_ops, puts
+
+
+def _erase_dead(ops):
+    """Erase scalar-control ops (and the moved loads) whose results are no longer used, latest first."""
+    changed = True
+    alive = list(ops)
+    while changed:
+        changed = False
+        for op in reversed(alive):
+            if (op.name == "tawa.load" or ws_ir.is_scalar_control(op)) and all(
+                    next(iter(r.uses), None) is None for r in op.results):
+                alive.remove(op)
+                op.erase()
+                changed = True
+
+
+def partition_kernel(func_op, options):
+    body = ws_ir.body_block(func_op)
+    ops = ws_ir.ops_of(body)
+    ret = ops[-1]
+    ops = ops[:-1]
+    arefs = [op for op in ops if op.name == "tawa.aref_create"]
+    if not arefs or any(ws_ir.warp_group_role(op) for op in ops):
+        return
+    loops = [op for op in ops if _loop_has_put(op)]
+    n = num_consumer_groups(loops, options)
+
+    first = ops[0]
+    for a in arefs:
+        a.move_before(first)
+    i32 = ir.IntegerType.get_signless(32)
+    producer, _, prod_yield = _new_region("producer", ret)
+    consumer, _, cons_yield = _new_region("consumer", ret, {"tawa.num_warp_groups": ir.IntegerAttr.get(i32, n)})
+
+    for op in ops:
+        if op.name != "tawa.aref_create":
+            op.move_before(cons_yield)
+
+    mapping: dict = {}
+    ip_top = ir.InsertionPoint(prod_yield)
+    for loop in loops:
+        body_ops, puts = _build_producer_loop(loop, ip_top, mapping)
+        for p in puts:
+            p.erase()
+        _erase_dead(body_ops)
+    _erase_dead([op for op in ws_ir.ops_of(consumer.regions[0].blocks[0]) if op != cons_yield])
+
+
+def run(module: ir.Module, options) -> ir.Module:
+    with module.context, ir.Location.unknown(module.context):
+        for func in ws_ir.kernels(module):
+            partition_kernel(func, options)
+    return module

@@ -1,0 +1,114 @@
+"""The `software-pipeline` pass: schedule the loads feeding dots in a loop `num_stages` iterations ahead.
+
+Takes a kernel after assign-layouts; gives the same kernel with `tawa.num_stages = S : i32` on every `scf.for`
+whose body loads dot operands (`tawa.load` marked `tawa.smem`), and `tawa.pipelined` on those loads.
+
+Why: on the uniform-warp path every warp both waits for data and computes, so the only way to overlap the copy
+engine with the tensor cores is to keep S-1 loads in flight while the current slot is consumed, and to keep the
+last wgmma group asynchronous across iterations. The conversion (to_nvvm/control.py) materialises the ring of
+S shared-memory slots with one mbarrier each; this pass decides where that applies and how deep the ring can
+be within shared memory:
+- a pipelined load's offsets must be scalar arithmetic of the induction variable and loop invariants (they are
+  re-evaluated for iteration i + S - 1);
+- S is `options.num_stages`, reduced until the rings fit the shared memory of one SM (227 KiB);
+- a loop nested in another loop is refused (its ring phases would restart with every outer iteration).
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+from tawa.errors import CompilationError
+
+from .to_nvvm.context import ops_of, owner_op
+from .to_nvvm.kernel import find_kernel
+
+NAME = "software-pipeline"
+
+#: Dynamic shared memory one CTA may use on Hopper (227 KiB), minus the barrier region and an epilogue tile.
+SMEM_LIMIT = 232448
+
+
+def _elem_bytes(t: ir.Type) -> int:
+    s = str(ir.RankedTensorType(t).element_type)
+    return {"f32": 4, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1}.get(s, 4)
+
+
+def _tile_bytes(v) -> int:
+    t = ir.RankedTensorType(v.type)
+    n = 1
+    for s in t.shape:
+        n *= s
+    return n * _elem_bytes(v.type)
+
+
+def _body_ops(block, out):
+    for op in ops_of(block):
+        out.append(op)
+        for region in op.regions:
+            for blk in region.blocks:
+                _body_ops(blk, out)
+
+
+def _offsets_ok(load, body_results, iv) -> bool:
+    def ok(v, depth=0):
+        if v == iv:
+            return True
+        if v not in body_results:
+            return True
+        owner = owner_op(v)
+        if owner is None or depth > 32:
+            return False
+        if not (owner.name.startswith("arith.") or owner.name.startswith("math.")):
+            return False
+        if isinstance(v.type, ir.RankedTensorType):
+            return False
+        return all(ok(o, depth + 1) for o in owner.operands)
+    return all(ok(v) for v in list(load.operands)[1:])
+
+
+def _loops(block, depth, out):
+    for op in ops_of(block):
+        if op.name == "scf.for":
+            out.append((op, depth))
+        for region in op.regions:
+            for blk in region.blocks:
+                _loops(blk, depth + (op.name == "scf.for"), out)
+
+
+def run(module: ir.Module, options=None) -> ir.Module:
+    func = find_kernel(module)
+    ctx = module.context
+    stages_wanted = max(int(getattr(options, "num_stages", 3) or 1), 1)
+    loops = []
+    _loops(func.regions[0].blocks[0], 0, loops)
+    for loop, depth in loops:
+        body = loop.regions[0].blocks[0]
+        ops = []
+        _body_ops(body, ops)
+        loads = [op for op in ops if op.name == "tawa.load" and "tawa.smem" in op.attributes]
+        if not loads:
+            continue
+        # only loads directly in this loop (a nested loop pipelines its own)
+        direct = [op for op in ops_of(body) if op.name == "tawa.load" and "tawa.smem" in op.attributes]
+        if len(direct) != len(loads):
+            continue
+        if depth > 0:
+            raise CompilationError("loads feeding a dot inside a nested loop are not supported by the "
+                                   "uniform-warp pipeline yet")
+        results = set()
+        for op in ops:
+            for r in op.results:
+                results.add(r)
+        iv = body.arguments[0]
+        for load in loads:
+            if not _offsets_ok(load, results, iv):
+                raise CompilationError("a load feeding a dot in a loop must have offsets computed from the loop "
+                                       "index and values defined before the loop")
+        per_stage = sum(_tile_bytes(l.results[0]) for l in loads)
+        stages = stages_wanted
+        while stages > 1 and stages * per_stage > SMEM_LIMIT - 1024 - 65536:
+            stages -= 1
+        loop.attributes["tawa.num_stages"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32, ctx), stages)
+        for load in loads:
+            load.attributes["tawa.pipelined"] = ir.UnitAttr.get(ctx)
+    return module

@@ -1,0 +1,252 @@
+"""State shared by the op-family lowerings: values, register tiles, shared memory, kernel parameters, threads.
+
+- A register tile (`Tile`) is the list of SSA scalars one thread holds plus its `Layout` (tawa.lowering.layouts).
+- A shared tile (`SmemTile`) is a tile that lives in shared memory in the TMA 128-byte-swizzled form: row-major
+  `[rows, cols]`, cut along the columns into boxes of 128 bytes, box `j` at byte `j * rows * 128`. It is what a
+  load feeding a dot becomes; the dot reads it through wgmma descriptors.
+- Kernel parameters are collected on demand (a tensor map per loaded box, a pointer and extents for register
+  loads and stores) and become the `AbiParam` list the runtime packs.
+- Shared memory is a bump allocator over the dynamic segment with scopes (a loop's ring is freed after it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlir import ir
+
+from tawa.errors import CompilationError
+from tawa.runtime.abi import AbiParam
+
+from .. import layouts as L
+from .builder import Builder, V
+
+SWIZZLE_BYTES = 128
+#: Bytes reserved at the start of shared memory for mbarriers (tiles start 1024-aligned after it).
+BARRIER_REGION = 1024
+
+
+@dataclass
+class Tile:
+    regs: list
+    layout: L.Layout
+    elem: str
+
+    @property
+    def shape(self):
+        return self.layout.shape
+
+
+@dataclass
+class SmemTile:
+    """A tile in shared memory as TMA wrote it (see module docstring). `transposed`: used as its transpose."""
+    offset: V            # i32 byte offset of the tile from the shared segment base
+    rows: int
+    cols: int
+    elem: str
+    transposed: bool = False
+
+    @property
+    def shape(self):
+        return (self.cols, self.rows) if self.transposed else (self.rows, self.cols)
+
+
+def elem_type(t: ir.Type) -> str:
+    if isinstance(t, ir.RankedTensorType) or isinstance(t, ir.MemRefType):
+        return str(t.element_type)
+    return str(t)
+
+
+def tile_shape(t: ir.Type) -> tuple:
+    return tuple(ir.RankedTensorType(t).shape)
+
+
+def is_tile(t: ir.Type) -> bool:
+    return isinstance(t, ir.RankedTensorType)
+
+
+def elem_bytes(elem: str) -> int:
+    return {"f32": 4, "i32": 4, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1, "i8": 1, "i1": 1,
+            "f64": 8, "i64": 8}[elem]
+
+
+class SharedAllocator:
+    def __init__(self, start: int):
+        self.top = start
+        self.peak = start
+        self._marks = []
+
+    def alloc(self, nbytes: int, align: int = 1024) -> int:
+        off = (self.top + align - 1) // align * align
+        self.top = off + nbytes
+        self.peak = max(self.peak, self.top)
+        return off
+
+    def push(self):
+        self._marks.append(self.top)
+
+    def pop(self):
+        self.top = self._marks.pop()
+
+
+class Params:
+    """The kernel's parameter list, in the order the runtime packs it."""
+
+    def __init__(self, func_args):
+        self.args = list(func_args)       # the tawa function's block arguments
+        self.abi: list[AbiParam] = []
+        self.values: list[V] = []
+        self.decls: list[str] = []
+        self._cache = {}
+
+    def arg_index(self, value: ir.Value) -> int:
+        for i, a in enumerate(self.args):
+            if a == value:
+                return i
+        raise CompilationError("a tensor operand must be a kernel parameter")
+
+    def _add(self, key, param: AbiParam, type: str, decl_attrs: str = ""):
+        if key not in self._cache:
+            name = f"%p{len(self.values)}"
+            v = V(name, type)
+            self.abi.append(param)
+            self.values.append(v)
+            self.decls.append(f"{name}: {type}{decl_attrs}")
+            self._cache[key] = v
+        return self._cache[key]
+
+    def tensormap(self, arg: int, box: list, swizzle: int) -> V:
+        return self._add(("tm", arg, tuple(box), swizzle), AbiParam("tensormap", arg, box=list(box), swizzle=swizzle,
+                                                                     by_value=True),
+                         "!llvm.ptr", " {llvm.align = 64 : i64, llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant}")
+
+    def ptr(self, arg: int) -> V:
+        return self._add(("ptr", arg), AbiParam("ptr", arg), "!llvm.ptr<1>", " {llvm.noalias}")
+
+    def dim(self, arg: int, axis: int) -> V:
+        return self._add(("dim", arg, axis), AbiParam("dim", arg, axis=axis), "i32")
+
+    def stride(self, arg: int, axis: int) -> V:
+        return self._add(("stride", arg, axis), AbiParam("stride", arg, axis=axis), "i64")
+
+    def scalar(self, arg: int, dtype: str) -> V:
+        return self._add(("scalar", arg), AbiParam("scalar", arg, dtype=dtype), dtype)
+
+
+@dataclass
+class Ctx:
+    b: Builder
+    params: Params
+    smem: SharedAllocator
+    num_warps: int
+    env: dict = field(default_factory=dict)
+    _bases: dict = field(default_factory=dict)
+    _tid: V | None = None
+    # set while lowering the body of a software-pipelined loop
+    pipeline: object = None
+    loop_depth: int = 0
+
+    # ---- values --------------------------------------------------------------------------------------------
+    def get(self, value: ir.Value):
+        try:
+            return self.env[value]
+        except KeyError:
+            raise CompilationError(f"internal: value used before lowering: {value}") from None
+
+    def set(self, value: ir.Value, lowered) -> None:
+        self.env[value] = lowered
+
+    # ---- threads -------------------------------------------------------------------------------------------
+    @property
+    def num_threads(self) -> int:
+        return self.num_warps * 32
+
+    def tid(self) -> V:
+        if self._tid is None:
+            self._tid = self.b.op('"nvvm.read.ptx.sreg.tid.x"() : () -> i32', "i32", prelude=True)
+        return self._tid
+
+    def _prelude_bin(self, op: str, a: V, c: int) -> V:
+        return self.b.op(f"arith.{op} {a}, {self.b.i32(c)} : i32", "i32", prelude=True)
+
+    def lane(self) -> V:
+        return self._cached("lane", lambda: self._prelude_bin("andi", self.tid(), 31))
+
+    def warp(self) -> V:
+        return self._cached("warp", lambda: self._prelude_bin("shrui", self.tid(), 5))
+
+    def warp_group(self) -> V:
+        return self._cached("wg", lambda: self._prelude_bin("shrui", self.tid(), 7))
+
+    def is_warp0(self) -> V:
+        return self._cached("w0", lambda: self.b.op(f"arith.cmpi eq, {self.warp()}, {self.b.i32(0)} : i32", "i1",
+                                                    prelude=True))
+
+    def _cached(self, key, fn):
+        if key not in self._bases:
+            self._bases[key] = fn()
+        return self._bases[key]
+
+    def base_coords(self, layout: L.Layout) -> list:
+        """Per-thread coordinate offsets (i32, one per dim) of a layout: the lane and warp contributions."""
+        key = ("base", layout.desc)
+        if key in self._bases:
+            return self._bases[key]
+        out = []
+        for d in range(layout.rank):
+            acc = None
+            for src, bases in ((self.lane, layout.lanes), (self.warp, layout.warps)):
+                for bit, vec in enumerate(bases):
+                    if vec[d] == 0:
+                        continue
+                    bitv = self._prelude_bin("andi", self._prelude_bin("shrui", src(), bit), 1) if bit else \
+                        self._prelude_bin("andi", src(), 1)
+                    term = self._prelude_bin("muli", bitv, vec[d])
+                    acc = term if acc is None else self.b.op(f"arith.addi {acc}, {term} : i32", "i32", prelude=True)
+            out.append(acc if acc is not None else self.b.i32(0))
+        self._bases[key] = out
+        return out
+
+    def coords(self, layout: L.Layout, reg: int) -> list:
+        """i32 coordinates of register `reg` of this thread."""
+        base = self.base_coords(layout)
+        return [self.b.add(base[d], layout.regs[reg][d]) if layout.regs[reg][d] else base[d]
+                for d in range(layout.rank)]
+
+    # ---- shared memory -------------------------------------------------------------------------------------
+    barriers: list = field(default_factory=list)   # (byte offset, arrival count), initialised at kernel start
+
+    def alloc_barriers(self, n: int, count: int) -> int:
+        """`n` consecutive mbarriers (8 bytes each) in the reserved region at the start of shared memory."""
+        off = 8 * len(self.barriers)
+        if off + 8 * n > BARRIER_REGION:
+            raise CompilationError("too many mbarriers in one kernel")
+        self.barriers.extend((off + 8 * i, count) for i in range(n))
+        return off
+
+    def smem_base(self) -> V:
+        return self._cached("smem", lambda: self.b.op("llvm.mlir.addressof @tawa_smem : !llvm.ptr<3>", "!llvm.ptr<3>",
+                                                      prelude=True))
+
+    def smem_ptr(self, offset) -> V:
+        if isinstance(offset, int):
+            return self.b.gep(self.smem_base(), offset)
+        return self.b.gep(self.smem_base(), offset)
+
+    def smem_addr(self, offset: V) -> V:
+        """The 32-bit shared-window address of a byte offset (what wgmma descriptors hold)."""
+        base = self._cached("smem_addr", lambda: self.b.op(f"llvm.ptrtoint {self.smem_base()} : !llvm.ptr<3> to i32",
+                                                           "i32", prelude=True))
+        return self.b.add(base, offset)
+
+
+def ops_of(block) -> list:
+    """The block's ops as `ir.Operation`s (OpView subclasses such as FuncOp shadow `.name`)."""
+    return [op.operation for op in block.operations]
+
+
+def owner_op(value):
+    """The op defining `value`, or None for a block argument."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner

@@ -1,0 +1,100 @@
+"""Lowering of upstream `arith` / `math` ops, on scalars and on register tiles (mapped over the registers).
+
+Each op is re-emitted in generic form with its own properties (comparison predicate, fast-math flags), once per
+register for tiles; every tile operand is first brought to the result's layout. `math` ops on 16-bit floats are
+computed in f32 (NVPTX has no 16-bit transcendental instructions).
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+from .builder import Builder, V
+from .context import Ctx, Tile, elem_type, is_tile
+
+_MATH_VIA_F32 = {"math.exp", "math.exp2", "math.log", "math.log2", "math.sqrt", "math.rsqrt", "math.tanh",
+                 "math.sin", "math.cos", "math.erf", "math.absf"}
+
+
+def _props(op) -> str:
+    parts = []
+    for i in range(len(op.attributes)):
+        na = op.attributes[i]
+        name = na.name
+        if name.startswith("tawa."):
+            continue
+        parts.append(f"{name} = {na.attr}")
+    return ", ".join(parts)
+
+
+#: f32 ops lowered to the hardware's fast approximations (what CUDA's fast-math and Triton use): one MUFU
+#: instruction instead of LLVM's generic expansions, which blow up register use in wide epilogues.
+_FAST_F32 = {
+    "math.exp": ("ex2.approx.ftz.f32 $0, $1;", 1.4426950408889634),
+    "math.exp2": ("ex2.approx.ftz.f32 $0, $1;", None),
+    "math.log": ("lg2.approx.ftz.f32 $0, $1;", "ln2"),
+    "math.log2": ("lg2.approx.ftz.f32 $0, $1;", None),
+    "math.rsqrt": ("rsqrt.approx.ftz.f32 $0, $1;", None),
+    "math.tanh": ("tanh.approx.f32 $0, $1;", None),
+    "arith.divf": ("div.full.f32 $0, $1, $2;", None),
+}
+
+
+def _asm(b: Builder, text: str, operands: list) -> V:
+    cons = ",".join(["=f"] + ["f"] * len(operands))
+    ops = ", ".join(o.name for o in operands)
+    return b.op(f'"llvm.inline_asm"({ops}) <{{asm_string = "{text}", constraints = "{cons}"}}> : '
+                f'({", ".join(o.type for o in operands)}) -> f32', "f32")
+
+
+def _scalar_op(b: Builder, name: str, props: str, operands: list, result_type: str) -> V:
+    if result_type == "f32" and name in _FAST_F32:
+        text, scale = _FAST_F32[name]
+        if scale == "ln2":
+            r = _asm(b, text, operands)
+            return b.mul(r, b.const(0.6931471805599453, "f32"))
+        if scale is not None:
+            operands = [b.mul(operands[0], b.const(scale, "f32"))]
+        return _asm(b, text, operands)
+    if name in _MATH_VIA_F32 and result_type in ("f16", "bf16"):
+        wide = [b.cast("extf", o, "f32") for o in operands]
+        r = b.generic(name, wide, ["f32"], props=props)[0]
+        return b.cast("truncf", r, result_type)
+    return b.generic(name, operands, [result_type], props=props)[0]
+
+
+def lower_constant(ctx: Ctx, op) -> None:
+    value = op.attributes["value"]
+    t = op.results[0].type
+    if is_tile(t):
+        from .shape import layout_of
+        dense = ir.DenseElementsAttr(value)
+        if not dense.is_splat:
+            raise lower_error(op, "non-splat constant tiles are not supported")
+        elem = elem_type(t)
+        scalar = ctx.b.op(f"arith.constant {dense.get_splat_value()} : {elem}", elem)
+        layout = layout_of(op)
+        ctx.set(op.results[0], Tile([scalar] * len(layout.regs), layout, elem))
+        return
+    ctx.set(op.results[0], ctx.b.op(f"arith.constant {value}", str(t)))
+
+
+def lower_error(op, msg):
+    from tawa.errors import CompilationError
+    return CompilationError(f"{op.name}: {msg}")
+
+
+def lower_elementwise(ctx: Ctx, op) -> None:
+    from .shape import as_tile, layout_of
+    b = ctx.b
+    name = op.name
+    props = _props(op)
+    result = op.results[0]
+    if not is_tile(result.type):
+        operands = [ctx.get(v) for v in op.operands]
+        ctx.set(result, _scalar_op(b, name, props, operands, str(result.type)))
+        return
+    layout = layout_of(op)
+    tiles = [as_tile(ctx, ctx.get(v), layout, elem_type(v.type)) for v in op.operands]
+    rtype = elem_type(result.type)
+    regs = [_scalar_op(b, name, props, [t.regs[i] for t in tiles], rtype) for i in range(len(layout.regs))]
+    ctx.set(result, Tile(regs, layout, rtype))

@@ -1,0 +1,219 @@
+"""Lowering of `tawa.load`, `tawa.store`, `tawa.dim`: TMA into swizzled shared memory, or per-thread global access.
+
+- A load feeding dots (marked `tawa.smem` by assign-layouts) becomes TMA copies of 128-byte-wide boxes into a
+  shared tile (128-byte swizzle, the layout wgmma descriptors expect), completing on an mbarrier with expect-tx.
+  Elements outside the tensor are zero-filled by the copy engine.
+- A load with a register layout becomes one predicated global load per element (masked elements read 0).
+- A store of a wgmma-layout tile goes registers -> swizzled shared memory -> TMA store (clipped by the engine);
+  any other store is one predicated global store per element.
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+from tawa.errors import CompilationError
+
+from .. import layouts as L
+from . import sync
+from .builder import V, is_float
+from .context import Ctx, SmemTile, Tile, elem_bytes, elem_type, tile_shape, SWIZZLE_BYTES
+
+
+# ---- TMA loads into shared tiles ---------------------------------------------------------------------------
+class TmaLoad:
+    """How one `tawa.load` of a 2-D tile is cut into TMA boxes (inner box extent = 128 bytes)."""
+
+    def __init__(self, ctx: Ctx, op):
+        self.op = op
+        src = op.operands[0]
+        self.arg = ctx.params.arg_index(src)
+        self.src_rank = ir.MemRefType(src.type).rank
+        shape = tile_shape(op.results[0].type)
+        if len(shape) != 2:
+            raise CompilationError("a tile read by a dot must be 2-D")
+        self.rows, self.cols = shape
+        self.elem = elem_type(op.results[0].type)
+        es = elem_bytes(self.elem)
+        self.box_cols = SWIZZLE_BYTES // es
+        if self.cols % self.box_cols:
+            raise CompilationError(f"a tile read by a dot needs rows of a multiple of {SWIZZLE_BYTES} bytes "
+                                   f"({self.box_cols} {self.elem} elements), got {self.cols}")
+        if self.rows > 256:
+            raise CompilationError("a tile read by a dot may have at most 256 rows")
+        self.nbox = self.cols // self.box_cols
+        self.box_bytes = self.rows * SWIZZLE_BYTES
+        self.bytes = self.nbox * self.box_bytes
+        box = [1] * (self.src_rank - 2) + [self.rows, self.box_cols]
+        self.tmap = ctx.params.tensormap(self.arg, box, SWIZZLE_BYTES)
+
+    def issue(self, ctx: Ctx, offsets: list, dst_offset: V, bar: V) -> None:
+        """Issue the copies (caller: one elected thread). `offsets`: i32 element offsets, outermost first."""
+        b = ctx.b
+        for j in range(self.nbox):
+            col = b.add(offsets[-1], j * self.box_cols) if j else offsets[-1]
+            coords = [col, offsets[-2]] + list(reversed(offsets[:-2]))
+            dst = ctx.smem_ptr(b.add(dst_offset, j * self.box_bytes) if j else dst_offset)
+            sync.tma_load(b, self.tmap, dst, bar, coords)
+
+
+def issue_elected(ctx: Ctx, pred: V | None, body) -> None:
+    """Run `body()` in one elected lane of warp 0 (warp-uniform branch + elect.sync), optionally predicated."""
+    b = ctx.b
+    with b.if_(ctx.is_warp0()):
+        e = sync.elect_sync(b)
+        cond = b.and_(e, pred) if pred is not None else e
+        with b.if_(cond):
+            body()
+
+
+def offsets_of(ctx: Ctx, op) -> list:
+    return [ctx.get(v) for v in list(op.operands)[1:]]
+
+
+def lower_load(ctx: Ctx, op) -> None:
+    if "tawa.smem" in op.attributes:
+        if ctx.pipeline is not None and ctx.pipeline.owns(op):
+            ctx.set(op.results[0], ctx.pipeline.current_tile(op))
+            return
+        if ctx.loop_depth:
+            raise CompilationError("internal: a dot operand load inside a loop was not software-pipelined")
+        load = TmaLoad(ctx, op)
+        off = ctx.smem.alloc(load.bytes)
+        bar = ctx.smem_ptr(ctx.alloc_barriers(1, 1))
+        dst = ctx.b.i32(off)
+        issue = lambda: (sync.mbarrier_expect_tx(ctx.b, bar, load.bytes),
+                         load.issue(ctx, offsets_of(ctx, op), dst, bar))
+        issue_elected(ctx, None, issue)
+        sync.mbarrier_wait(ctx.b, bar, ctx.b.i32(0))
+        ctx.set(op.results[0], SmemTile(dst, load.rows, load.cols, load.elem))
+        return
+    lower_register_load(ctx, op)
+
+
+# ---- per-thread global access ------------------------------------------------------------------------------
+def _addressing(ctx: Ctx, op, src: ir.Value, offsets: list, layout: L.Layout):
+    """For every register: (pointer, in-bounds predicate)."""
+    b = ctx.b
+    arg = ctx.params.arg_index(src)
+    rank = ir.MemRefType(src.type).rank
+    elem = elem_type(src.type)
+    ptr = ctx.params.ptr(arg)
+    lead = rank - layout.rank
+    # Leading (dropped) dims: fixed offsets, checked once.
+    base_pred = None
+    base_index = None
+    for d in range(rank):
+        if d < lead:
+            ok = b.cmpi("ult", offsets[d], ctx.params.dim(arg, d))
+            base_pred = ok if base_pred is None else b.and_(base_pred, ok)
+    out = []
+    for r in range(len(layout.regs)):
+        coords = ctx.coords(layout, r)
+        index = None
+        pred = base_pred
+        for d in range(rank):
+            pos = offsets[d] if d < lead else b.add(offsets[d], coords[d - lead])
+            if d >= lead:
+                ok = b.cmpi("ult", pos, ctx.params.dim(arg, d))
+                pred = ok if pred is None else b.and_(pred, ok)
+            term = b.ext_i64(pos)
+            if d != rank - 1:
+                term = b.mul(term, ctx.params.stride(arg, d))
+            index = term if index is None else b.add(index, term)
+        out.append((b.gep(ptr, index, elem), pred))
+    return out, elem
+
+
+def lower_register_load(ctx: Ctx, op) -> None:
+    b = ctx.b
+    layout = L.parse(op.attributes["tawa.layout"].value)
+    addrs, elem = _addressing(ctx, op, op.operands[0], offsets_of(ctx, op), layout)
+    zero = b.const(0.0 if is_float(elem) else 0, elem)
+    regs = []
+    for ptr, pred in addrs:
+        def then():
+            return [b.op(f"llvm.load {ptr} : !llvm.ptr<1> -> {elem}", elem)]
+        regs.append(b.if_else_values(pred, then, lambda: [zero], [elem])[0])
+    ctx.set(op.results[0], Tile(regs, layout, elem))
+
+
+def lower_store(ctx: Ctx, op) -> None:
+    from .shape import as_tile
+    value = ctx.get(op.operands[1])
+    if not isinstance(value, Tile):
+        raise CompilationError("only register tiles can be stored")
+    elem = elem_type(op.operands[0].type)
+    if value.elem != elem:
+        raise CompilationError(f"storing a {value.elem} tile into a {elem} tensor")
+    offsets = [ctx.get(v) for v in list(op.operands)[2:]]
+    if value.layout.desc.startswith("mma<") and value.layout.rank == 2 and \
+            (value.shape[1] * elem_bytes(elem)) % SWIZZLE_BYTES == 0:
+        tma_store_tile(ctx, op, value, offsets)
+        return
+    b = ctx.b
+    addrs, _ = _addressing(ctx, op, op.operands[0], offsets, value.layout)
+    # Replicated elements: let only the first owner store (writes are identical; this saves bandwidth).
+    for (ptr, pred), v in zip(addrs, value.regs):
+        with b.if_(pred):
+            b.line(f"llvm.store {v}, {ptr} : {elem}, !llvm.ptr<1>")
+
+
+def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
+    """Registers -> 128B-swizzled shared staging (column boxes of 128 bytes) -> TMA store, one box per copy."""
+    b = ctx.b
+    rows, cols = tile.shape
+    es = elem_bytes(tile.elem)
+    box_cols = SWIZZLE_BYTES // es
+    nbox = cols // box_cols
+    box_bytes = rows * SWIZZLE_BYTES
+    arg = ctx.params.arg_index(op.operands[0])
+    rank = ir.MemRefType(op.operands[0].type).rank
+    tmap = ctx.params.tensormap(arg, [1] * (rank - 2) + [rows, box_cols], SWIZZLE_BYTES)
+    off = ctx.smem.alloc(nbox * box_bytes)
+    # Everyone must be done with whatever shared memory the staging area reuses (a pipeline ring).
+    sync.barrier(b)
+    lay = tile.layout
+    by_coord = {c: i for i, c in enumerate(lay.regs)}
+    base = ctx.base_coords(lay)
+    done = set()
+    for i, (ro, co) in enumerate(lay.regs):
+        if i in done:
+            continue
+        # Pair with the next column when this thread holds it too (one 4-byte store for 16-bit data).
+        pair = by_coord.get((ro, co + 1)) if es == 2 and co % 2 == 0 else None
+        r = b.add(base[0], ro)
+        c = b.add(base[1], co)
+        byte = b.mul(c, es)
+        box = b.shr(byte, 7)
+        inrow = b.and_(byte, 127)
+        chunk = b.xor(b.shr(inrow, 4), b.and_(r, 7))
+        addr = b.add(b.add(b.mul(box, box_bytes), b.mul(r, SWIZZLE_BYTES)),
+                     b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
+        ptr = ctx.smem_ptr(b.add(addr, off))
+        if pair is not None:
+            vec = f"vector<2x{tile.elem}>"
+            u = b.op(f"llvm.mlir.undef : {vec}", vec)
+            u = b.op(f"llvm.insertelement {tile.regs[i]}, {u}[{b.i32(0)} : i32] : {vec}", vec)
+            u = b.op(f"llvm.insertelement {tile.regs[pair]}, {u}[{b.i32(1)} : i32] : {vec}", vec)
+            b.line(f"llvm.store {u}, {ptr} : {vec}, !llvm.ptr<3>")
+            done.add(pair)
+        else:
+            b.line(f"llvm.store {tile.regs[i]}, {ptr} : {tile.elem}, !llvm.ptr<3>")
+    sync.fence_proxy_async(b)
+    sync.barrier(b)
+
+    def body():
+        for j in range(nbox):
+            col = b.add(offsets[-1], j * box_cols) if j else offsets[-1]
+            coords = [col, offsets[-2]] + list(reversed(offsets[:-2]))
+            sync.tma_store(b, tmap, ctx.smem_ptr(b.i32(off + j * box_bytes)), coords)
+        sync.bulk_commit(b)
+        sync.bulk_wait_read(b, 0)
+    issue_elected(ctx, None, body)
+    # The staging area may be reused by a later store: wait until the copy engine has read it.
+    sync.barrier(b)
+
+
+def lower_dim(ctx: Ctx, op) -> None:
+    arg = ctx.params.arg_index(op.operands[0])
+    ctx.set(op.results[0], ctx.params.dim(arg, op.attributes["axis"].value))

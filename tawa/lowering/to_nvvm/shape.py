@@ -1,0 +1,109 @@
+"""Lowering of tile construction and shape ops: splat, arange, expand_dims, broadcast, trans; layout conversion.
+
+With linear layouts (tawa.lowering.layouts) `expand_dims` and `trans` only relabel coordinates, and `broadcast`
+picks, for each result register, the source register with the same coordinates once the stretched dimensions
+are zeroed: no data moves when the source has the collapsed form of the result's layout (what assign-layouts
+arranges, e.g. a bias vector in the column slice of the accumulator layout). Otherwise the source is converted
+first, through shared memory.
+"""
+from __future__ import annotations
+
+from tawa.errors import CompilationError
+
+from .. import layouts as L
+from . import sync
+from .builder import V, is_float
+from .context import Ctx, SmemTile, Tile, elem_bytes, elem_type, tile_shape
+
+
+def layout_of(op, index: int = 0) -> L.Layout:
+    attr = op.attributes["tawa.layout"]
+    if hasattr(attr, "value"):
+        return L.parse(attr.value)
+    return L.parse(attr[index].value)
+
+
+def as_tile(ctx: Ctx, value, layout: L.Layout, elem: str) -> Tile:
+    """A scalar used where a tile is expected is splatted."""
+    if isinstance(value, Tile):
+        return convert(ctx, value, layout)
+    return Tile([value] * len(layout.regs), layout, elem)
+
+
+def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
+    """Redistribute a register tile to another layout through shared memory (a barrier on each side)."""
+    if tile.layout.same_mapping(layout):
+        return tile if tile.layout.desc == layout.desc else Tile(tile.regs, layout, tile.elem)
+    if tile.shape != layout.shape:
+        raise CompilationError(f"internal: converting {tile.layout} to {layout}")
+    b = ctx.b
+    es = elem_bytes(tile.elem)
+    total = 1
+    for s in tile.shape:
+        total *= s
+    ctx.smem.push()
+    off = ctx.smem.alloc(total * es, align=16)
+    ctx.smem.pop()
+
+    def flat(lay, r):
+        coords = ctx.coords(lay, r)
+        idx = coords[0]
+        for d in range(1, lay.rank):
+            idx = b.add(b.mul(idx, lay.shape[d]), coords[d])
+        return ctx.smem_ptr(b.add(b.mul(idx, es), off))
+
+    sync.barrier(b)
+    for r, v in enumerate(tile.regs):
+        b.line(f"llvm.store {v}, {flat(tile.layout, r)} : {tile.elem}, !llvm.ptr<3>")
+    sync.barrier(b)
+    regs = [b.op(f"llvm.load {flat(layout, r)} : !llvm.ptr<3> -> {tile.elem}", tile.elem)
+            for r in range(len(layout.regs))]
+    sync.barrier(b)
+    return Tile(regs, layout, tile.elem)
+
+
+def lower_splat(ctx: Ctx, op) -> None:
+    layout = layout_of(op)
+    value = ctx.get(op.operands[0])
+    ctx.set(op.results[0], Tile([value] * len(layout.regs), layout, elem_type(op.results[0].type)))
+
+
+def lower_arange(ctx: Ctx, op) -> None:
+    layout = layout_of(op)
+    start = op.attributes["start"].value
+    b = ctx.b
+    regs = [b.add(ctx.coords(layout, r)[0], start) for r in range(len(layout.regs))]
+    ctx.set(op.results[0], Tile(regs, layout, "i32"))
+
+
+def lower_expand_dims(ctx: Ctx, op) -> None:
+    src = ctx.get(op.operands[0])
+    if not isinstance(src, Tile):
+        raise CompilationError("expand_dims of a shared-memory tile is not supported")
+    lay = L.expand(src.layout, op.attributes["axis"].value)
+    out = Tile(src.regs, lay, src.elem)
+    want = layout_of(op)
+    ctx.set(op.results[0], convert(ctx, out, want))
+
+
+def lower_broadcast(ctx: Ctx, op) -> None:
+    src = ctx.get(op.operands[0])
+    layout = layout_of(op)
+    src_shape = tile_shape(op.operands[0].type)
+    need = L.collapse(layout, src_shape)
+    src = convert(ctx, src, need)
+    index = {c: i for i, c in enumerate(src.layout.regs)}
+    regs = []
+    for c in layout.regs:
+        key = tuple(0 if src_shape[d] == 1 else c[d] for d in range(len(c)))
+        regs.append(src.regs[index[key]])
+    ctx.set(op.results[0], Tile(regs, layout, src.elem))
+
+
+def lower_trans(ctx: Ctx, op) -> None:
+    src = ctx.get(op.operands[0])
+    if isinstance(src, SmemTile):
+        ctx.set(op.results[0], SmemTile(src.offset, src.rows, src.cols, src.elem, not src.transposed))
+        return
+    out = Tile(src.regs, L.transpose(src.layout), src.elem)
+    ctx.set(op.results[0], convert(ctx, out, layout_of(op)))

@@ -1,0 +1,106 @@
+"""Reusable synchronisation and bulk-copy building blocks: mbarriers, TMA (bulk tensor) copies, fences, elect.
+
+Every schedule is built from these: the uniform-warp software pipeline (a ring of slots with one `full` mbarrier
+per slot), and warp-specialized code where an aref is a ring of slots with `full` and `empty` mbarriers filled by a
+producer warp group and drained by consumer warp groups. Each helper emits NVVM ops in generic form.
+
+Notes from the toolchain (see the project's notes on the MLIR path):
+- the TMA destination must be a `shared::cluster` pointer (address space 7) on sm_90; the CTA-only form needs
+  sm_100;
+- after `mbarrier.init` every thread must pass a CTA barrier (and `fence.mbarrier_init`) before anyone waits;
+- TMA copies are issued by one elected lane of one warp (a warp-uniform branch plus `elect.sync`), never under a
+  thread-divergent predicate, which ptxas would wrap in a uniformity loop.
+"""
+from __future__ import annotations
+
+from .builder import Builder, V
+
+#: Suspend-time hint for `mbarrier.try_wait` (ns), as CUTLASS uses.
+TRY_WAIT_TICKS = 10_000_000
+
+
+def barrier(b: Builder) -> None:
+    b.generic("nvvm.barrier0")
+
+
+def named_barrier(b: Builder, barrier_id: int, num_threads: int) -> None:
+    """`bar.sync id, n`: synchronise a subset of warps (one warp group's worth, for instance)."""
+    b.line(f'"nvvm.barrier"({b.i32(barrier_id)}, {b.i32(num_threads)}) <{{operandSegmentSizes = '
+           f'array<i32: 1, 1, 0>}}> : (i32, i32) -> ()')
+
+
+def mbarrier_init(b: Builder, bar: V, count: int) -> None:
+    b.generic("nvvm.mbarrier.init", [bar, b.i32(count)])
+
+
+def fence_mbarrier_init(b: Builder) -> None:
+    b.generic("nvvm.fence.mbarrier.init")
+
+
+def mbarrier_expect_tx(b: Builder, bar: V, nbytes: int) -> None:
+    """Arrive once and announce `nbytes` of TMA traffic that will complete the phase."""
+    b.generic("nvvm.mbarrier.arrive.expect_tx", [bar, b.i32(nbytes)],
+              props="relaxed = false, scope = #nvvm.mem_scope<cta>")
+
+
+def mbarrier_arrive(b: Builder, bar: V) -> None:
+    b.line(f'"nvvm.mbarrier.arrive"({bar}) : ({bar.type}) -> ()')
+
+
+def mbarrier_wait(b: Builder, bar: V, phase: V) -> None:
+    """Block until the barrier's phase with parity `phase` has completed."""
+    b.generic("nvvm.mbarrier.try_wait.parity", [bar, phase, b.i32(TRY_WAIT_TICKS)])
+
+
+def fence_proxy_async(b: Builder) -> None:
+    """Make this thread's generic-proxy shared-memory writes visible to the async proxy (TMA, wgmma)."""
+    b.generic("nvvm.fence.proxy", props="kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>")
+
+
+def elect_sync(b: Builder) -> V:
+    return b.generic("nvvm.elect.sync", results=["i1"])[0]
+
+
+def to_cluster(b: Builder, p: V) -> V:
+    return b.op(f"llvm.addrspacecast {p} : !llvm.ptr<3> to !llvm.ptr<7>", "!llvm.ptr<7>")
+
+
+def tma_load(b: Builder, tmap: V, dst: V, bar: V, coords: list) -> None:
+    """Bulk tensor copy global -> shared; `coords` innermost first (the TMA convention), in elements."""
+    dst7 = to_cluster(b, dst)
+    operands = [dst7, tmap] + list(coords) + [bar]
+    b.generic("nvvm.cp.async.bulk.tensor.shared.cluster.global", operands,
+              props=f"isCTAOnly = false, mode = #nvvm.tma_load_mode<tile>, operandSegmentSizes = "
+                    f"array<i32: 1, 1, {len(coords)}, 1, 0, 0, 0, 0>")
+
+
+def tma_store(b: Builder, tmap: V, src: V, coords: list) -> None:
+    """Bulk tensor copy shared -> global; the copy engine clips the box at the tensor's bounds."""
+    b.generic("nvvm.cp.async.bulk.tensor.global.shared.cta", [tmap, src] + list(coords),
+              props=f"mode = #nvvm.tma_store_mode<tile>, operandSegmentSizes = array<i32: 1, 1, {len(coords)}, 0, 0>")
+
+
+def bulk_commit(b: Builder) -> None:
+    b.generic("nvvm.cp.async.bulk.commit.group")
+
+
+def bulk_wait_read(b: Builder, pending: int = 0) -> None:
+    """Wait until at most `pending` bulk groups still read their shared-memory source."""
+    b.generic("nvvm.cp.async.bulk.wait_group", props=f"group = {pending} : i32, read")
+
+
+def wgmma_fence(b: Builder) -> None:
+    b.generic("nvvm.wgmma.fence.aligned")
+
+
+def wgmma_commit(b: Builder) -> None:
+    b.generic("nvvm.wgmma.commit.group.sync.aligned")
+
+
+def wgmma_wait(b: Builder, pending: int) -> None:
+    b.generic("nvvm.wgmma.wait.group.sync.aligned", props=f"group = {pending} : i64")
+
+
+def shfl_xor(b: Builder, value: V, lane_mask: int) -> V:
+    return b.op(f'"nvvm.shfl.sync"({b.i32(-1)}, {value}, {b.i32(lane_mask)}, {b.i32(31)}) '
+                f'<{{kind = #nvvm<shfl_kind bfly>}}> : (i32, {value.type}, i32, i32) -> {value.type}', value.type)

@@ -1,0 +1,190 @@
+"""Can a kernel be warp-specialized, and if not, why not.
+
+Takes: one kernel `func.func` of a tile-level `tawa` module (before aref insertion). Gives: `can_specialize(func)
+-> (bool, reason)`, and `plan(func)`: for every loop to pipeline, the loop and its "heavy" loads. Why: the
+specialized schedule splits the kernel into a producer warp group that issues the tile loads of a loop and
+consumer warp groups that run everything else. That split is only sound when the producer can run the loop on its
+own: the loads it issues must depend only on scalar control it can recompute (program ids, loop bounds, the
+induction variable, offsets), never on anything the consumers compute. Every construct this module rejects gets
+a reason with a source location, so the compiler can fall back to the uniform-warp schedule and say why, instead
+of crashing or deadlocking.
+
+A load is heavy when its tile reaches an `a`/`b` operand of a `tawa.dot` (directly or through a transpose,
+conversion or elementwise op). Supported shape: heavy loads lie directly in the body of an `scf.for` that lies
+directly in the kernel body; their offsets and the loop bounds are replicable scalar control; the loaded tiles
+are not carried to the next iteration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlir import ir
+
+from tawa.errors import CompilationError
+from tawa.ir.dialect import AREF_MAX_VALUES
+from tawa.lowering import ws_ir
+
+#: Ops through which a loaded tile still counts as feeding a dot operand.
+_FORWARD_OPS = {"tawa.trans", "tawa.broadcast", "tawa.expand_dims", "tawa.splat"}
+_FORWARD_PREFIXES = ("arith.", "math.")
+_LOOPS = ("scf.for", "scf.while", "scf.parallel", "scf.forall")
+
+
+@dataclass
+class LoopPlan:
+    loop: ir.Operation                       # an scf.for directly in the kernel body
+    loads: list = field(default_factory=list)  # its heavy tawa.load ops, in block order
+
+
+class NotSpecializable(Exception):
+    def __init__(self, reason: str, op=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.op = op
+
+
+def feeds_dot(load: ir.Operation) -> bool:
+    """Whether the load's tile reaches operand a or b of a tawa.dot."""
+    work, seen = [load.results[0]], set()
+    while work:
+        v = work.pop()
+        for use in v.uses:
+            user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            if user.name == "tawa.dot" and use.operand_number in (0, 1):
+                return True
+            if (user.name in _FORWARD_OPS or user.name.startswith(_FORWARD_PREFIXES)) and user not in seen:
+                seen.add(user)
+                work.extend(r for r in user.results if ws_ir.is_tile(r.type))
+    return False
+
+
+def _enclosing_loop(op):
+    cur = ws_ir.parent_op(op)
+    while cur is not None and cur.name != "func.func":
+        if cur.name in _LOOPS:
+            return cur
+        cur = ws_ir.parent_op(cur)
+    return None
+
+
+def _check_replicable(v: ir.Value, loop, what: str, load, seen):
+    """`v` must be recomputable by the producer: the loop's induction variable, a kernel argument, or scalar
+    control (transitively) built from those."""
+    if v in seen:
+        return
+    seen.add(v)
+    op = ws_ir.defining_op(v)
+    if op is None:
+        owner = v.owner
+        if loop is not None and owner == loop.regions[0].blocks[0]:
+            if v == owner.arguments[0]:
+                return  # the induction variable
+            raise NotSpecializable(
+                f"the {what}{ws_ir.where(load)} depends on a value carried across iterations of the loop"
+                f"{ws_ir.where(loop)}, which only the consumer warp groups compute", load)
+        parent = owner.owner.operation if hasattr(owner.owner, "operation") else owner.owner
+        if parent.name == "func.func":
+            return  # a kernel argument
+        raise NotSpecializable(
+            f"the {what}{ws_ir.where(load)} depends on a block argument of '{parent.name}'", load)
+    if not ws_ir.is_scalar_control(op):
+        raise NotSpecializable(
+            f"the {what}{ws_ir.where(load)} depends on '{op.name}'{ws_ir.where(op)}, which only the consumer "
+            f"warp groups compute (the producer can replicate only scalar control)", load)
+    for operand in op.operands:
+        _check_replicable(operand, loop, what, load, seen)
+
+
+def plan(func_op) -> list:
+    """The loops to pipeline and their heavy loads; raises NotSpecializable with the reason."""
+    func = func_op.operation
+    body = ws_ir.body_block(func)
+    for op in ws_ir.walk(func):
+        if op.name.startswith("tawa.aref_") or ws_ir.warp_group_role(op):
+            raise NotSpecializable("the kernel already has arefs or warp groups", op)
+
+    heavy = [op for op in ws_ir.walk(func) if op.name == "tawa.load" and feeds_dot(op)]
+    heavy_in_loops = [(ld, _enclosing_loop(ld)) for ld in heavy]
+    heavy_in_loops = [(ld, lp) for ld, lp in heavy_in_loops if lp is not None]
+    if not heavy_in_loops:
+        raise NotSpecializable("no tile loads feed a dot inside a loop")
+
+    plans: dict = {}
+    for ld, lp in heavy_in_loops:
+        if lp.name != "scf.for":
+            raise NotSpecializable(
+                f"the tile load{ws_ir.where(ld)} is inside an '{lp.name}' loop; only scf.for loops with known "
+                f"bounds are specialized", ld)
+        outer = _enclosing_loop(lp)
+        if outer is not None:
+            raise NotSpecializable(
+                f"the loop{ws_ir.where(lp)} with tile loads feeding a dot is nested inside another loop"
+                f"{ws_ir.where(outer)}", ld)
+        if lp.block != body:
+            raise NotSpecializable(
+                f"the loop{ws_ir.where(lp)} with tile loads feeding a dot is inside a conditional or region "
+                f"('{ws_ir.parent_op(lp).name}'); only loops at the top level of the kernel are specialized", ld)
+        if ld.block != lp.regions[0].blocks[0]:
+            raise NotSpecializable(
+                f"the tile load{ws_ir.where(ld)} is inside a conditional ('{ws_ir.parent_op(ld).name}') in the "
+                f"loop; the producer must issue the same loads every iteration", ld)
+        plans.setdefault(lp, LoopPlan(lp)).loads.append(ld)
+
+    result = []
+    for op in ws_ir.ops_of(body):
+        if op not in plans:
+            continue
+        p = plans[op]
+        loop_block = op.regions[0].blocks[0]
+        order = {o: i for i, o in enumerate(ws_ir.ops_of(loop_block))}
+        p.loads.sort(key=lambda o: order[o])
+        if len(p.loads) > AREF_MAX_VALUES:
+            raise NotSpecializable(
+                f"the loop{ws_ir.where(op)} issues {len(p.loads)} tile loads per iteration; at most "
+                f"{AREF_MAX_VALUES} fit one aref slot", op)
+        for name, v in zip(("lower bound", "upper bound", "step"), list(op.operands)[:3]):
+            _check_replicable(v, None, f"{name} of the loop", op, set())
+        for ld in p.loads:
+            for v in ld.operands:
+                _check_replicable(v, op, "tile load", ld, set())
+            for use in ld.results[0].uses:
+                user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+                if user.name == "scf.yield" and ws_ir.parent_op(user) == op:
+                    raise NotSpecializable(
+                        f"the tile loaded{ws_ir.where(ld)} is carried to the next iteration; a borrowed aref slot "
+                        f"must be released within its iteration", ld)
+        result.append(p)
+    return result
+
+
+def can_specialize(func_op) -> tuple:
+    """(True, "") when the kernel can be warp-specialized, else (False, reason with the source location)."""
+    try:
+        plan(func_op)
+    except NotSpecializable as e:
+        return False, e.reason
+    return True, ""
+
+
+def kernel_name(func_op) -> str:
+    return ir.StringAttr(func_op.operation.attributes["sym_name"]).value
+
+
+def decide(func_op, options) -> tuple:
+    """Apply `options.warp_specialize` (None: where possible; True: required; False: never) to one kernel.
+
+    Returns (specialize, note): `note` is a diagnostic to show the user when a kernel falls back to the
+    uniform-warp schedule on its own. Raises CompilationError when specialization was required but is impossible.
+    """
+    if options.warp_specialize is False:
+        return False, ""
+    ok, reason = can_specialize(func_op)
+    if ok:
+        return True, ""
+    name = kernel_name(func_op)
+    if options.warp_specialize is True:
+        raise CompilationError(f"cannot warp-specialize kernel '{name}': {reason}",
+                               ws_ir.source_location(func_op.operation),
+                               note="compile with warp_specialize=False (or --warp-specialize off) to use the "
+                                    "uniform-warp schedule")
+    return False, f"kernel '{name}' uses the uniform-warp schedule: {reason}"

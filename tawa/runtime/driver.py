@@ -1,0 +1,264 @@
+"""A thin layer over the CUDA driver API (`cuda.bindings.driver`): contexts, modules, memory and launches.
+
+Takes device ordinals, kernel images (cubin bytes or PTX text) and packed parameter buffers; gives loaded
+functions and launches, and turns every failed driver call into one `DriverError` that names the call and the
+driver's error. `cuda.bindings.driver` is imported on first use only, so `import tawa.runtime` works on machines
+with no GPU or no CUDA driver. Contexts are the devices' primary contexts, the ones PyTorch, CuPy and the CUDA
+runtime use, so pointers and streams from those libraries are valid here. Loaded modules are cached per
+(image, context): a repeated launch costs a dictionary lookup, not a module load.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tawa.errors import DriverError
+
+#: Dynamic shared memory a kernel may use without opting in through a function attribute.
+DEFAULT_SHARED_LIMIT = 48 * 1024
+#: tawa kernels are built for sm_90a, which only runs on compute capability 9.0 (H100, H200, GH200).
+REQUIRED_CAPABILITY = (9, 0)
+
+_lock = threading.RLock()
+_cu: Any = None                     # the cuda.bindings.driver module once cuInit succeeded
+_init_error: Optional[DriverError] = None
+_contexts: dict = {}                # ordinal -> Context
+_functions: dict = {}               # (image key, entry name, context handle) -> Function
+
+
+def driver():
+    """The initialised `cuda.bindings.driver` module (cuInit done); `DriverError` when there is no driver."""
+    global _cu, _init_error
+    if _cu is not None:
+        return _cu
+    with _lock:
+        if _cu is not None:
+            return _cu
+        if _init_error is not None:
+            raise _init_error
+        try:
+            from cuda.bindings import driver as cu
+        except ImportError as exc:
+            _init_error = DriverError(f"cuda-python is not installed ({exc}); install it with "
+                                      "`pip install cuda-python` to run kernels on a GPU")
+            raise _init_error
+        try:
+            result = cu.cuInit(0)
+        except Exception as exc:   # the bindings raise when libcuda.so itself cannot be found
+            _init_error = DriverError(f"cuInit failed: no NVIDIA driver found ({exc})")
+            raise _init_error
+        try:
+            check(result, "cuInit", cu)
+        except DriverError as exc:
+            _init_error = exc
+            raise
+        _cu = cu
+        return cu
+
+
+def gpu_available() -> tuple[bool, str]:
+    """(True, device name) when device 0 can be used for tawa kernels, else (False, why not)."""
+    try:
+        ctx = context_for(0)
+    except DriverError as exc:
+        return False, exc.message
+    return True, ctx.name
+
+
+def check(result, what: str, cu=None):
+    """Unpack a `(CUresult, *values)` tuple; raise `DriverError` naming `what` when the call failed."""
+    if isinstance(result, tuple):
+        err, values = result[0], result[1:]
+    else:
+        err, values = result, ()
+    if int(err) != 0:
+        cu = cu or _cu
+        name = desc = ""
+        try:
+            e, n = cu.cuGetErrorName(err)
+            name = n.decode() if int(e) == 0 else ""
+            e, s = cu.cuGetErrorString(err)
+            desc = s.decode() if int(e) == 0 else ""
+        except Exception:
+            pass
+        name = name or f"CUresult {int(err)}"
+        raise DriverError(f"{what} failed: {name}" + (f" ({desc})" if desc else ""))
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+@dataclass
+class Context:
+    ordinal: int
+    handle: Any                 # CUcontext
+    key: int                    # the handle as an integer, for dictionary keys
+    name: str
+    capability: tuple
+    shared_optin_limit: int     # most dynamic shared memory a block may opt in to, in bytes
+
+    def make_current(self) -> None:
+        cu = driver()
+        current = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if current is None or int(current) != self.key:
+            check(cu.cuCtxSetCurrent(self.handle), "cuCtxSetCurrent")
+
+
+def default_device() -> int:
+    """The device a launch uses when its arguments name none: PyTorch's current device, else 0."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                return int(torch.cuda.current_device())
+        except Exception:
+            pass
+    return 0
+
+
+def context_for(ordinal: Optional[int] = None) -> Context:
+    """The primary context of device `ordinal` (retained once, made current), after checking it is sm_90."""
+    if ordinal is None:
+        ordinal = default_device()
+    ctx = _contexts.get(ordinal)
+    if ctx is None:
+        with _lock:
+            ctx = _contexts.get(ordinal)
+            if ctx is None:
+                ctx = _open_context(ordinal)
+                _contexts[ordinal] = ctx
+    ctx.make_current()
+    return ctx
+
+
+def _open_context(ordinal: int) -> Context:
+    cu = driver()
+    count = check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
+    if count == 0:
+        raise DriverError("no CUDA device found")
+    if not 0 <= ordinal < count:
+        raise DriverError(f"CUDA device {ordinal} does not exist (this machine has {count})")
+    dev = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+    raw = check(cu.cuDeviceGetName(256, dev), "cuDeviceGetName")
+    name = raw.split(b"\0", 1)[0].decode(errors="replace")
+    attr = cu.CUdevice_attribute
+    major = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+                  "cuDeviceGetAttribute")
+    minor = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+                  "cuDeviceGetAttribute")
+    if (major, minor) != REQUIRED_CAPABILITY:
+        raise DriverError(f"tawa kernels are compiled for sm_90a (Hopper: H100, H200, GH200); device {ordinal} "
+                          f"({name}) is sm_{major}{minor}",
+                          note="use target='cpu' to run kernels in the interpreter instead")
+    optin = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
+                  "cuDeviceGetAttribute")
+    handle = check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    return Context(ordinal, handle, int(handle), name, (major, minor), int(optin))
+
+
+def current_context_device() -> Optional[int]:
+    """The ordinal of the device whose context is current on this thread, or None."""
+    cu = driver()
+    ctx = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if ctx is None or int(ctx) == 0:
+        return None
+    return int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice"))
+
+
+@dataclass
+class Function:
+    module: Any                 # CUmodule (kept so it is not unloaded)
+    handle: Any                 # CUfunction
+    shared_bytes: int
+
+
+def load_function(ctx: Context, image_key: str, image, entry: str, shared_bytes: int) -> Function:
+    """Load `image` (cubin `bytes` or PTX `str`) into `ctx` once and return its function `entry`.
+
+    The function is ready to launch with `shared_bytes` of dynamic shared memory: above 48 KiB that takes the
+    opt-in attribute, which is set here, once.
+    """
+    key = (image_key, entry, ctx.key)
+    fn = _functions.get(key)
+    if fn is not None and fn.shared_bytes >= shared_bytes:
+        return fn
+    with _lock:
+        fn = _functions.get(key)
+        if fn is None:
+            module = _load_module(image)
+            handle = check(driver().cuModuleGetFunction(module, entry.encode()),
+                           f"cuModuleGetFunction('{entry}')")
+            fn = Function(module, handle, DEFAULT_SHARED_LIMIT)
+        if shared_bytes > fn.shared_bytes:
+            if shared_bytes > ctx.shared_optin_limit:
+                raise DriverError(f"kernel '{entry}' needs {shared_bytes} bytes of shared memory; device "
+                                  f"{ctx.ordinal} ({ctx.name}) allows at most {ctx.shared_optin_limit}")
+            cu = driver()
+            check(cu.cuFuncSetAttribute(
+                fn.handle, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_bytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+            fn.shared_bytes = shared_bytes
+        _functions[key] = fn
+        return fn
+
+
+def _load_module(image):
+    cu = driver()
+    if isinstance(image, str):
+        # PTX is JIT-compiled by the driver; keep its error log so a rejected PTX says why.
+        data = image.encode() + b"\0"
+        log = bytearray(16384)
+        opt = cu.CUjit_option
+        try:
+            result = cu.cuModuleLoadDataEx(
+                data, 2, [opt.CU_JIT_ERROR_LOG_BUFFER, opt.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES],
+                [log, len(log)])
+        except TypeError:
+            result = cu.cuModuleLoadDataEx(data, 0, [], [])
+        try:
+            return check(result, "cuModuleLoadDataEx (PTX)")
+        except DriverError as exc:
+            text = bytes(log).split(b"\0", 1)[0].decode(errors="replace").strip()
+            if text:
+                exc.message += f"\nptxas: {text}"
+                exc.args = (exc.message,)
+            raise
+    return check(cu.cuModuleLoadDataEx(bytes(image), 0, [], []), "cuModuleLoadDataEx (cubin)")
+
+
+def launch(fn: Function, grid: tuple, block: tuple, shared_bytes: int, stream: int, params_addr: int) -> None:
+    """Launch `fn` on `stream` (a raw CUstream value, 0 = the legacy default stream).
+
+    `params_addr` is the address of a `void*[n]` array whose entries point at each parameter's bytes, as
+    cuLaunchKernel's `kernelParams` takes them.
+    """
+    cu = driver()
+    check(cu.cuLaunchKernel(fn.handle, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                            shared_bytes, cu.CUstream(stream), params_addr, 0),
+          "cuLaunchKernel")
+
+
+def mem_alloc(nbytes: int) -> int:
+    cu = driver()
+    return int(check(cu.cuMemAlloc(nbytes), "cuMemAlloc"))
+
+
+def mem_free(ptr: int) -> None:
+    cu = driver()
+    check(cu.cuMemFree(cu.CUdeviceptr(ptr)), "cuMemFree")
+
+
+def memcpy_htod(dst: int, data: bytes) -> None:
+    cu = driver()
+    check(cu.cuMemcpyHtoD(cu.CUdeviceptr(dst), data, len(data)), "cuMemcpyHtoD")
+
+
+def memset_async(dst: int, nbytes: int, stream: int) -> None:
+    cu = driver()
+    check(cu.cuMemsetD8Async(cu.CUdeviceptr(dst), 0, nbytes, cu.CUstream(stream)), "cuMemsetD8Async")
+
+
+def synchronize() -> None:
+    check(driver().cuCtxSynchronize(), "cuCtxSynchronize")

@@ -1,0 +1,191 @@
+"""Launch geometry from arguments alone: shape-symbol binding and grid evaluation (no MLIR needed).
+
+A kernel declares its parameters in `tawa.params` (see docs/ir.md) and its grid as Python-syntax integer
+expressions over the shape symbols and constants. At launch, `bind_shapes` / `bind_numpy_args` check every array
+argument against its declaration (dtype, rank, consistent symbol extents, row-major innermost dimension) and
+return the symbol bindings; `eval_grid` turns the grid expressions into a tuple of ints with a tiny evaluator
+that accepts only names, integers, `+ - * // %`, parentheses, `cdiv`, `min` and `max`, so a cached kernel's grid
+can never run arbitrary code. Both the GPU runtime and the CPU interpreter launch through this module.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Any, Optional, Sequence
+
+from tawa.errors import LaunchError
+
+#: tawa dtype name -> numpy dtype name (bf16 and fp8 come from ml_dtypes).
+DTYPE_NAMES = ("f32", "f16", "bf16", "f8E4M3FN", "f8E5M2", "i32", "i1")
+
+
+def numpy_dtype(name: str):
+    """The numpy dtype for a tawa dtype name (`"bf16"` -> `ml_dtypes.bfloat16`)."""
+    import numpy as np
+    if name == "f32":
+        return np.dtype(np.float32)
+    if name == "f16":
+        return np.dtype(np.float16)
+    if name == "i32":
+        return np.dtype(np.int32)
+    if name == "i1":
+        return np.dtype(np.bool_)
+    import ml_dtypes
+    table = {"bf16": ml_dtypes.bfloat16, "f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E5M2": ml_dtypes.float8_e5m2}
+    if name not in table:
+        raise LaunchError(f"unknown dtype '{name}'")
+    return np.dtype(table[name])
+
+
+def dtype_name(dtype) -> Optional[str]:
+    """The tawa dtype name of a numpy dtype, or None when tawa has no such dtype."""
+    for name in DTYPE_NAMES:
+        if numpy_dtype(name) == dtype:
+            return name
+    return None
+
+
+def _describe(param: dict) -> str:
+    if param.get("kind") == "tensor":
+        return f"{param['dtype']}[{', '.join(str(s) for s in param['shape'])}]"
+    return str(param.get("dtype"))
+
+
+def bind_shapes(params: Sequence[dict], args: Sequence[Any], dtypes: Sequence[Optional[str]],
+                shapes: Sequence[Optional[tuple]], innermost_contiguous: Sequence[bool]) -> dict:
+    """Check arguments described by (tawa dtype name, shape, innermost stride is 1) and bind the shape symbols.
+
+    `args` are only used to check scalars; `dtypes[i]`/`shapes[i]` are None for arguments that are not arrays.
+    Returns {symbol: extent}. Raises one `LaunchError` naming the first offending argument.
+    """
+    if len(args) != len(params):
+        raise LaunchError(f"the kernel takes {len(params)} arguments "
+                          f"({', '.join(p['name'] for p in params)}), got {len(args)}")
+    bindings: dict = {}
+    origin: dict = {}
+    for i, param in enumerate(params):
+        name, kind = param["name"], param["kind"]
+        where = f"argument '{name}' (declared {_describe(param)})"
+        if kind == "tensor":
+            if shapes[i] is None:
+                raise LaunchError(f"{where} must be an array, got {type(args[i]).__name__}")
+            if dtypes[i] != param["dtype"]:
+                got = dtypes[i] or str(getattr(args[i], "dtype", "?"))
+                raise LaunchError(f"{where} has dtype {got}, expected {param['dtype']}")
+            shape, decl = tuple(shapes[i]), list(param["shape"])
+            if len(shape) != len(decl):
+                raise LaunchError(f"{where} has {len(shape)} dimensions {list(shape)}, expected {len(decl)}")
+            if not innermost_contiguous[i]:
+                raise LaunchError(f"{where} must be row-major with a contiguous innermost dimension")
+            for axis, (extent, sym) in enumerate(zip(shape, decl)):
+                if isinstance(sym, int):
+                    if extent != sym:
+                        raise LaunchError(f"{where}: dimension {axis} is {extent}, expected {sym}")
+                elif sym in bindings:
+                    if bindings[sym] != extent:
+                        raise LaunchError(f"{where}: dimension {axis} is {extent} but {sym} = {bindings[sym]} "
+                                          f"from {origin[sym]}")
+                else:
+                    bindings[sym] = int(extent)
+                    origin[sym] = f"argument '{name}' dimension {axis}"
+        elif kind == "scalar":
+            _check_scalar(where, param["dtype"], args[i])
+        else:
+            raise LaunchError(f"{where}: unknown parameter kind '{kind}'")
+    return bindings
+
+
+def _check_scalar(where: str, dtype: str, value: Any) -> None:
+    import numbers
+    if hasattr(value, "shape") and getattr(value, "shape", ()) != ():
+        raise LaunchError(f"{where} must be a scalar, got an array of shape {tuple(value.shape)}")
+    if dtype == "i1":
+        ok = isinstance(value, (bool, numbers.Integral)) or type(value).__name__ == "bool_"
+    elif dtype == "i32":
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        if ok and not -2**31 <= int(value) < 2**31:
+            raise LaunchError(f"{where}: {int(value)} does not fit in i32")
+    else:
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not ok:
+        raise LaunchError(f"{where} must be a {dtype} scalar, got {type(value).__name__}")
+
+
+def bind_numpy_args(params: list, args: list) -> dict:
+    """Check numpy arrays and scalars against `tawa.params`; return the shape-symbol bindings, e.g. {"M": 256}."""
+    import numpy as np
+    dtypes, shapes, contiguous = [], [], []
+    for arg in args:
+        if isinstance(arg, np.ndarray):
+            dtypes.append(dtype_name(arg.dtype))
+            shapes.append(arg.shape)
+            contiguous.append(arg.ndim == 0 or arg.shape[-1] <= 1 or arg.strides[-1] == arg.itemsize)
+        else:
+            dtypes.append(None)
+            shapes.append(None)
+            contiguous.append(True)
+    return bind_shapes(params, args, dtypes, shapes, contiguous)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Grid expressions
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+_FUNCS = {"cdiv": _cdiv, "min": min, "max": max}
+_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+
+
+def _eval(node: ast.AST, env: dict, text: str) -> int:
+    if isinstance(node, ast.Expression):
+        return _eval(node.body, env, text)
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in env:
+            raise LaunchError(f"grid expression '{text}': unknown name '{node.id}'")
+        value = env[node.id]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise LaunchError(f"grid expression '{text}': '{node.id}' = {value!r} is not an integer")
+        return value
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        left, right = _eval(node.left, env, text), _eval(node.right, env, text)
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and right == 0:
+            raise LaunchError(f"grid expression '{text}': division by zero")
+        return _BINOPS[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _eval(node.operand, env, text)
+        return -value if isinstance(node.op, ast.USub) else value
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS
+            and not node.keywords):
+        args = [_eval(a, env, text) for a in node.args]
+        if node.func.id == "cdiv":
+            if len(args) != 2:
+                raise LaunchError(f"grid expression '{text}': cdiv takes 2 arguments")
+            if args[1] == 0:
+                raise LaunchError(f"grid expression '{text}': division by zero")
+        elif not args:
+            raise LaunchError(f"grid expression '{text}': {node.func.id} needs arguments")
+        return _FUNCS[node.func.id](*args)
+    raise LaunchError(f"grid expression '{text}': only integers, names, + - * // %, cdiv, min and max are allowed")
+
+
+def eval_grid(grid_exprs: list, bindings: dict, constants: dict) -> tuple:
+    """Evaluate 1-3 grid expressions over shape-symbol bindings and integer constants; a tuple of ints."""
+    if not 1 <= len(grid_exprs) <= 3:
+        raise LaunchError(f"a grid has 1 to 3 dimensions, got {len(grid_exprs)}")
+    env = {k: v for k, v in constants.items() if isinstance(v, int) and not isinstance(v, bool)}
+    env.update(bindings)
+    grid = []
+    for text in grid_exprs:
+        try:
+            tree = ast.parse(str(text).strip(), mode="eval")
+        except SyntaxError:
+            raise LaunchError(f"grid expression '{text}' is not a valid expression") from None
+        value = _eval(tree, env, text)
+        if value < 0:
+            raise LaunchError(f"grid expression '{text}' is negative ({value})")
+        grid.append(value)
+    return tuple(grid)

@@ -1,0 +1,194 @@
+"""Asynchronous references (arefs) with their exact ring protocol, and the closures of the aref ops.
+
+An aref of depth D is a ring of D slots, each `empty`, `full` or `borrowed`. `put` waits until the next slot in
+ring order is empty (not full, not still borrowed), fills it; `get` waits until the next slot in ring order is
+full and borrows it; `consumed` releases the oldest slot the calling warp group borrowed. Waiting is a `Wait`
+yielded to the scheduler, which resumes the task only when the wait is ready, so check-and-act is atomic.
+
+A value returned by `get` is valid only until its slot is released: the producer may overwrite it. To make a use
+after `consumed` visible, `get` hands out fresh copies and `consumed` poisons them in place (NaN for floats, a
+sentinel for integers). Protocol violations raise `ArefProtocolError`: consumed without a borrowed slot, a warp
+group finishing while it still borrows slots, values put but never taken when the program ends.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from tawa.runtime.interp.compiler import handler
+from tawa.runtime.interp.errors import ArefProtocolError, op_location
+
+EMPTY, FULL, BORROWED = "empty", "full", "borrowed"
+_POISON_INT = 0x7EADBEEF
+
+
+def _where(op) -> str:
+    loc = op_location(op)
+    return f" at {loc}" if loc else ""
+
+
+class Ring:
+    """The run-time state of one aref."""
+
+    def __init__(self, depth: int, value, op):
+        self.depth = depth
+        self.value = value          # the SSA value, named in messages
+        self.op = op
+        self.slots = [None] * depth
+        self.state = [EMPTY] * depth
+        self.put_at = 0
+        self.get_at = 0
+        self.borrowed: list = []    # (slot, task), oldest first
+
+    @property
+    def name(self) -> str:
+        try:
+            return self.value.get_name()
+        except Exception:  # noqa: BLE001 - naming is best effort
+            return "<aref>"
+
+    def describe(self) -> str:
+        return (f"aref {self.name} (depth {self.depth}; slots: {', '.join(self.state)}; next put -> slot "
+                f"{self.put_at}, next get -> slot {self.get_at})")
+
+    def can_put(self) -> bool:
+        return self.state[self.put_at] == EMPTY
+
+    def can_get(self) -> bool:
+        return self.state[self.get_at] == FULL
+
+    def put(self, values: list) -> None:
+        self.slots[self.put_at] = values
+        self.state[self.put_at] = FULL
+        self.put_at = (self.put_at + 1) % self.depth
+
+    def get(self, task) -> list:
+        slot = self.get_at
+        values = [np.array(v) if isinstance(v, np.ndarray) else v for v in self.slots[slot]]
+        self.slots[slot] = values
+        self.state[slot] = BORROWED
+        self.borrowed.append((slot, task))
+        self.get_at = (slot + 1) % self.depth
+        return values
+
+    def consumed(self, task, op) -> None:
+        for i, (slot, owner) in enumerate(self.borrowed):
+            if owner is task:
+                del self.borrowed[i]
+                for value in self.slots[slot]:
+                    _poison(value)
+                self.slots[slot] = None
+                self.state[slot] = EMPTY
+                return
+        who = f" by {task.name}" if task is not None else ""
+        raise ArefProtocolError(f"tawa.aref_consumed on {self.describe()} but no slot is borrowed{who} "
+                                "(consumed without a matching aref_get)", op_location(op))
+
+    def held_by(self, task) -> int:
+        return sum(1 for _, owner in self.borrowed if owner is task)
+
+
+def _poison(value) -> None:
+    if isinstance(value, np.ndarray) and value.flags.writeable:
+        if value.dtype.kind == "f" or value.dtype.kind == "V" or value.dtype.name in (
+                "bfloat16", "float8_e4m3fn", "float8_e5m2"):
+            value[...] = np.nan
+        elif value.dtype.kind in "iu":
+            value[...] = _POISON_INT if value.dtype.itemsize >= 4 else -1
+
+
+class Wait:
+    """What a blocked task waits for: `put` or `get` on a ring."""
+    __slots__ = ("ring", "kind", "op")
+
+    def __init__(self, ring: Ring, kind: str, op):
+        self.ring, self.kind, self.op = ring, kind, op
+
+    def ready(self) -> bool:
+        return self.ring.can_put() if self.kind == "put" else self.ring.can_get()
+
+    def describe(self) -> str:
+        need = "an empty slot" if self.kind == "put" else "a full slot"
+        return f"waits in tawa.aref_{self.kind}{_where(self.op)} for {need} of {self.ring.describe()}"
+
+
+_DEPTH = re.compile(r",\s*(\d+)\s*(?::\s*i\d+)?\s*>$")
+
+
+def aref_depth(type_text: str) -> int:
+    match = _DEPTH.search(type_text)
+    if not match or int(match.group(1)) < 1:
+        raise ValueError(f"cannot read the depth of {type_text}")
+    return int(match.group(1))
+
+
+@handler("tawa.aref_create")
+def _create(c, op):
+    (r,) = c.results(op)
+    text = str(op.results[0].type)
+    try:
+        depth = aref_depth(text)
+    except ValueError:
+        raise c.error(op, f"tawa.aref_create: the type {text} has no positive depth") from None
+    value, rt = op.results[0], c.rt
+
+    def run(env):
+        ring = Ring(depth, value, op)
+        rt.rings.append(ring)
+        env[r] = ring
+    return run, False
+
+
+@handler("tawa.aref_put")
+def _put(c, op):
+    r, *values = c.operands(op)
+
+    def gen(env):
+        ring = env[r]
+        yield Wait(ring, "put", op)
+        ring.put([env[v] for v in values])
+    return gen, True
+
+
+@handler("tawa.aref_get")
+def _get(c, op):
+    (r,) = c.operands(op)
+    res, rt = c.results(op), c.rt
+
+    def gen(env):
+        ring = env[r]
+        yield Wait(ring, "get", op)
+        values = ring.get(rt.task)
+        if len(values) != len(res):
+            raise ArefProtocolError(f"tawa.aref_get expects {len(res)} values but the slot holds {len(values)}",
+                                    op_location(op))
+        for s, v in zip(res, values):
+            env[s] = v
+    return gen, True
+
+
+@handler("tawa.aref_consumed")
+def _consumed(c, op):
+    (r,) = c.operands(op)
+    rt = c.rt
+
+    def gen(env):
+        yield None
+        env[r].consumed(rt.task, op)
+    return gen, True
+
+
+def check_drained(rings: list) -> None:
+    """At the end of a program: every value put must have been taken and released."""
+    for ring in rings:
+        if FULL in ring.state:
+            n = ring.state.count(FULL)
+            raise ArefProtocolError(f"{n} value(s) put into {ring.describe()} were never taken by aref_get "
+                                    "when the program ended", op_location(ring.op))
+        if ring.borrowed:
+            raise ArefProtocolError(f"{ring.describe()} still has borrowed slots when the program ended "
+                                    "(aref_get without aref_consumed)", op_location(ring.op))
+
+
+__all__ = ["Ring", "Wait", "check_drained", "aref_depth"]

@@ -1,0 +1,134 @@
+"""Closures for structured control flow: `scf.for`, `scf.if`, `scf.while`, untagged `scf.execute_region`.
+
+A region's block arguments and terminator operands are register slots, so carrying loop values is a list copy.
+When a body may block (it holds aref ops), the op becomes a generator function that `yield from`s its body; the
+plain version is kept for everything else because it is faster. (`tawa.warp_group` regions are handled by
+`scheduler`.)
+"""
+from __future__ import annotations
+
+from tawa.runtime.interp.compiler import handler
+
+
+def _assign(env, slots, values):
+    for s, v in zip(slots, values):
+        env[s] = v
+
+
+@handler("scf.for")
+def _for(c, op):
+    lb, ub, step, *inits = c.operands(op)
+    res = c.results(op)
+    body = c.compile_region(op.regions[0], op)
+    iv, *carried = body.args
+    yields, fn = body.yields, body.fn
+    if not body.is_gen:
+        def run(env):
+            values = [env[i] for i in inits]
+            lo, hi, st = env[lb], env[ub], env[step]
+            if st <= 0:
+                raise ValueError(f"scf.for step must be positive, got {st}")
+            for i in range(lo, hi, st):
+                env[iv] = i
+                _assign(env, carried, values)
+                fn(env)
+                values = [env[y] for y in yields]
+            _assign(env, res, values)
+        return run, False
+
+    def gen(env):
+        values = [env[i] for i in inits]
+        lo, hi, st = env[lb], env[ub], env[step]
+        if st <= 0:
+            raise ValueError(f"scf.for step must be positive, got {st}")
+        for i in range(lo, hi, st):
+            env[iv] = i
+            _assign(env, carried, values)
+            yield from fn(env)
+            values = [env[y] for y in yields]
+        _assign(env, res, values)
+    return gen, True
+
+
+@handler("scf.if")
+def _if(c, op):
+    (cond,) = c.operands(op)
+    res = c.results(op)
+    then = c.compile_region(op.regions[0], op)
+    other = c.compile_region(op.regions[1], op) if len(list(op.regions[1].blocks)) else None
+    if not then.is_gen and not (other and other.is_gen):
+        def run(env):
+            block = then if env[cond] else other
+            if block is not None:
+                block.fn(env)
+                _assign(env, res, [env[y] for y in block.yields])
+        return run, False
+
+    def gen(env):
+        block = then if env[cond] else other
+        if block is not None:
+            if block.is_gen:
+                yield from block.fn(env)
+            else:
+                block.fn(env)
+            _assign(env, res, [env[y] for y in block.yields])
+    return gen, True
+
+
+@handler("scf.execute_region")
+def _execute_region(c, op):
+    res = c.results(op)
+    body = c.compile_region(op.regions[0], op)
+    if not body.is_gen:
+        def run(env):
+            body.fn(env)
+            _assign(env, res, [env[y] for y in body.yields])
+        return run, False
+
+    def gen(env):
+        yield from body.fn(env)
+        _assign(env, res, [env[y] for y in body.yields])
+    return gen, True
+
+
+@handler("scf.while")
+def _while(c, op):
+    inits = c.operands(op)
+    res = c.results(op)
+    before = c.compile_region(op.regions[0], op, terminators=("scf.condition",))
+    after = c.compile_region(op.regions[1], op)
+    cond, *forwarded = before.yields
+    if not before.is_gen and not after.is_gen:
+        def run(env):
+            values = [env[i] for i in inits]
+            while True:
+                _assign(env, before.args, values)
+                before.fn(env)
+                values = [env[s] for s in forwarded]
+                if not env[cond]:
+                    break
+                _assign(env, after.args, values)
+                after.fn(env)
+                values = [env[y] for y in after.yields]
+            _assign(env, res, values)
+        return run, False
+
+    def step(block, env):
+        if block.is_gen:
+            yield from block.fn(env)
+        else:
+            block.fn(env)
+
+    def gen(env):
+        values = [env[i] for i in inits]
+        while True:
+            _assign(env, before.args, values)
+            yield from step(before, env)
+            values = [env[s] for s in forwarded]
+            if not env[cond]:
+                break
+            _assign(env, after.args, values)
+            yield from step(after, env)
+            values = [env[y] for y in after.yields]
+        _assign(env, res, values)
+    return gen, True

@@ -1,0 +1,171 @@
+"""The CPU interpreter: runs a kernel of the `tawa` IR (an `mlir.ir.Module`) on numpy arrays.
+
+Takes the module after any pass (plain or warp-specialized), numpy arrays and scalars in parameter order, and a
+grid; runs the kernel once per program id, writing the arrays in place. The kernel is first compiled into Python
+closures (`interp.compiler`) so each program costs a few vectorised numpy calls per op. Warp-group regions run
+as interleaved tasks chosen at random from `seed` (`interp.scheduler`), with exact aref ring semantics
+(`interp.aref_ops`); a deadlock or protocol violation raises a `TawaError` naming the ops involved.
+
+Entry points: `run_kernel`, `run_with_interleavings` (tests), `compile_kernel` (compile once, run many),
+`kernel_function`, `attr_to_python`, and the launch helpers `bind_numpy_args` / `eval_grid` from `grid`.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Callable, Iterable, Optional
+
+import numpy as np
+from mlir import ir
+
+from tawa.errors import LaunchError, TawaError
+from tawa.ir.dialect import KERNEL_ATTR
+from tawa.runtime.grid import bind_numpy_args, eval_grid
+# Importing the op modules registers their handlers.
+from tawa.runtime.interp import arith_ops, aref_ops, math_ops, scf_ops, tawa_ops  # noqa: F401
+from tawa.runtime.interp.compiler import Compiler, Runtime
+from tawa.runtime.interp.dtypes import make_scalar
+from tawa.runtime.interp.errors import ArefProtocolError, InterpreterDeadlock, InterpreterError
+from tawa.runtime.interp.scheduler import Task, run_tasks
+
+__all__ = ["run_kernel", "run_with_interleavings", "compile_kernel", "CompiledProgram", "kernel_function",
+           "attr_to_python", "bind_numpy_args", "eval_grid", "InterpreterError", "InterpreterDeadlock",
+           "ArefProtocolError"]
+
+
+def attr_to_python(attr: ir.Attribute):
+    """Builtin attributes as Python values (dict, list, str, int, float, bool; unit -> True)."""
+    if isinstance(attr, ir.DictAttr):
+        return {attr[i].name: attr_to_python(attr[i].attr) for i in range(len(attr))}
+    if isinstance(attr, ir.ArrayAttr):
+        return [attr_to_python(a) for a in attr]
+    if isinstance(attr, ir.StringAttr):
+        return attr.value
+    if isinstance(attr, ir.BoolAttr):
+        return bool(attr.value)
+    if isinstance(attr, ir.IntegerAttr):
+        return attr.value
+    if isinstance(attr, ir.FloatAttr):
+        return attr.value
+    if isinstance(attr, ir.UnitAttr):
+        return True
+    return str(attr)
+
+
+def kernel_function(module: ir.Module, kernel_name: Optional[str] = None):
+    """The `func.func` marked `tawa.kernel` (by name when several are)."""
+    kernels = []
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and KERNEL_ATTR in op.attributes:
+            kernels.append(op)
+    names = [ir.StringAttr(k.attributes["sym_name"]).value for k in kernels]
+    if kernel_name is not None:
+        if kernel_name not in names:
+            raise InterpreterError(f"no kernel named '{kernel_name}' in the module (kernels: {', '.join(names)})")
+        return kernels[names.index(kernel_name)]
+    if len(kernels) != 1:
+        raise InterpreterError(f"the module has {len(kernels)} kernels ({', '.join(names)}); name one")
+    return kernels[0]
+
+
+class CompiledProgram:
+    """A kernel compiled to closures; `run` executes it over a grid."""
+
+    def __init__(self, module: ir.Module, kernel_name: Optional[str] = None):
+        func = kernel_function(module, kernel_name)
+        self.module = module  # keeps the IR (named in messages) alive
+        self.name = ir.StringAttr(func.attributes["sym_name"]).value
+        attrs = func.attributes
+        self.params = attr_to_python(attrs["tawa.params"]) if "tawa.params" in attrs else None
+        self.grid_exprs = attr_to_python(attrs["tawa.grid"]) if "tawa.grid" in attrs else None
+        self.constants = attr_to_python(attrs["tawa.constants"]) if "tawa.constants" in attrs else {}
+        self.rt = Runtime()
+        compiler = Compiler(self.rt)
+        blocks = list(func.regions[0].blocks)
+        if len(blocks) != 1:
+            raise InterpreterError(f"kernel '{self.name}': the CPU interpreter needs a single-block body")
+        block = blocks[0]
+        self.arg_slots = [compiler.slot(a) for a in block.arguments]
+        self.arg_infos = [compiler.info(a.type) for a in block.arguments]
+        self.body = compiler.compile_block(block, terminators=("func.return",))
+        self.num_slots = compiler.num_slots()
+
+    def _prepare(self, args: list) -> list:
+        if len(args) != len(self.arg_infos):
+            raise LaunchError(f"kernel '{self.name}' takes {len(self.arg_infos)} arguments, got {len(args)}")
+        if self.params is not None:
+            bind_numpy_args(self.params, list(args))
+        values = []
+        for i, (arg, info) in enumerate(zip(args, self.arg_infos)):
+            label = self.params[i]["name"] if self.params else f"#{i}"
+            if info.kind == "memref":
+                if not isinstance(arg, np.ndarray) or arg.dtype != info.dtype:
+                    got = arg.dtype if isinstance(arg, np.ndarray) else type(arg).__name__
+                    raise LaunchError(f"argument '{label}' must be a numpy array of {info.elem}, got {got}")
+                values.append(arg)
+            elif isinstance(arg, np.ndarray) and arg.ndim > 0:
+                raise LaunchError(f"argument '{label}' must be a scalar of type {info.text}")
+            else:
+                values.append(make_scalar(arg, info))
+        return values
+
+    def run(self, args: list, grid, *, seed: Optional[int] = None, trace: Optional[list] = None) -> None:
+        values = self._prepare(args)
+        grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
+        if not 1 <= len(grid) <= 3 or any(g < 0 for g in grid):
+            raise LaunchError(f"a grid is 1 to 3 non-negative extents, got {grid}")
+        grid3 = grid + (1,) * (3 - len(grid))
+        rt, body, slots = self.rt, self.body, self.arg_slots
+        rt.grid, rt.rng, rt.trace = grid3, random.Random(0 if seed is None else seed), trace
+        with np.errstate(all="ignore"):
+            for z, y, x in itertools.product(range(grid3[2]), range(grid3[1]), range(grid3[0])):
+                env = [None] * self.num_slots
+                for s, v in zip(slots, values):
+                    env[s] = v
+                rt.pid, rt.rings, rt.task = (x, y, z), [], None
+                if body.is_gen:
+                    run_tasks(rt, [Task("kernel body", body.fn(env))])
+                else:
+                    body.fn(env)
+                aref_ops.check_drained(rt.rings)
+
+
+def compile_kernel(module: ir.Module, kernel_name: Optional[str] = None) -> CompiledProgram:
+    """Compile the kernel once; call `.run(args, grid, seed=...)` as often as needed."""
+    return CompiledProgram(module, kernel_name)
+
+
+def run_kernel(module: ir.Module, args: list, grid: tuple, *, kernel_name: Optional[str] = None,
+               seed: Optional[int] = None, trace: Optional[list] = None) -> None:
+    """Execute the kernel function (the func.func with attribute tawa.kernel) once per program id in `grid`.
+
+    args: numpy arrays (for memref params; written in place by stores) and Python/numpy scalars, in param
+    order. seed picks the interleaving of warp-group regions. trace, when a list, receives the name of each
+    task in the order the scheduler resumed them.
+    """
+    compile_kernel(module, kernel_name).run(args, grid, seed=seed, trace=trace)
+
+
+def run_with_interleavings(module: ir.Module, make_args: Callable[[], list], grid: tuple,
+                           seeds: Iterable[int] = range(20), *, kernel_name: Optional[str] = None,
+                           check: Optional[Callable[[list], None]] = None) -> list:
+    """Run the kernel once per seed on fresh arguments from `make_args()`; return each run's arguments.
+
+    `check(args)`, when given, is called after each run. An error names the seed that produced it.
+    """
+    program = compile_kernel(module, kernel_name)
+    runs = []
+    for seed in seeds:
+        args = make_args()
+        try:
+            program.run(args, grid, seed=seed)
+            if check is not None:
+                check(args)
+        except TawaError as error:
+            error.note = (error.note + "; " if error.note else "") + f"interleaving seed {seed}"
+            raise
+        except AssertionError as error:
+            raise AssertionError(f"interleaving seed {seed}: {error}") from error
+        runs.append(args)
+    return runs

@@ -1,0 +1,144 @@
+"""When warp specialization does not apply, the compiler says why (ws_analysis) and the passes decline cleanly."""
+from __future__ import annotations
+
+import pytest
+from mlir import ir
+
+from tawa.errors import CompilationError
+from tawa.ir.dialect import make_context
+from tawa.lowering import ws_analysis
+from tawa.options import CompileOptions
+
+from ws_support import example_module, kernel, run_passes, source_module
+
+HEADER = """
+@grid(cdiv(M, BLOCK), cdiv(N, BLOCK))
+def k(A: f32[M, K], B: f32[K, N], I: i32[K], C: f32[M, N], BLOCK: const = 32):
+    pid_m = program_id(0)
+    pid_n = program_id(1)
+    acc = zeros((BLOCK, BLOCK), f32)
+"""
+STORE = "    store(C, (pid_m, pid_n), acc)\n"
+
+
+def reason_of(body: str) -> tuple:
+    m = source_module(HEADER + body + STORE)
+    return ws_analysis.can_specialize(kernel(m))
+
+
+def test_examples_that_specialize():
+    for name in ("gemm", "swiglu", "gemm_bias_act", "gemm_fp8", "flash_attention"):
+        m = example_module(name)   # keep the module alive while its ops are used
+        assert ws_analysis.can_specialize(kernel(m)) == (True, ""), name
+
+
+def test_no_dot_in_a_loop():
+    m = example_module("softmax")
+    ok, reason = ws_analysis.can_specialize(kernel(m))
+    assert not ok and reason == "no tile loads feed a dot inside a loop"
+    # a dot outside any loop does not count either
+    ok, reason = reason_of("""    a = load(A, (pid_m, 0), (BLOCK, BLOCK))
+    b = load(B, (0, pid_n), (BLOCK, BLOCK))
+    acc = dot(a, b, acc)
+""")
+    assert not ok and reason == "no tile loads feed a dot inside a loop"
+
+
+def test_load_inside_conditional():
+    ok, reason = reason_of("""    for k in range(cdiv(K, BLOCK)):
+        if k % 2 == 0:
+            a = load(A, (pid_m, k), (BLOCK, BLOCK))
+            b = load(B, (k, pid_n), (BLOCK, BLOCK))
+            acc = dot(a, b, acc)
+""")
+    assert not ok and "inside a conditional" in reason and "kernel.tawa:" in reason
+
+
+def test_nested_loops():
+    ok, reason = reason_of("""    for r in range(2):
+        for k in range(cdiv(K, BLOCK)):
+            a = load(A, (pid_m, k), (BLOCK, BLOCK))
+            b = load(B, (k, pid_n), (BLOCK, BLOCK))
+            acc = dot(a, b, acc)
+""")
+    assert not ok and "nested inside another loop" in reason
+
+
+def test_offset_carried_across_iterations():
+    ok, reason = reason_of("""    kk = 0
+    for k in range(cdiv(K, BLOCK)):
+        a = load(A, (pid_m, kk), (BLOCK, BLOCK))
+        b = load(B, (kk, pid_n), (BLOCK, BLOCK))
+        acc = dot(a, b, acc)
+        kk = kk + 1
+""")
+    assert not ok and "carried across iterations" in reason
+
+
+def test_offset_computed_from_tile_data():
+    ok, reason = reason_of("""    for k in range(cdiv(K, BLOCK)):
+        j = max(load(I, k, BLOCK), axis=0)
+        a = load(A, (pid_m, j), (BLOCK, BLOCK))
+        b = load(B, (j, pid_n), (BLOCK, BLOCK))
+        acc = dot(a, b, acc)
+""")
+    assert not ok and "tawa.reduce" in reason and "only the consumer" in reason
+
+
+def test_loaded_tile_carried_to_next_iteration():
+    ok, reason = reason_of("""    prev = zeros((BLOCK, BLOCK), f32)
+    for k in range(cdiv(K, BLOCK)):
+        a = load(A, (pid_m, k), (BLOCK, BLOCK))
+        acc = dot(prev, a, acc)
+        prev = a
+""")
+    assert not ok and "carried to the next iteration" in reason
+
+
+WHILE_IR = """
+func.func @w(%A: memref<?x?xf32>, %B: memref<?x?xf32>, %C: memref<?x?xf32>) attributes {tawa.kernel} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c4 = arith.constant 4 : i32
+  %z = arith.constant 0.0 : f32
+  %acc0 = "tawa.splat"(%z) : (f32) -> tensor<16x16xf32>
+  %r:2 = scf.while (%i = %c0, %acc = %acc0) : (i32, tensor<16x16xf32>) -> (i32, tensor<16x16xf32>) {
+    %c = arith.cmpi slt, %i, %c4 : i32
+    scf.condition(%c) %i, %acc : i32, tensor<16x16xf32>
+  } do {
+  ^bb0(%j: i32, %acc2: tensor<16x16xf32>):
+    %a = "tawa.load"(%A, %c0, %j) : (memref<?x?xf32>, i32, i32) -> tensor<16x16xf32> loc("w.tawa":7:13)
+    %b = "tawa.load"(%B, %j, %c0) : (memref<?x?xf32>, i32, i32) -> tensor<16x16xf32>
+    %d = "tawa.dot"(%a, %b, %acc2) : (tensor<16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+    %n = arith.addi %j, %c1 : i32
+    scf.yield %n, %d : i32, tensor<16x16xf32>
+  }
+  "tawa.store"(%C, %r#1, %c0, %c0) : (memref<?x?xf32>, tensor<16x16xf32>, i32, i32) -> ()
+  return
+}
+"""
+
+
+def test_while_loop():
+    with make_context():
+        m = ir.Module.parse(WHILE_IR)
+        ok, reason = ws_analysis.can_specialize(kernel(m))
+        assert not ok and "scf.while" in reason and "w.tawa:7:13" in reason
+        # default policy: the passes leave the kernel alone
+        run_passes(m)
+        assert "aref" not in str(m)
+
+
+def test_policy():
+    m = example_module("softmax")
+    f = kernel(m)
+    assert ws_analysis.decide(f, CompileOptions(warp_specialize=False)) == (False, "")
+    ok, note = ws_analysis.decide(f, CompileOptions())
+    assert not ok and "uniform-warp" in note and "no tile loads feed a dot" in note
+    with pytest.raises(CompilationError, match="cannot warp-specialize kernel 'softmax': no tile loads") as e:
+        ws_analysis.decide(f, CompileOptions(warp_specialize=True))
+    assert "softmax.tawa" in str(e.value)
+    with pytest.raises(CompilationError, match="cannot warp-specialize"):
+        run_passes(example_module("softmax"), warp_specialize=True)
+    m = example_module("gemm")
+    assert ws_analysis.decide(kernel(m), CompileOptions(warp_specialize=True)) == (True, "")

@@ -1,0 +1,127 @@
+"""FileCheck-style tests of aref insertion and partition on the examples (IR after each pass)."""
+from __future__ import annotations
+
+import pytest
+
+from tawa.errors import CompilationError
+from tawa.lowering import aref_insertion, partition, protocol_check, ws_ir
+
+from ws_support import check_order, example_module, kernel, ops_named, region, run_passes
+
+AREF_GEMM = r"!tawa\.aref<\[tensor<128x64xbf16>, tensor<64x128xbf16>\], (\d+) : i32>"
+
+
+def test_gemm_after_aref_insertion():
+    m = run_passes(example_module("gemm"), passes=(aref_insertion,))
+    check_order(str(m), [
+        r'%(\d+) = "tawa\.aref_create"\(\) : \(\) -> ' + AREF_GEMM,
+        r"scf\.for .* iter_args",
+        r'"tawa\.load"\(%arg0, .*-> tensor<128x64xbf16>',
+        r'"tawa\.load"\(%arg1, .*-> tensor<64x128xbf16>',
+        r'"tawa\.aref_put"\(%\d+, %\d+, %\d+\) \{operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0>\}',
+        "NOT:tawa.dot",
+        r'(%\d+):2 = "tawa\.aref_get"',
+        r'"tawa\.dot"\(%\d+#0, %\d+#1, %arg\d+\)',
+        "NOT:tawa.load",
+        r'"tawa\.aref_consumed"',
+        r"scf\.yield",
+        r'"tawa\.store"',
+    ])
+    # Still sequential: no warp groups yet, and the protocol holds in program order.
+    assert "execute_region" not in str(m)
+    protocol_check.run(m)
+
+
+def test_gemm_after_partition():
+    m = run_passes(example_module("gemm"), passes=(aref_insertion, partition))
+    text = str(m)
+    check_order(text, [
+        r'"tawa\.aref_create"',
+        r"scf\.execute_region \{",
+        r'"tawa\.program_id"\(\) \{axis = 0',
+        r"scf\.for %arg\d+ = %\S+ to %\S+ step %\S+  : i32 \{",   # no iter_args in the producer
+        r'"tawa\.load"', r'"tawa\.load"', r'"tawa\.aref_put"',
+        "NOT:tawa.dot", "NOT:aref_get",
+        r'\} \{tawa\.warp_group = "producer"\}',
+        r"scf\.execute_region \{",
+        r'"tawa\.program_id"\(\) \{axis = 0',                     # replicated, not shared
+        r"scf\.for .* iter_args\(%arg\d+ = %\d+\) -> \(tensor<128x128xf32>\)",
+        "NOT:tawa.load", "NOT:aref_put",
+        r'"tawa\.aref_get"', r'"tawa\.dot"', r'"tawa\.aref_consumed"',
+        r'"tawa\.store"',
+        r'\} \{tawa\.num_warp_groups = 2 : i32, tawa\.warp_group = "consumer"\}',
+        r"return",
+    ])
+    body = ws_ir.ops_of(ws_ir.body_block(kernel(m)))
+    assert [op.name for op in body] == ["tawa.aref_create", "scf.execute_region", "scf.execute_region",
+                                        "func.return"]
+    # Each region computes its own program ids; nothing but the aref is defined outside them.
+    for role in ("producer", "consumer"):
+        assert len(ops_named(region(m, role), "tawa.program_id")) == 2
+    assert ops_named(region(m, "producer"), "tawa.store") == []
+    protocol_check.run(m)
+
+
+def test_depth_from_option_and_from_shared_memory():
+    m = run_passes(example_module("gemm"), num_buffers=3)
+    assert ", 3 : i32>" in str(m)
+    # 128x64 + 64x128 bf16 = 32 KiB per slot, 32 KiB bf16 epilogue tile: 6 slots fit in 227 KiB.
+    m = run_passes(example_module("gemm"))
+    assert ", 6 : i32>" in str(m)
+    # BLOCK_K = 128: 64 KiB per slot: 3 slots.
+    m = run_passes(example_module("gemm", {"BLOCK_K": 128}))
+    assert ", 3 : i32>" in str(m)
+    with pytest.raises(CompilationError, match="num_buffers"):
+        run_passes(example_module("gemm"), num_buffers=0)
+
+
+def test_consumer_group_count():
+    m = run_passes(example_module("gemm", {"BLOCK_M": 64}))
+    assert ws_ir.ir.IntegerAttr(region(m, "consumer").attributes["tawa.num_warp_groups"]).value == 1
+    m = run_passes(example_module("gemm"), num_consumer_groups=1)
+    assert ws_ir.ir.IntegerAttr(region(m, "consumer").attributes["tawa.num_warp_groups"]).value == 1
+    with pytest.raises(CompilationError, match="num_consumer_groups"):
+        run_passes(example_module("gemm"), num_consumer_groups=3)
+
+
+def test_flash_attention_k_and_v_share_one_slot():
+    m = run_passes(example_module("flash_attention", {"CAUSAL": 1}))
+    check_order(str(m), [
+        r'"tawa\.aref_create"\(\) : \(\) -> !tawa\.aref<\[tensor<64x128xbf16>, tensor<64x128xbf16>\]',
+        r'"tawa\.load"\(%arg1', r'"tawa\.load"\(%arg2', r'"tawa\.aref_put"',
+        r'warp_group = "producer"',
+        r'"tawa\.load"\(%arg0',                      # Q is loaded once, by the consumer, before the loop
+        r'"tawa\.aref_get"', r'"tawa\.trans"', r'"tawa\.dot"', r'"tawa\.reduce"', r'math\.exp2',
+        r'"tawa\.dot"\(%\d+, %\d+#1',                # P @ V reads the V tile of the slot
+        r'"tawa\.aref_consumed"',                    # released after the last use of K and V
+        r"scf\.yield", r'"tawa\.store"', r'warp_group = "consumer"',
+    ])
+    # the causal bound (min of two cdivs of the program id) is replicated in the producer
+    assert len(ops_named(region(m, "producer"), "arith.minsi")) == 1
+
+
+def test_swiglu_three_tiles_per_slot_and_fp8_and_epilogue_kernels():
+    m = run_passes(example_module("swiglu"))
+    assert len(ops_named(region(m, "producer"), "tawa.load")) == 3
+    put = ops_named(region(m, "producer"), "tawa.aref_put")[0]
+    assert len(put.operands) == 4
+    assert len(ops_named(region(m, "consumer"), "tawa.dot")) == 2
+    m = run_passes(example_module("gemm_fp8"))
+    assert "tensor<128x128xf8E4M3FN>, tensor<128x128xf8E4M3FN>" in str(m)
+    assert len(ops_named(region(m, "consumer"), "tawa.trans")) == 1
+    # row/column scales are loaded after the loop by the consumer; they are not part of the ring
+    assert len(ops_named(region(m, "consumer"), "tawa.load")) == 2
+    m = run_passes(example_module("gemm_bias_act"))
+    assert len(ops_named(region(m, "consumer"), "tawa.load")) == 1   # the bias
+
+
+def test_locations_survive():
+    m = run_passes(example_module("gemm"))
+    put = ops_named(region(m, "producer"), "tawa.aref_put")[0]
+    loc = ws_ir.source_location(put)
+    assert loc is not None and loc.filename.endswith("gemm.tawa") and loc.line == 14
+
+
+def test_warp_specialize_false_is_a_no_op():
+    m = run_passes(example_module("gemm"), warp_specialize=False)
+    assert "aref" not in str(m) and "execute_region" not in str(m)

@@ -1,0 +1,65 @@
+"""Shared helpers of the warp-specialization tests: compile an example through the WS passes, FileCheck-style
+ordered matching on the printed IR, and access to the warp-group regions."""
+from __future__ import annotations
+
+import pathlib
+import re
+
+from mlir import ir
+
+from tawa.frontend import parse_and_lower
+from tawa.lowering import aref_insertion, partition, protocol_check, ws_ir
+from tawa.options import CompileOptions
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+WS_PASSES = (aref_insertion, partition, protocol_check)
+
+
+def example_module(name: str, constants: dict | None = None) -> ir.Module:
+    path = EXAMPLES / f"{name}.tawa"
+    return parse_and_lower(path.read_text(), str(path), constants or {})
+
+
+def source_module(source: str, constants: dict | None = None, filename: str = "kernel.tawa") -> ir.Module:
+    return parse_and_lower(source, filename, constants or {})
+
+
+def run_passes(module: ir.Module, passes=WS_PASSES, **options) -> ir.Module:
+    opts = CompileOptions(**options)
+    for p in passes:
+        module = p.run(module, opts)
+    module.operation.verify()
+    return module
+
+
+def check_order(text: str, patterns: list[str]) -> None:
+    """Like FileCheck CHECK lines: each pattern (a regex) must match after the previous match. A pattern
+    starting with 'NOT:' must not match between the previous and the next positive match."""
+    pos, pending_not = 0, []
+    for pat in patterns:
+        if pat.startswith("NOT:"):
+            pending_not.append(pat[4:].strip())
+            continue
+        m = re.compile(pat).search(text, pos)
+        assert m, f"pattern {pat!r} not found after offset {pos} in:\n{text}"
+        for neg in pending_not:
+            n = re.compile(neg).search(text, pos, m.start())
+            assert not n, f"pattern {neg!r} found before {pat!r}: {text[n.start():n.start() + 120]!r}"
+        pending_not, pos = [], m.end()
+    for neg in pending_not:
+        n = re.compile(neg).search(text, pos)
+        assert not n, f"pattern {neg!r} found at the end: {text[n.start():n.start() + 120]!r}"
+
+
+def kernel(module: ir.Module):
+    return ws_ir.kernels(module)[0]
+
+
+def region(module: ir.Module, role: str) -> ir.Operation:
+    regions = [op for op in ws_ir.ops_of(ws_ir.body_block(kernel(module))) if ws_ir.warp_group_role(op) == role]
+    assert len(regions) == 1, f"expected one {role} region, found {len(regions)}"
+    return regions[0]
+
+
+def ops_named(op: ir.Operation, name: str) -> list:
+    return [o for o in ws_ir.walk(op) if o.name == name]
