@@ -65,13 +65,11 @@ def plan_for(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     want = options.warp_specialize
     if want is None and options.target == "cpu":
         return Plan(options.target, False), notes
-    from tawa.lowering.ws_analysis import can_specialize
-    ok, reason = can_specialize(kernel_function(module))
-    if want and not ok:
-        raise CompilationError(f"warp specialization was requested but cannot apply: {reason}")
-    if want is None and not ok:
-        notes.append(f"warp specialization not applied: {reason}; using the uniform-warp pipelined path")
-    return Plan(options.target, bool(ok and want is not False)), notes
+    from tawa.lowering.ws_analysis import decide
+    specialize, note = decide(kernel_function(module), options)   # raises when forced on but impossible
+    if note:
+        notes.append(note)
+    return Plan(options.target, bool(specialize)), notes
 
 
 def kernel_function(module):

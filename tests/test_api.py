@@ -1,0 +1,109 @@
+"""The public API on the CPU target: tawa.compile / tawa.interpret, launch forms, options and errors."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tawa
+from tawa.errors import CompilationError, LaunchError
+
+from conftest import EXAMPLES
+
+BF16 = ml_dtypes.bfloat16
+GEMM = str(EXAMPLES / "gemm.tawa")
+SMALL = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16)
+
+
+def _gemm_inputs(m, n, k, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(BF16)
+    b = rng.standard_normal((k, n)).astype(BF16)
+    c = np.full((m, n), np.nan, BF16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    return a, b, c, ref
+
+
+def _rel_err(out, ref):
+    out = out.astype(np.float64)
+    return np.linalg.norm(out - ref) / np.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 32), (70, 45, 37), (33, 100, 5)])
+def test_interpret_gemm_ragged(shape):
+    kernel = tawa.interpret(GEMM, **SMALL)
+    a, b, c, ref = _gemm_inputs(*shape, seed=sum(shape))
+    kernel(a, b, c)
+    assert not np.isnan(c.astype(np.float32)).any()
+    assert _rel_err(c, ref) < 1e-2
+
+
+def test_explicit_grid_overrides_declared_grid():
+    kernel = tawa.interpret(GEMM, **SMALL)
+    a, b, c, ref = _gemm_inputs(64, 64, 32, seed=3)
+    kernel[(1, 1)](a, b, c)                       # only the first tile
+    out = c.astype(np.float64)
+    assert _rel_err(out[:32, :32], ref[:32, :32]) < 1e-2
+    assert np.isnan(out[32:, :]).all() and np.isnan(out[:, 32:]).all()
+
+
+def test_compile_from_python_string():
+    src = (
+        "@grid(cdiv(N, BLOCK))\n"
+        "def axpy(X: f32[N], Y: f32[N], alpha: f32, BLOCK: const = 16):\n"
+        "    i = program_id(0)\n"
+        "    x = load(X, (i,), (BLOCK,))\n"
+        "    y = load(Y, (i,), (BLOCK,))\n"
+        "    store(Y, (i,), alpha * x + y)\n")
+    kernel = tawa.interpret(src)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(37).astype(np.float32), rng.standard_normal(37).astype(np.float32)
+    expect = 2.5 * x + y
+    kernel(x, y, 2.5)
+    np.testing.assert_allclose(y, expect, rtol=1e-6)
+
+
+def test_fp16_via_dtype_constant():
+    kernel = tawa.interpret(GEMM, DTYPE="f16", **SMALL)
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((40, 24)).astype(np.float16), rng.standard_normal((24, 48)).astype(np.float16)
+    c = np.full((40, 48), np.nan, np.float16)
+    kernel(a, b, c)
+    assert _rel_err(c, a.astype(np.float64) @ b.astype(np.float64)) < 2e-3
+
+
+def test_warp_specialized_ir_runs_in_interpreter():
+    kernel = tawa.interpret(GEMM, warp_specialize=True, num_buffers=2, **SMALL)
+    assert "tawa.aref_put" in kernel.ir and "tawa.warp_group" in kernel.ir
+    for seed in range(3):
+        a, b, c, ref = _gemm_inputs(50, 40, 80, seed=seed)
+        kernel._launch((a, b, c), None, seed=seed)
+        assert _rel_err(c, ref) < 1e-2
+
+
+def test_wrong_argument_count_is_a_launch_error():
+    kernel = tawa.interpret(GEMM, **SMALL)
+    a, b, c, _ = _gemm_inputs(32, 32, 16, seed=1)
+    with pytest.raises(LaunchError, match="takes 3 arguments"):
+        kernel(a, b)
+
+
+def test_mismatched_shape_symbol_is_a_launch_error():
+    kernel = tawa.interpret(GEMM, **SMALL)
+    a, _, c, _ = _gemm_inputs(32, 32, 16, seed=1)
+    b = np.ones((17, 32), BF16)
+    with pytest.raises(LaunchError, match="K"):
+        kernel(a, b, c)
+
+
+def test_unknown_constant_is_a_compile_error():
+    with pytest.raises(CompilationError, match="NOT_A_CONST"):
+        tawa.interpret(GEMM, NOT_A_CONST=3)
+
+
+def test_forced_specialization_of_softmax_says_why():
+    with pytest.raises(CompilationError, match="warp-specialize"):
+        tawa.interpret(str(EXAMPLES / "softmax.tawa"), warp_specialize=True)
+
+
+def test_num_buffers_warp_spec_alias():
+    kernel = tawa.interpret(GEMM, warp_specialize=True, num_buffers_warp_spec=3, **SMALL)
+    assert ", 3 : i32>" in kernel.ir
