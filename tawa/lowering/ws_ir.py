@@ -141,7 +141,7 @@ def aref_params(t: ir.Type):
     m = re.fullmatch(r"!tawa\.aref<\[(.*)\],\s*(\d+)\s*:\s*i32>", text)
     if not m:
         raise ValueError(f"not an aref type: {text}")
-    return [ir.Type.parse(s) for s in _split_top(m.group(1))], int(m.group(2))
+    return [ir.Type.parse(s, context=t.context) for s in _split_top(m.group(1))], int(m.group(2))
 
 
 def create_aref(types, depth, loc=None, name=None, ip=False) -> ir.Operation:
