@@ -22,6 +22,10 @@ from tawa.errors import CompilationError
 from tawa.options import CompileOptions
 
 
+#: Whether the GPU backend lowers warp-specialized kernels (arefs, warp groups) in this build.
+GPU_WARP_SPECIALIZATION = False
+
+
 @dataclass
 class Plan:
     """Decisions taken before the pipeline runs: read by each pass's `when`."""
@@ -41,9 +45,10 @@ class Pass:
     name: str
     module: str                      # the module in tawa.lowering that implements it
     when: Callable[[Plan], bool] = _always
+    entry: str = "run"               # the function in that module
 
     def run(self, module, options):
-        return importlib.import_module(f"tawa.lowering.{self.module}").run(module, options)
+        return getattr(importlib.import_module(f"tawa.lowering.{self.module}"), self.entry)(module, options)
 
 
 # The pipeline. Read top to bottom: this is everything the compiler does after the frontend.
@@ -54,6 +59,12 @@ PIPELINE = [
     Pass("aref-insertion", "aref_insertion", when=_ws),
     Pass("partition", "partition", when=_ws),
     Pass("protocol-check", "protocol_check", when=_ws),
+    # GPU backend: distributed layouts, the uniform-warp software pipeline, then NVVM and LLVM.
+    Pass("assign-layouts", "assign_layouts", when=_gpu),
+    Pass("software-pipeline", "software_pipeline", when=_gpu_uniform),
+    Pass("convert-to-nvvm", "to_nvvm", when=_gpu),
+    Pass("lower-to-llvm", "emit_ptx", when=_gpu, entry="lower_to_llvm"),
+    # Then `tawa.lowering.backend.build_kernel`: NVPTX → PTX, ptxas → cubin, launch metadata.
 ]
 
 
@@ -69,7 +80,16 @@ def plan_for(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     specialize, note = decide(kernel_function(module), options)   # raises when forced on but impossible
     if note:
         notes.append(note)
+    if specialize and options.target == "cuda" and not _gpu_ws_lowering_available():
+        if options.warp_specialize:
+            raise CompilationError("warp-specialized kernels cannot be lowered to the GPU yet")
+        notes.append("warp specialization is not lowered to the GPU yet; using the uniform-warp pipelined path")
+        specialize = False
     return Plan(options.target, bool(specialize)), notes
+
+
+def _gpu_ws_lowering_available() -> bool:
+    return GPU_WARP_SPECIALIZATION
 
 
 def kernel_function(module):
@@ -113,9 +133,8 @@ def compile_source(source: str, filename: str, options: CompileOptions, emit: st
     module = run_pipeline(module, options, plan)
     if emit == "mlir":
         return module
-    func = kernel_function(module)
     if plan.target == "cpu":
-        attrs = _kernel_attrs(func)
+        attrs = _kernel_attrs(kernel_function(module))
         return CompiledKernel(name=attrs["name"], target="cpu", params=attrs["params"], grid=attrs["grid"],
                               constants=attrs["constants"], ir=str(module), notes=notes)
     from tawa.lowering.backend import build_kernel
