@@ -85,6 +85,29 @@ def run(module: ir.Module, options=None) -> ir.Module:
         m, n = _shape(op.results[0])
         return L.mma(m, n, W)
 
+    # Forward: layouts forced by dots, carried through loops, elementwise ops, reductions and expansions.
+    anchor: dict = {}
+    for op in ops:
+        name = op.name
+        if name == "tawa.dot":
+            anchor[op.results[0]] = mma_for(op)
+        elif _elementwise(op):
+            for v in op.operands:
+                if v in anchor and _is_tile(v) and anchor[v].shape == _shape(op.results[0]):
+                    anchor[op.results[0]] = anchor[v]
+                    break
+        elif name == "tawa.reduce" and op.operands[0] in anchor and _shape(op.operands[0]) and \
+                len(_shape(op.operands[0])) > 1:
+            anchor[op.results[0]] = L.slice_(anchor[op.operands[0]], op.attributes["axis"].value)
+        elif name == "tawa.expand_dims" and op.operands[0] in anchor:
+            anchor[op.results[0]] = L.expand(anchor[op.operands[0]], op.attributes["axis"].value)
+        elif name == "scf.for":
+            body = op.regions[0].blocks[0]
+            for j, res in enumerate(op.results):
+                producer = owner_op(ops_of(body)[-1].operands[j])
+                if producer is not None and producer.name == "tawa.dot":
+                    anchor[res] = anchor[list(body.arguments)[j + 1]] = mma_for(producer)
+
     # Backward: what layout do users want?
     want: dict = {}
     for op in reversed(ops):
@@ -92,7 +115,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
         if name == "tawa.dot":
             want.setdefault(op.operands[2], mma_for(op))
         elif _elementwise(op):
-            w = want.get(op.results[0])
+            w = want.get(op.results[0]) or anchor.get(op.results[0])
             if w is not None:
                 for v in op.operands:
                     if _is_tile(v) and _shape(v) == w.shape:
@@ -127,7 +150,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
         return layout.get(v)
 
     def default(v):
-        return want.get(v) or L.blocked(_shape(v), W)
+        return want.get(v) or anchor.get(v) or L.blocked(_shape(v), W)
 
     def put(op, lay):
         layout[op.results[0]] = lay

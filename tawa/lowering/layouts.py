@@ -123,6 +123,9 @@ def blocked(shape: tuple, num_warps: int) -> Layout:
 
 def slice_(parent: Layout, axis: int) -> Layout:
     """The layout of `reduce(x, axis)` for x in `parent`: the coordinate along `axis` is dropped."""
+    suffix = f",{axis}>"
+    if parent.desc.startswith("expand<") and parent.desc.endswith(suffix):
+        return parse(parent.desc[len("expand<"):-len(suffix)])     # slice(expand(L, a), a) is L
     def drop(v):
         return v[:axis] + v[axis + 1:]
     regs = []

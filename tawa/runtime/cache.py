@@ -28,9 +28,26 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(env).expanduser() if env else pathlib.Path.home() / ".cache" / "tawa"
 
 
+_VERSION = None
+
+
 def _compiler_version() -> str:
-    import tawa
-    return str(getattr(tawa, "__version__", "0"))
+    """The package version plus a hash of the compiler's own sources, so that editing the compiler never
+    serves a kernel compiled by an older version of it. Computed once per process (a few milliseconds)."""
+    global _VERSION
+    if _VERSION is None:
+        import tawa
+        root = pathlib.Path(tawa.__file__).parent
+        digest = hashlib.sha256()
+        for sub in ("frontend", "ir", "lowering"):
+            for path in sorted((root / sub).rglob("*")):
+                if path.suffix in (".py", ".lark"):
+                    digest.update(path.relative_to(root).as_posix().encode())
+                    digest.update(path.read_bytes())
+        for name in ("compiler.py", "options.py"):
+            digest.update((root / name).read_bytes())
+        _VERSION = f"{getattr(tawa, '__version__', '0')}+{digest.hexdigest()[:16]}"
+    return _VERSION
 
 
 def cache_key(source: str, options=None, constants: Optional[dict] = None, target: Optional[str] = None,

@@ -36,6 +36,9 @@ def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
         return tile if tile.layout.desc == layout.desc else Tile(tile.regs, layout, tile.elem)
     if tile.shape != layout.shape:
         raise CompilationError(f"internal: converting {tile.layout} to {layout}")
+    if len({r.name for r in tile.regs}) == 1:
+        # A splat is the same value in every register of every thread: nothing to move.
+        return Tile([tile.regs[0]] * len(layout.regs), layout, tile.elem)
     b = ctx.b
     es = elem_bytes(tile.elem)
     total = 1

@@ -1,0 +1,103 @@
+"""Every example on the GPU against a float64 torch reference: fresh random inputs, NaN-poisoned outputs,
+ragged shapes (not multiples of the tile), both schedules (warp-specialized where it applies, and uniform)."""
+import math
+
+import pytest
+
+from support import compiled, poisoned, rel_err
+
+pytestmark = pytest.mark.gpu
+SCHEDULES = [pytest.param(None, id="auto"), pytest.param(False, id="uniform")]
+GEMM_SHAPES = [(256, 256, 256), (1000, 3000, 700), (129, 65, 70), (64, 200, 8), (4096, 4096, 4096)]
+
+
+@pytest.mark.parametrize("ws", SCHEDULES)
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("shape", GEMM_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gemm(shape, dtype, ws):
+    kernel = compiled("gemm.tawa", DTYPE=dtype, warp_specialize=ws)
+    import torch
+    tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
+    torch.manual_seed(sum(shape))
+    m, n, k = shape
+    a, b = torch.randn(m, k, device="cuda", dtype=tdt), torch.randn(k, n, device="cuda", dtype=tdt)
+    c = poisoned(torch, (m, n), tdt)
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    assert not c.isnan().any()
+    assert rel_err(c, a.double() @ b.double()) < 1e-2
+
+
+@pytest.mark.parametrize("ws", SCHEDULES)
+def test_gemm_bias_act(ws):
+    kernel = compiled("gemm_bias_act.tawa", warp_specialize=ws)
+    import torch
+    torch.manual_seed(1)
+    m, n, k = 333, 520, 200
+    a, b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.float32)
+    c = poisoned(torch, (m, n), torch.bfloat16)
+    kernel(a, b, bias, c)
+    torch.cuda.synchronize()
+    x = a.double() @ b.double() + bias.double()
+    ref = x * torch.sigmoid(1.5957691216057308 * (x + 0.044715 * x ** 3))
+    assert rel_err(c, ref) < 1e-2
+
+
+def test_softmax():
+    kernel = compiled("softmax.tawa")
+    import torch
+    torch.manual_seed(2)
+    x = torch.randn(1000, 100, device="cuda", dtype=torch.float32) * 3
+    y = poisoned(torch, x.shape, torch.float32)
+    kernel(x, y)
+    torch.cuda.synchronize()
+    assert rel_err(y, torch.softmax(x.double(), dim=1)) < 1e-5
+
+
+@pytest.mark.parametrize("ws", SCHEDULES)
+def test_swiglu(ws):
+    kernel = compiled("swiglu.tawa", warp_specialize=ws)
+    import torch
+    torch.manual_seed(3)
+    m, n, k = 300, 700, 260
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b1, b2 = (torch.randn(k, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    c = poisoned(torch, (m, n), torch.bfloat16)
+    kernel(a, b1, b2, c)
+    torch.cuda.synchronize()
+    g, u = a.double() @ b1.double(), a.double() @ b2.double()
+    assert rel_err(c, torch.nn.functional.silu(g) * u) < 1e-2
+
+
+@pytest.mark.parametrize("ws", SCHEDULES)
+def test_gemm_fp8(ws):
+    kernel = compiled("gemm_fp8.tawa", warp_specialize=ws)
+    import torch
+    torch.manual_seed(4)
+    m, n, k = 500, 300, 384
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
+    c = poisoned(torch, (m, n), torch.bfloat16)
+    kernel(a, b, sa, sb, c)
+    torch.cuda.synchronize()
+    ref = (a.double() @ b.double().T) * sa.double()[:, None] * sb.double()[None, :]
+    assert rel_err(c, ref) < 1e-2
+
+
+@pytest.mark.parametrize("ws", SCHEDULES)
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("shape", [(2, 4, 1000, 128), (1, 2, 256, 128)], ids=lambda s: "x".join(map(str, s)))
+def test_flash_attention(shape, causal, ws):
+    kernel = compiled("flash_attention.tawa", CAUSAL=causal, warp_specialize=ws)
+    import torch
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    o = poisoned(torch, shape, torch.bfloat16)
+    scale = 1 / math.sqrt(shape[-1])
+    kernel(q, k, v, o, scale)
+    torch.cuda.synchronize()
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                                           is_causal=bool(causal), scale=scale)
+    assert rel_err(o, ref) < 2e-2

@@ -1,0 +1,64 @@
+"""Layout math: the wgmma accumulator fragment, blocked layouts, slices/expansions, and the string form."""
+import itertools
+
+import pytest
+
+from tawa.errors import CompilationError
+from tawa.lowering import layouts as L
+
+
+def _owned(lay):
+    out = {}
+    for w in range(lay.num_warps):
+        for l in range(32):
+            for c in L.coords_of(lay, l, w):
+                out.setdefault(c, []).append((w, l))
+    return out
+
+
+@pytest.mark.parametrize("m,n,warps", [(64, 8, 4), (128, 128, 4), (128, 256, 8), (256, 128, 8)])
+def test_mma_covers_every_element_once(m, n, warps):
+    lay = L.mma(m, n, warps)
+    owned = _owned(lay)
+    assert len(owned) == m * n
+    assert all(len(v) == 1 for v in owned.values())
+
+
+def test_mma_matches_ptx_fragment():
+    lay = L.mma(64, 16, 4)
+    for w, l in itertools.product(range(4), range(32)):
+        got = L.coords_of(lay, l, w)
+        want = [(16 * w + l // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (l % 4) + (i % 2)) for i in range(8)]
+        assert got == want
+
+
+def test_blocked_covers_and_replicates_small_tiles():
+    lay = L.blocked((4, 1024), 4)
+    owned = _owned(lay)
+    assert len(owned) == 4 * 1024 and all(len(v) == 1 for v in owned.values())
+    small = L.blocked((2, 8), 4)       # fewer elements than threads: replicated
+    assert len(_owned(small)) == 16
+
+
+def test_slice_and_expand_roundtrip_for_broadcast():
+    acc = L.mma(128, 128, 4)
+    col = L.slice_(acc, 0)              # a bias vector seen by the accumulator's threads
+    assert col.shape == (128,)
+    assert len(col.regs) == 32          # 16 column pairs... per thread: 8 groups x 2 columns x (no row dup)
+    assert L.expand(col, 0).same_mapping(L.collapse(acc, (1, 128)))
+    row = L.slice_(acc, 1)
+    assert len(row.regs) == 4           # rows r, r+8, r+64, r+72
+
+
+def test_parse_roundtrip():
+    for lay in [L.mma(128, 256, 8), L.blocked((4, 1024), 4), L.slice_(L.mma(128, 128, 4), 1),
+                L.expand(L.slice_(L.blocked((8, 64), 4), 0), 0), L.transpose(L.blocked((16, 32), 4))]:
+        again = L.parse(lay.desc)
+        assert again.same_mapping(lay) and again.desc == lay.desc
+
+
+def test_bad_layouts_are_errors():
+    with pytest.raises(CompilationError):
+        L.mma(96, 128, 4)
+    with pytest.raises(CompilationError):
+        L.blocked((3, 64), 4)
