@@ -26,9 +26,11 @@ KERNELS = {
     "gemm_f16_s4": ("gemm.tawa", {"DTYPE": "f16"}, {"num_stages": 4}),
     "gemm_bf16_128x256_w8": ("gemm.tawa", {"BLOCK_N": 256}, {"num_stages": 3, "num_warps": 8}),
     "gemm_bf16_256x128_w8": ("gemm.tawa", {"BLOCK_M": 256}, {"num_stages": 4, "num_warps": 8}),
-    "gemm_bias_gelu": ("gemm_bias_act.tawa", {}, {"num_stages": 4}),
-    "gemm_fp8": ("gemm_fp8.tawa", {}, {"num_stages": 4}),
+    "gemm_bias_gelu": ("gemm_bias_act.tawa", {}, {"num_stages": 3}),
+    "gemm_fp8": ("gemm_fp8.tawa", {}, {"num_stages": 3}),
     "softmax": ("softmax.tawa", {}, {}),
+    "flash_attention": ("flash_attention.tawa", {}, {"num_stages": 2, "num_warps": 8}),
+    "flash_attention_causal": ("flash_attention.tawa", {"CAUSAL": 1}, {"num_stages": 2, "num_warps": 8}),
 }
 
 
@@ -191,6 +193,34 @@ def run(out: str) -> None:
                 print("  LAUNCH FAILED", e)
                 break
             check(f"{M}x{N}", y, torch.softmax(x, -1), 1e-4)
+
+    for name in ("flash_attention", "flash_attention_causal"):
+        if not os.path.exists(os.path.join(out, name + ".json")):
+            continue
+        print(name)
+        causal = name.endswith("causal")
+        k = _load(out, name)
+        failed = False
+        for (Z, H, S, D) in [(1, 2, 1000, 128), (2, 3, 200, 128), (4, 16, 4096, 128)]:
+            q, kk, v = (torch.randn(Z, H, S, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
+            o = torch.full_like(q, float("nan"))
+            scale = D ** -0.5
+            try:
+                k.launch([q, kk, v, o, scale])
+                torch.cuda.synchronize()
+            except Exception as e:
+                print("  LAUNCH FAILED", e)
+                failed = True
+                break
+            ref = torch.nn.functional.scaled_dot_product_attention(q.float(), kk.float(), v.float(),
+                                                                   is_causal=causal)
+            check(f"{Z}x{H}x{S}x{D}", o, ref, 2e-2)
+        if not failed:
+            t = _time(lambda: k.launch([q, kk, v, o, scale]))
+            tr = _time(lambda: torch.nn.functional.scaled_dot_product_attention(q, kk, v, is_causal=causal))
+            fl = 4 * Z * H * S * S * D / (2 if causal else 1)
+            print(f"  timing {Z}x{H}x{S}x{D}: tawa {fl / t / 1e9:.0f} TFLOP/s, torch SDPA {fl / tr / 1e9:.0f} "
+                  f"TFLOP/s")
 
 
 if __name__ == "__main__":

@@ -114,6 +114,9 @@ def run(module: ir.Module, options=None) -> ir.Module:
         name = op.name
         if name == "tawa.dot":
             want.setdefault(op.operands[2], mma_for(op))
+            if op.operands[0] not in smem:      # A from registers: the accumulator-like fragment layout
+                m, k = _shape(op.operands[0])
+                want.setdefault(op.operands[0], L.mma(m, k, W))
         elif _elementwise(op):
             w = want.get(op.results[0]) or anchor.get(op.results[0])
             if w is not None:

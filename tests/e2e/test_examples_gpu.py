@@ -8,7 +8,8 @@ from support import compiled, poisoned, rel_err
 
 pytestmark = pytest.mark.gpu
 SCHEDULES = [pytest.param(None, id="auto"), pytest.param(False, id="uniform")]
-GEMM_SHAPES = [(256, 256, 256), (1000, 3000, 700), (129, 65, 70), (64, 200, 8), (4096, 4096, 4096)]
+# Ragged against the 128x128x64 tile; row strides stay multiples of 16 bytes, as TMA needs.
+GEMM_SHAPES = [(256, 256, 256), (1000, 3000, 712), (129, 72, 88), (64, 200, 8), (4096, 4096, 4096)]
 
 
 @pytest.mark.parametrize("ws", SCHEDULES)
@@ -26,6 +27,17 @@ def test_gemm(shape, dtype, ws):
     torch.cuda.synchronize()
     assert not c.isnan().any()
     assert rel_err(c, a.double() @ b.double()) < 1e-2
+
+
+def test_misaligned_rows_are_a_clear_launch_error():
+    kernel = compiled("gemm.tawa")
+    import torch
+    from tawa.errors import LaunchError
+    a = torch.randn(100, 70, device="cuda", dtype=torch.bfloat16)     # 140-byte rows: TMA needs 16-byte multiples
+    b = torch.randn(70, 64, device="cuda", dtype=torch.bfloat16)
+    c = poisoned(torch, (100, 64), torch.bfloat16)
+    with pytest.raises(LaunchError, match="16 bytes"):
+        kernel(a, b, c)
 
 
 @pytest.mark.parametrize("ws", SCHEDULES)
@@ -60,7 +72,7 @@ def test_swiglu(ws):
     kernel = compiled("swiglu.tawa", warp_specialize=ws)
     import torch
     torch.manual_seed(3)
-    m, n, k = 300, 700, 260
+    m, n, k = 300, 696, 264
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b1, b2 = (torch.randn(k, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     c = poisoned(torch, (m, n), torch.bfloat16)
@@ -75,7 +87,7 @@ def test_gemm_fp8(ws):
     kernel = compiled("gemm_fp8.tawa", warp_specialize=ws)
     import torch
     torch.manual_seed(4)
-    m, n, k = 500, 300, 384
+    m, n, k = 500, 296, 400
     a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
     sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5

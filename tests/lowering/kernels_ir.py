@@ -22,8 +22,6 @@ def gemm_ir(bm=128, bn=128, bk=64, dtype="bf16", out="bf16", num_warps=4, bias=F
                  f'    %b = "tawa.trans"(%bt) : (tensor<{bn}x{bk}x{dtype}>) -> tensor<{bk}x{bn}x{dtype}>')
     else:
         bload = f'%b = "tawa.load"(%B, %k, %on) : ({t}, i32, i32) -> tensor<{bk}x{bn}x{dtype}>'
-    epi = "%res = arith.addf %acc, %zacc : " + acc  # placeholder replaced below
-    lines = [f"%res0 = arith.addf %acc, %acc0 : {acc}"]
     cur = "%acc"
     epilogue = []
     if bias:

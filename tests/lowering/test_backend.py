@@ -133,3 +133,25 @@ def test_frontend_examples_compile():
         with module.context:
             k = build_kernel(module, CompileOptions(), ptxas=False)
         assert k.ptx and ".entry" in k.ptx
+
+
+@pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not installed")
+def test_flash_attention_uses_register_a_wgmma():
+    fe = pytest.importorskip("tawa.frontend")
+    path = os.path.join(ROOT, "examples", "flash_attention.tawa")
+    if not os.path.exists(path):
+        pytest.skip("example missing")
+    module = fe.parse_and_lower(open(path).read(), path, {})
+    with module.context:
+        k = build_kernel(module, CompileOptions(num_warps=8, num_stages=2))
+    # P @ V with P from registers: A given as four 32-bit registers
+    assert re.search(r"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 \{[^}]*\}, \{%r", k.ptx)
+    assert "0 bytes spill stores" in k.notes[0]
+    assert k.num_threads == 256
+
+
+def test_unsupported_op_is_a_compilation_error():
+    text = gemm_ir().replace('"tawa.store"', '"tawa.aref_create"() : () -> !tawa.aref<[tensor<8xf32>], 2 : i32>\n'
+                                            '    "tawa.store"')
+    with pytest.raises(CompilationError):
+        compile_ir(text)

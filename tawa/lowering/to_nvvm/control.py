@@ -127,7 +127,22 @@ class Pipeline:
         return SmemTile(self.slot_offsets[id_(op)], t.rows, t.cols, t.elem)
 
     def keeps_dot_async(self, op) -> bool:
-        return self.stages > 1
+        """A dot may stay in flight across the iteration only if its result just flows, through the loop's
+        yield, into the accumulator of a dot of the next iteration (reading it earlier would race)."""
+        if self.stages < 2:
+            return False
+        body = self.for_op.regions[0].blocks[0]
+        yield_op = ops_of(body)[-1]
+        for use in op.results[0].uses:
+            owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            if owner != yield_op:
+                return False
+            barg = body.arguments[use.operand_number + 1]
+            for u2 in barg.uses:
+                o2 = u2.owner.operation if hasattr(u2.owner, "operation") else u2.owner
+                if not (o2.name == "tawa.dot" and u2.operand_number == 2):
+                    return False
+        return True
 
     def scale_d(self, ctx: Ctx, op):
         acc = op.operands[2]

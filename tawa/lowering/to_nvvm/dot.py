@@ -35,24 +35,35 @@ def smem_desc(b: Builder, addr: V, lbo: int, sbo: int) -> V:
     return b.or_(lo64, b.const(hi << 32, "i64"))
 
 
-def wgmma(b: Builder, acc: list, desc_a: V, desc_b: V, scale_d: V, n: int, k: int, in_type: str,
+def wgmma(b: Builder, acc: list, desc_a, desc_b: V, scale_d: V, n: int, k: int, in_type: str,
           trans_b: bool) -> list:
-    """One warpgroup MMA m64nNkK, f32 accumulators in `acc` (n/2 registers); returns the new accumulators."""
+    """One warpgroup MMA m64nNkK, f32 accumulators in `acc` (n/2 registers); returns the new accumulators.
+
+    `desc_a` is a shared-memory descriptor, or a list of four i32 registers (A from registers: two 16-bit
+    elements each, in the accumulator-like fragment order; 16-bit types only)."""
     nacc = len(acc)
     t = _PTX_TYPE[in_type]
     outs = ", ".join(f"${i}" for i in range(nacc))
-    ia, ib, isd = 2 * nacc, 2 * nacc + 1, 2 * nacc + 2
+    reg_a = isinstance(desc_a, list)
+    if reg_a:
+        ia = 2 * nacc
+        a_text = "{" + ", ".join(f"${ia + j}" for j in range(4)) + "}"
+        ib, isd = ia + 4, ia + 5
+    else:
+        ia, ib, isd = 2 * nacc, 2 * nacc + 1, 2 * nacc + 2
+        a_text = f"${ia}"
     if in_type in ("bf16", "f16"):
-        tail = f"p, 1, 1, 0, {1 if trans_b else 0}"
+        tail = f"p, 1, 1, {1 if trans_b else 0}" if reg_a else f"p, 1, 1, 0, {1 if trans_b else 0}"
     else:
         if trans_b:
             raise CompilationError("fp8 wgmma needs a K-major B operand (load B as [N, K] and transpose it)")
         tail = "p, 1, 1"
     asm = (f"{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, ${isd}, 0;\\0A"
-           f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t} {{{outs}}}, ${ia}, ${ib}, {tail};\\0A}}")
-    cons = ",".join(["=f"] * nacc + [str(i) for i in range(nacc)] + ["l", "l", "r"])
+           f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t} {{{outs}}}, {a_text}, ${ib}, {tail};\\0A}}")
+    a_cons = ["r"] * 4 if reg_a else ["l"]
+    cons = ",".join(["=f"] * nacc + [str(i) for i in range(nacc)] + a_cons + ["l", "r"])
     struct = f"!llvm.struct<({', '.join(['f32'] * nacc)})>"
-    operands = list(acc) + [desc_a, desc_b, scale_d]
+    operands = list(acc) + (list(desc_a) if reg_a else [desc_a]) + [desc_b, scale_d]
     res = b.op(f'"llvm.inline_asm"({", ".join(o.name for o in operands)}) <{{asm_string = "{asm}", '
                f'constraints = "{cons}", has_side_effects}}> : ({", ".join(o.type for o in operands)}) -> {struct}',
                struct)
@@ -89,8 +100,13 @@ def _operand_b(ctx: Ctx, bt: SmemTile, kk: int, ksz: int) -> tuple:
 def lower_dot(ctx: Ctx, op) -> None:
     from .shape import convert
     a, bt, acc = (ctx.get(v) for v in op.operands)
-    if not isinstance(a, SmemTile) or not isinstance(bt, SmemTile):
-        raise CompilationError("dot operands must come straight from tawa.load (optionally through tawa.trans)")
+    if not isinstance(bt, SmemTile):
+        raise CompilationError("the B operand of a dot must come straight from tawa.load (optionally through "
+                               "tawa.trans)")
+    if isinstance(a, Tile):
+        return _lower_dot_register_a(ctx, op, a, bt, acc)
+    if not isinstance(a, SmemTile):
+        raise CompilationError("the A operand of a dot must be a loaded tile or a register tile")
     if a.elem != bt.elem:
         raise CompilationError(f"dot operands have different types ({a.elem}, {bt.elem})")
     if a.elem not in _PTX_TYPE:
@@ -122,6 +138,49 @@ def lower_dot(ctx: Ctx, op) -> None:
         regs[s * per_slab:(s + 1) * per_slab] = chunk
     sync.wgmma_commit(b)
     # In a software-pipelined loop one group stays in flight; the loop waits for it after its last iteration.
+    pending = 1 if ctx.pipeline is not None and ctx.pipeline.keeps_dot_async(op) else 0
+    sync.wgmma_wait(b, pending)
+    ctx.set(op.results[0], Tile(regs, layout, "f32"))
+
+
+def _pack2(b: Builder, x: V, y: V) -> V:
+    vec = f"vector<2x{x.type}>"
+    u = b.op(f"llvm.mlir.undef : {vec}", vec)
+    u = b.op(f"llvm.insertelement {x}, {u}[{b.i32(0)} : i32] : {vec}", vec)
+    u = b.op(f"llvm.insertelement {y}, {u}[{b.i32(1)} : i32] : {vec}", vec)
+    return b.op(f"llvm.bitcast {u} : {vec} to i32", "i32")
+
+
+def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
+    """A from registers (e.g. attention's P): the m64k16 A fragment of thread (w, l) holds rows 16w + l/4 (+8),
+    columns 2(l%4) (+1) (+8) -- the accumulator layout of a 16-column chunk -- so an `mma<M x K>` tile feeds
+    wgmma with no data movement: registers 8kk .. 8kk+7 of each slab, packed in pairs."""
+    from .shape import convert
+    if a.elem not in ("bf16", "f16"):
+        raise CompilationError("a dot with A in registers needs 16-bit operands")
+    if a.elem != bt.elem:
+        raise CompilationError(f"dot operands have different types ({a.elem}, {bt.elem})")
+    m, kdim = a.shape
+    kdim2, n = bt.shape
+    a = convert(ctx, a, L.mma(m, kdim, ctx.num_warps))
+    layout = L.parse(op.attributes["tawa.layout"].value)
+    acc = convert(ctx, acc, layout)
+    b = ctx.b
+    groups = max(ctx.num_warps // 4, 1)
+    slabs = m // (64 * groups)
+    per_slab, a_per_slab = n // 2, kdim // 2
+    scale_d = ctx.pipeline.scale_d(ctx, op) if ctx.pipeline is not None else b.i32(1)
+    sync.wgmma_fence(b)
+    regs = list(acc.regs)
+    for s in range(slabs):
+        chunk = regs[s * per_slab:(s + 1) * per_slab]
+        for kk in range(kdim // 16):
+            r = a.regs[s * a_per_slab + 8 * kk: s * a_per_slab + 8 * kk + 8]
+            frag = [_pack2(b, r[2 * j], r[2 * j + 1]) for j in range(4)]
+            db, trans_b = _operand_b(ctx, bt, kk, 16)
+            chunk = wgmma(b, chunk, frag, db, scale_d if kk == 0 else b.i32(1), n, 16, a.elem, trans_b)
+        regs[s * per_slab:(s + 1) * per_slab] = chunk
+    sync.wgmma_commit(b)
     pending = 1 if ctx.pipeline is not None and ctx.pipeline.keeps_dot_async(op) else 0
     sync.wgmma_wait(b, pending)
     ctx.set(op.results[0], Tile(regs, layout, "f32"))

@@ -152,7 +152,7 @@ def lower_store(ctx: Ctx, op) -> None:
         return
     b = ctx.b
     addrs, _ = _addressing(ctx, op, op.operands[0], offsets, value.layout)
-    # Replicated elements: let only the first owner store (writes are identical; this saves bandwidth).
+    # Replicated elements are stored by each owner; the writes are identical.
     for (ptr, pred), v in zip(addrs, value.regs):
         with b.if_(pred):
             b.line(f"llvm.store {v}, {ptr} : {elem}, !llvm.ptr<1>")
