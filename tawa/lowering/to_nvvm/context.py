@@ -144,6 +144,15 @@ class Ctx:
     # set while lowering the body of a software-pipelined loop
     pipeline: object = None
     loop_depth: int = 0
+    #: The barrier that synchronises this context's threads: 0 = the whole CTA (`bar.sync 0`); inside a warp
+    #: group region a named barrier over the region's threads only (the other regions never reach it).
+    barrier_id: int = 0
+    #: Shared-memory ranges (offset, bytes) no longer read or written by anyone (an aref ring after its consumer
+    #: loop drained it): epilogue staging may reuse them.
+    dead_smem: list = field(default_factory=list)
+    #: Grouped launch order for 2-D grids: program ids are remapped so that `pid_group` consecutive programs
+    #: along axis 0 share their axis-1 tiles (L2 reuse); 0 leaves ids as launched.
+    pid_group: int = 0
 
     # ---- values --------------------------------------------------------------------------------------------
     def get(self, value: ir.Value):
@@ -211,6 +220,22 @@ class Ctx:
         base = self.base_coords(layout)
         return [self.b.add(base[d], layout.regs[reg][d]) if layout.regs[reg][d] else base[d]
                 for d in range(layout.rank)]
+
+    def sync_threads(self) -> None:
+        """A barrier over the threads of this context (the CTA, or one warp-group region)."""
+        from . import sync
+        if self.barrier_id == 0:
+            sync.barrier(self.b)
+        else:
+            sync.named_barrier(self.b, self.barrier_id, self.num_threads)
+
+    def scratch(self, nbytes: int) -> int:
+        """Shared bytes for staging that is dead again before anyone else touches the range: a dead ring when
+        one is large enough, else fresh memory."""
+        for off, size in self.dead_smem:
+            if size >= nbytes:
+                return off
+        return self.smem.alloc(nbytes)
 
     # ---- shared memory -------------------------------------------------------------------------------------
     barriers: list = field(default_factory=list)   # (byte offset, arrival count), initialised at kernel start

@@ -250,7 +250,7 @@ def lower_for(ctx: Ctx, op) -> None:
             if stages > 1:
                 if ctx.num_warps > 4:
                     # Every warp group's wgmma of the previous iteration must be done with the slot we refill.
-                    sync.barrier(b)
+                    ctx.sync_threads()
                 iv_n = b.add(iv, b.mul(step, stages - 1))
                 slot_n = b.remu(b.add(counter, stages - 1), stages)
                 pipe.issue(ctx, iv_n, slot_n, b.cmpi("slt", iv_n, ub))

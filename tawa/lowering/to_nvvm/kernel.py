@@ -41,13 +41,53 @@ HANDLERS = {
     "arith.constant": elementwise.lower_constant,
 }
 
+# Warp-group regions (`scf.execute_region`) and `tawa.aref_*`: the warp-specialized schedule.
+from tawa.lowering.aref_lowering import HANDLERS as _WS_HANDLERS  # noqa: E402
+
+HANDLERS.update(_WS_HANDLERS)
+
 _SREG = {"tawa.program_id": "ctaid", "tawa.num_programs": "nctaid"}
+
+#: Programs along grid axis 0 that run next to each other in grouped launch order (warp-specialized kernels).
+PID_GROUP = 8
 
 
 def _sreg(ctx: Ctx, op) -> None:
-    axis = "xyz"[op.attributes["axis"].value]
-    kind = _SREG[op.name]
-    ctx.set(op.results[0], ctx.b.op(f'"nvvm.read.ptx.sreg.{kind}.{axis}"() : () -> i32', "i32", prelude=True))
+    ctx.set(op.results[0], program_index(ctx, op.name, ir.IntegerAttr(op.attributes["axis"]).value))
+
+
+def program_index(ctx: Ctx, name: str, axis: int) -> V:
+    """`tawa.program_id` / `tawa.num_programs` along `axis`; program ids in grouped order when `ctx.pid_group`."""
+    kind = _SREG[name]
+    if kind == "ctaid" and ctx.pid_group and axis < 2:
+        return _grouped_ids(ctx)[axis]
+    return ctx.b.op(f'"nvvm.read.ptx.sreg.{kind}.{"xyz"[axis]}"() : () -> i32', "i32", prelude=True)
+
+
+def _grouped_ids(ctx: Ctx) -> tuple:
+    """Launch order -> program ids such that each run of `G * ny` consecutive CTAs covers G consecutive axis-0
+    ids for every axis-1 id (Triton's grouped ordering). For a GEMM grid (M tiles, N tiles) the CTAs resident
+    at once then share A row panels and B column panels in L2 instead of streaming all of A per N column.
+    Programs are independent, so any bijection of the grid computes the same result."""
+    key = "grouped_pids"
+    if key in ctx._bases:
+        return ctx._bases[key]
+    b, g = ctx.b, ctx.pid_group
+
+    def op(text):
+        return b.op(text, "i32", prelude=True)
+    x, y, nx, ny = (op(f'"nvvm.read.ptx.sreg.{k}"() : () -> i32') for k in ("ctaid.x", "ctaid.y", "nctaid.x",
+                                                                           "nctaid.y"))
+    lin = op(f"arith.addi {x}, {op(f'arith.muli {y}, {nx} : i32')} : i32")
+    size = op(f"arith.muli {ny}, {b.i32(g)} : i32")
+    gid = op(f"arith.divui {lin}, {size} : i32")
+    first = op(f"arith.muli {gid}, {b.i32(g)} : i32")
+    width = op(f"arith.minui {op(f'arith.subi {nx}, {first} : i32')}, {b.i32(g)} : i32")
+    rest = op(f"arith.subi {lin}, {op(f'arith.muli {gid}, {size} : i32')} : i32")
+    px = op(f"arith.addi {first}, {op(f'arith.remui {rest}, {width} : i32')} : i32")
+    py = op(f"arith.divui {rest}, {width} : i32")
+    ctx._bases[key] = (px, py)
+    return px, py
 
 
 def lower_block(ctx: Ctx, block) -> None:
@@ -106,6 +146,9 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
             ctx.set(arg, ctx.params.scalar(i, t))
         elif not isinstance(arg.type, ir.MemRefType):
             raise CompilationError(f"kernel parameter {i} has unsupported type {t}")
+    if any(op.name == "scf.execute_region" for op in ops_of(block)) and \
+            len(attr_to_py(func.attributes["tawa.grid"]) if "tawa.grid" in func.attributes else []) == 2:
+        ctx.pid_group = PID_GROUP
     lower_block(ctx, block)
 
     start: list = []

@@ -169,9 +169,9 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
     arg = ctx.params.arg_index(op.operands[0])
     rank = ir.MemRefType(op.operands[0].type).rank
     tmap = ctx.params.tensormap(arg, [1] * (rank - 2) + [rows, box_cols], SWIZZLE_BYTES)
-    off = ctx.smem.alloc(nbox * box_bytes)
-    # Everyone must be done with whatever shared memory the staging area reuses (a pipeline ring).
-    sync.barrier(b)
+    off = ctx.scratch(nbox * box_bytes)
+    # Everyone must be done with whatever shared memory the staging area reuses (a pipeline or aref ring).
+    ctx.sync_threads()
     lay = tile.layout
     by_coord = {c: i for i, c in enumerate(lay.regs)}
     base = ctx.base_coords(lay)
@@ -200,7 +200,7 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
         else:
             b.line(f"llvm.store {tile.regs[i]}, {ptr} : {tile.elem}, !llvm.ptr<3>")
     sync.fence_proxy_async(b)
-    sync.barrier(b)
+    ctx.sync_threads()
 
     def body():
         for j in range(nbox):
@@ -211,7 +211,7 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
         sync.bulk_wait_read(b, 0)
     issue_elected(ctx, None, body)
     # The staging area may be reused by a later store: wait until the copy engine has read it.
-    sync.barrier(b)
+    ctx.sync_threads()
 
 
 def lower_dim(ctx: Ctx, op) -> None:

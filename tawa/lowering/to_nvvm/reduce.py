@@ -69,11 +69,11 @@ def lower_reduce(ctx: Ctx, op) -> None:
                 idx = b.add(b.mul(idx, out_lay.shape[d]), b.add(base[d], key[d]))
             return idx
 
-        sync.barrier(b)
+        ctx.sync_threads()
         for key in keys:
             slot = b.add(b.mul(widx, out_elems), elem_index(key))
             b.line(f"llvm.store {partial[key]}, {ctx.smem_ptr(b.add(b.mul(slot, 4), off))} : {work}, !llvm.ptr<3>")
-        sync.barrier(b)
+        ctx.sync_threads()
         for key in keys:
             acc = None
             for w in range(nw):
@@ -81,7 +81,7 @@ def lower_reduce(ctx: Ctx, op) -> None:
                 v = b.op(f"llvm.load {ctx.smem_ptr(b.add(b.mul(slot, 4), off))} : !llvm.ptr<3> -> {work}", work)
                 acc = v if acc is None else _combine(b, kind, acc, v)
             partial[key] = acc
-        sync.barrier(b)
+        ctx.sync_threads()
     out = [partial[k] for k in out_lay.regs]
     if work != elem:
         out = [b.cast("truncf", v, elem) for v in out]

@@ -55,13 +55,13 @@ def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
             idx = b.add(b.mul(idx, lay.shape[d]), coords[d])
         return ctx.smem_ptr(b.add(b.mul(idx, es), off))
 
-    sync.barrier(b)
+    ctx.sync_threads()
     for r, v in enumerate(tile.regs):
         b.line(f"llvm.store {v}, {flat(tile.layout, r)} : {tile.elem}, !llvm.ptr<3>")
-    sync.barrier(b)
+    ctx.sync_threads()
     regs = [b.op(f"llvm.load {flat(layout, r)} : !llvm.ptr<3> -> {tile.elem}", tile.elem)
             for r in range(len(layout.regs))]
-    sync.barrier(b)
+    ctx.sync_threads()
     return Tile(regs, layout, tile.elem)
 
 
