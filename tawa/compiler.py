@@ -23,7 +23,7 @@ from tawa.options import CompileOptions
 
 
 #: Whether the GPU backend lowers warp-specialized kernels (arefs, warp groups) in this build.
-GPU_WARP_SPECIALIZATION = False
+GPU_WARP_SPECIALIZATION = True
 
 
 @dataclass
@@ -59,6 +59,10 @@ PIPELINE = [
     Pass("aref-insertion", "aref_insertion", when=_ws),
     Pass("partition", "partition", when=_ws),
     Pass("protocol-check", "protocol_check", when=_ws),
+    # Warp specialization on the GPU: setmaxnreg budgets, then warp-group indices, launch size and TMA-issued
+    # loads (the NVVM conversion lowers the regions and arefs to mbarrier rings).
+    Pass("register-realloc", "register_realloc", when=_gpu_ws),
+    Pass("aref-lowering", "aref_lowering", when=_gpu_ws),
     # GPU backend: distributed layouts, the uniform-warp software pipeline, then NVVM and LLVM.
     Pass("assign-layouts", "assign_layouts", when=_gpu),
     Pass("software-pipeline", "software_pipeline", when=_gpu_uniform),
@@ -99,11 +103,16 @@ def kernel_function(module):
     raise CompilationError("the module holds no kernel function")
 
 
+def is_tile_level(p: Pass) -> bool:
+    """Tile-level passes keep the program in the `tawa` dialect and run for every target."""
+    return p.when in (_always, _ws)
+
+
 def run_pipeline(module, options: CompileOptions, plan: Plan, stop_after: str | None = None,
-                 timings: dict | None = None):
+                 timings: dict | None = None, tile_level_only: bool = False):
     """Run the passes the plan selects, in PIPELINE order, optionally stopping after the pass named."""
     for p in PIPELINE:
-        if not p.when(plan):
+        if not p.when(plan) or (tile_level_only and not is_tile_level(p)):
             continue
         t0 = time.perf_counter()
         module = p.run(module, options)
@@ -130,9 +139,9 @@ def compile_source(source: str, filename: str, options: CompileOptions, emit: st
     if emit == "tawa":
         return module
     plan, notes = plan_for(module, options)
-    module = run_pipeline(module, options, plan)
     if emit == "mlir":
-        return module
+        return run_pipeline(module, options, plan, tile_level_only=True)
+    module = run_pipeline(module, options, plan)
     if plan.target == "cpu":
         attrs = _kernel_attrs(kernel_function(module))
         return CompiledKernel(name=attrs["name"], target="cpu", params=attrs["params"], grid=attrs["grid"],

@@ -28,7 +28,7 @@ def hopper_gpu_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    # TAWA_PREFILL=1: GPU tests compile their kernels into the cache and skip themselves (tests/e2e/support.py).
+    # TAWA_PREFILL=1: GPU tests compile their kernels into the cache and skip themselves (tests/e2e/e2e_support.py).
     if hopper_gpu_available() or os.environ.get("TAWA_PREFILL") == "1":
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA Hopper GPU (sm_90)")

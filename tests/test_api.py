@@ -1,4 +1,5 @@
 """The public API on the CPU target: tawa.compile / tawa.interpret, launch forms, options and errors."""
+import pathlib
 import ml_dtypes
 import numpy as np
 import pytest
@@ -6,7 +7,7 @@ import pytest
 import tawa
 from tawa.errors import CompilationError, LaunchError
 
-from conftest import EXAMPLES
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
 BF16 = ml_dtypes.bfloat16
 GEMM = str(EXAMPLES / "gemm.tawa")

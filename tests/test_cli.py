@@ -1,4 +1,5 @@
 """tawac: emitting IR, constant overrides, the pass dump, and error reporting (no GPU needed)."""
+import pathlib
 import subprocess
 import sys
 
@@ -7,7 +8,7 @@ from mlir import ir
 from tawa.cli import main
 from tawa.ir.dialect import make_context
 
-from conftest import EXAMPLES
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
 GEMM = str(EXAMPLES / "gemm.tawa")
 

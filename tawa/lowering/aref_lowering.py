@@ -146,19 +146,25 @@ def lower_aref_create(ctx, op) -> None:
     ctx.set(op.results[0], Ring(depth, base, top, offsets, sizes, full, empty))
 
 
-def _stage_phase(ctx, op, ring: Ring):
-    """(stage, phase) of the put/get/consumed `op`: from the enclosing loop's iteration index."""
+def _iteration(ctx, op):
+    """The index k of the current iteration of the loop around the put/get/consumed `op` (0 outside loops)."""
     b = ctx.b
     parent = ws_ir.parent_op(op)
     if parent is not None and parent.name == "scf.for":
+        loop = getattr(ctx, "pipeline", None)
+        if isinstance(loop, ConsumerLoop) and loop.for_op == parent:
+            return loop.k
         iv = ctx.get(parent.regions[0].blocks[0].arguments[0])
         lb, step = ctx.get(parent.operands[0]), ctx.get(parent.operands[2])
-        k = b.binary("divsi", b.sub(iv, lb), step)
-    elif parent is not None and ws_ir.warp_group_role(parent):
-        k = b.i32(0)
-    else:
-        raise CompilationError(f"{op.name}{ws_ir.where(op)}: arefs are lowered only directly in a warp group or "
-                               f"in a loop directly inside one")
+        return b.binary("divsi", b.sub(iv, lb), step)
+    if parent is not None and ws_ir.warp_group_role(parent):
+        return b.i32(0)
+    raise CompilationError(f"{op.name}{ws_ir.where(op)}: arefs are lowered only directly in a warp group or "
+                           f"in a loop directly inside one")
+
+
+def _stage_of(ctx, ring: Ring, k):
+    b = ctx.b
     if ring.depth & (ring.depth - 1) == 0:
         shift = ring.depth.bit_length() - 1
         stage = b.and_(k, ring.depth - 1)
@@ -167,6 +173,11 @@ def _stage_phase(ctx, op, ring: Ring):
         stage = b.remu(k, ring.depth)
         phase = b.and_(b.divu(k, ring.depth), 1)
     return stage, phase
+
+
+def _stage_phase(ctx, op, ring: Ring):
+    """(stage, phase) of the put/get/consumed `op`: from the enclosing loop's iteration index."""
+    return _stage_of(ctx, ring, _iteration(ctx, op))
 
 
 def _barrier(ctx, base: int, stage):
@@ -217,14 +228,116 @@ def lower_aref_consumed(ctx, op) -> None:
     from tawa.lowering.to_nvvm import sync
     b = ctx.b
     ring = ctx.get(op.operands[0])
+    loop = ctx.pipeline
+    if isinstance(loop, ConsumerLoop) and loop.deferred and ws_ir.parent_op(op) == loop.for_op:
+        # The dots of this iteration stay in flight; the previous iteration's group is complete (the dot waited
+        # with one group pending), so its slot is the one released.
+        with b.if_(b.cmpi("sgt", loop.k, 0)):
+            stage, _ = _stage_of(ctx, ring, b.sub(loop.k, 1))
+            _release(ctx, ring, stage)
+        loop.released.append(ring)
+        return
     stage, _ = _stage_phase(ctx, op, ring)
     # Every wgmma that read the slot must be complete before the producer may overwrite it.
     sync.wgmma_wait(b, 0)
+    _release(ctx, ring, stage)
+
+
+def _release(ctx, ring: Ring, stage) -> None:
+    """One elected thread of each warp group arrives on `empty[stage]` (its arrival count is the number of
+    consumer warp groups)."""
+    from tawa.lowering.to_nvvm import sync
+    b = ctx.b
     first_warp = b.cmpi("eq", b.and_(ctx.warp(), WARPS_PER_GROUP - 1), 0)
     with b.if_(first_warp):
         elected = sync.elect_sync(b)
         with b.if_(elected):
             sync.mbarrier_arrive(b, _barrier(ctx, ring.empty, stage))
+
+
+class ConsumerLoop:
+    """A consumer warp group's loop over aref slots, as `ctx.pipeline` while its body is lowered.
+
+    When every tile taken from the ring only feeds dots whose result merely accumulates into the next
+    iteration's dot (a GEMM main loop), one wgmma group stays in flight across iterations (`deferred`): the dot
+    waits with one group pending and `aref_consumed` releases the previous iteration's slot; after the loop
+    all groups are awaited and the last slot is released. That needs a ring of at least 2 slots (the consumer
+    holds two at once). Otherwise every dot completes before its slot is released.
+    """
+
+    def __init__(self, ctx, for_op):
+        from tawa.lowering.to_nvvm.control import Pipeline, dot_only_accumulates
+        b = ctx.b
+        self.for_op = for_op
+        body = for_op.regions[0].blocks[0]
+        lb, step = ctx.get(for_op.operands[0]), ctx.get(for_op.operands[2])
+        self.k = b.binary("divsi", b.sub(ctx.get(body.arguments[0]), lb), step)
+        self.counter = self.k
+        self._zero_acc = Pipeline._zero_started_accumulators(for_op)
+        ops = list(ws_ir.ops_of(body))
+        gets = [o for o in ops if o.name == "tawa.aref_get"]
+        self.async_dots = {o for o in ops if o.name == "tawa.dot" and dot_only_accumulates(for_op, o)}
+        self.deferred = bool(self.async_dots) and all(
+            ctx.get(g.operands[0]).depth >= 2 and all(self._feeds_async_dots(r) for r in g.results) for g in gets)
+        self.released: list = []
+
+    def _feeds_async_dots(self, value) -> bool:
+        for u in _users(value):
+            if u.name == "tawa.trans":
+                if not self._feeds_async_dots(u.results[0]):
+                    return False
+            elif u.name != "tawa.dot" or u not in self.async_dots:
+                return False
+        return True
+
+    # the interface of the software pipeline that the dot lowering queries
+    def owns(self, op) -> bool:
+        return False
+
+    def keeps_dot_async(self, op) -> bool:
+        return self.deferred and op in self.async_dots
+
+    def scale_d(self, ctx, op):
+        body = self.for_op.regions[0].blocks[0]
+        for i in self._zero_acc:
+            if body.arguments[i + 1] == op.operands[2]:
+                return ctx.b.cast("extui", ctx.b.cmpi("ne", self.k, 0), "i32")
+        return ctx.b.i32(1)
+
+    def finish(self, ctx) -> None:
+        """After the loop: wait for the dots still in flight and release the slot of the last iteration; then
+        the rings this loop drained are dead (every put has a matching get in this loop)."""
+        from tawa.lowering.to_nvvm import sync
+        b = ctx.b
+        if self.deferred:
+            sync.wgmma_wait(b, 0)
+            lb, ub, step = (ctx.get(v) for v in list(self.for_op.operands)[:3])
+            trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+            with b.if_(b.cmpi("sgt", trips, 0)):
+                for ring in self.released:
+                    stage, _ = _stage_of(ctx, ring, b.sub(trips, 1))
+                    _release(ctx, ring, stage)
+        for op in ws_ir.ops_of(self.for_op.regions[0].blocks[0]):
+            if op.name == "tawa.aref_get":
+                ring = ctx.get(op.operands[0])
+                if all(u.name == "tawa.aref_put" or _inside(u, self.for_op) for u in _users(op.operands[0])):
+                    ctx.dead_smem.append((ring.base, ring.depth * ring.slot_bytes))
+
+
+def _inside(op, ancestor) -> bool:
+    cur = ws_ir.parent_op(op)
+    while cur is not None:
+        if cur == ancestor:
+            return True
+        cur = ws_ir.parent_op(cur)
+    return False
+
+
+def consumer_loop(ctx, for_op):
+    """A `ConsumerLoop` when `for_op` takes slots of an aref directly in its body, else None."""
+    if any(o.name == "tawa.aref_get" for o in ws_ir.ops_of(for_op.regions[0].blocks[0])):
+        return ConsumerLoop(ctx, for_op)
+    return None
 
 
 # ---- warp groups -------------------------------------------------------------------------------------------
@@ -234,6 +347,9 @@ def region_context(ctx, first_group: int, num_groups: int):
     from tawa.lowering.to_nvvm.context import Ctx
     child = Ctx(ctx.b, ctx.params, ctx.smem, WARPS_PER_GROUP * num_groups, env=ctx.env)
     child.barriers = ctx.barriers
+    child.pid_group = ctx.pid_group
+    # Named barrier 0 is the CTA barrier; each region gets its own (ids 1..15), over its threads only.
+    child.barrier_id = 1 + first_group
     tid = ctx.tid()
     child._tid = tid if first_group == 0 else ctx.b.op(
         f"arith.subi {tid}, {ctx.b.i32(THREADS_PER_GROUP * first_group)} : i32", "i32", prelude=True)
@@ -259,7 +375,10 @@ def lower_warp_group(ctx, op) -> None:
         child = region_context(ctx, first, count)
         block = op.regions[0].blocks[0]
         if role == "producer":
-            lower_producer_block(child, block)
+            # The producer's work is one thread's (an elected lane issues the copies): only its first warp runs
+            # the loop and waits on the barriers; the other warps only give their registers back.
+            with b.if_(child.is_warp0()):
+                lower_producer_block(child, block)
         else:
             from tawa.lowering.to_nvvm.kernel import lower_block
             lower_block(child, block)
@@ -283,9 +402,8 @@ def lower_producer_block(ctx, block) -> None:
         elif name == "tawa.aref_put":
             lower_aref_put(ctx, op)
         elif name in _SREG:
-            axis = "xyz"[ir.IntegerAttr(op.attributes["axis"]).value]
-            ctx.set(op.results[0], b.op(f'"nvvm.read.ptx.sreg.{_SREG[name]}.{axis}"() : () -> i32', "i32",
-                                        prelude=True))
+            from tawa.lowering.to_nvvm.kernel import program_index
+            ctx.set(op.results[0], program_index(ctx, name, ir.IntegerAttr(op.attributes["axis"]).value))
         elif name == "tawa.dim":
             memory.lower_dim(ctx, op)
         elif name == "arith.constant":

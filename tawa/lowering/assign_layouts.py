@@ -66,14 +66,33 @@ def _elementwise(op) -> bool:
 
 def run(module: ir.Module, options=None) -> ir.Module:
     func = find_kernel(module)
-    W = kernel_num_warps(func, options)
-    ops = []
-    _walk(func.regions[0].blocks[0], ops)
-    ctx = module.context
+    body = func.regions[0].blocks[0]
+    groups = [op for op in ops_of(body) if op.name == "scf.execute_region"]
+    if not groups:
+        ops = []
+        _walk(body, ops)
+        _assign(ops, kernel_num_warps(func, options), module.context)
+        return module
+    # Warp-specialized: each consumer region is laid out over its own warps; the producer holds no register
+    # tiles (its loads are issued by the aref puts).
+    for g in groups:
+        if "tawa.warp_group" in g.attributes and ir.StringAttr(g.attributes["tawa.warp_group"]).value == "consumer":
+            n = ir.IntegerAttr(g.attributes["tawa.num_warp_groups"]).value \
+                if "tawa.num_warp_groups" in g.attributes else 1
+            ops = []
+            _walk(g.regions[0].blocks[0], ops)
+            _assign(ops, 4 * n, module.context)
+    return module
 
+
+def _assign(ops: list, W: int, ctx) -> None:
+    """Layouts for the tiles produced by `ops` (one kernel body or one warp-group region) over W warps."""
     smem = set()
     for op in ops:
-        if op.name == "tawa.load" and _feeds_dots_only(op.results[0]):
+        if op.name == "tawa.aref_get":
+            # A slot's tiles are in shared memory as the producer's TMA copies wrote them.
+            smem.update(r for r in op.results if _is_tile(r))
+        elif op.name == "tawa.load" and "tawa.aref_load" not in op.attributes and _feeds_dots_only(op.results[0]):
             op.attributes["tawa.smem"] = ir.UnitAttr.get(ctx)
             smem.add(op.results[0])
     for op in ops:
@@ -214,4 +233,3 @@ def run(module: ir.Module, options=None) -> ir.Module:
                 else:
                     descs.append("")
             op.attributes["tawa.layouts"] = ir.ArrayAttr.get([ir.StringAttr.get(d, ctx) for d in descs], ctx)
-    return module

@@ -78,6 +78,8 @@ def _loops(block, depth, out):
 def run(module: ir.Module, options=None) -> ir.Module:
     func = find_kernel(module)
     ctx = module.context
+    if any(op.name == "scf.execute_region" for op in ops_of(func.regions[0].blocks[0])):
+        return module   # warp specialized: the aref rings are the pipeline
     stages_wanted = max(int(getattr(options, "num_stages", 3) or 1), 1)
     loops = []
     _loops(func.regions[0].blocks[0], 0, loops)

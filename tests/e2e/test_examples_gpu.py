@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from support import compiled, poisoned, rel_err
+from e2e_support import compiled, poisoned, rel_err
 
 pytestmark = pytest.mark.gpu
 SCHEDULES = [pytest.param(None, id="auto"), pytest.param(False, id="uniform")]

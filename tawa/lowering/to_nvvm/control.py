@@ -127,22 +127,7 @@ class Pipeline:
         return SmemTile(self.slot_offsets[id_(op)], t.rows, t.cols, t.elem)
 
     def keeps_dot_async(self, op) -> bool:
-        """A dot may stay in flight across the iteration only if its result just flows, through the loop's
-        yield, into the accumulator of a dot of the next iteration (reading it earlier would race)."""
-        if self.stages < 2:
-            return False
-        body = self.for_op.regions[0].blocks[0]
-        yield_op = ops_of(body)[-1]
-        for use in op.results[0].uses:
-            owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-            if owner != yield_op:
-                return False
-            barg = body.arguments[use.operand_number + 1]
-            for u2 in barg.uses:
-                o2 = u2.owner.operation if hasattr(u2.owner, "operation") else u2.owner
-                if not (o2.name == "tawa.dot" and u2.operand_number == 2):
-                    return False
-        return True
+        return self.stages >= 2 and dot_only_accumulates(self.for_op, op)
 
     def scale_d(self, ctx: Ctx, op):
         acc = op.operands[2]
@@ -193,6 +178,23 @@ def id_(op):
     return op.operation
 
 
+def dot_only_accumulates(for_op, op) -> bool:
+    """A dot may stay in flight across the iteration only if its result just flows, through the loop's yield,
+    into the accumulator of a dot of the next iteration (reading it earlier would race)."""
+    body = for_op.regions[0].blocks[0]
+    yield_op = ops_of(body)[-1]
+    for use in op.results[0].uses:
+        owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if owner != yield_op:
+            return False
+        barg = body.arguments[use.operand_number + 1]
+        for u2 in barg.uses:
+            o2 = u2.owner.operation if hasattr(u2.owner, "operation") else u2.owner
+            if not (o2.name == "tawa.dot" and u2.operand_number == 2):
+                return False
+    return True
+
+
 def lower_for(ctx: Ctx, op) -> None:
     from .kernel import lower_block
     b = ctx.b
@@ -226,8 +228,14 @@ def lower_for(ctx: Ctx, op) -> None:
     b.line(f"{res}scf.for {iv} = {lb} to {ub} step {step}{iter_text} : {lb.type} {{")
     saved_pipe = ctx.pipeline
     ctx.loop_depth += 1
+    ws_loop = None
     with b.indented():
         ctx.set(body.arguments[0], iv)
+        if not pipe:
+            from tawa.lowering.aref_lowering import consumer_loop
+            ws_loop = consumer_loop(ctx, op)
+            if ws_loop is not None:
+                ctx.pipeline = ws_loop
         carried = args[1:] if pipe else args
         for barg, val in zip(list(body.arguments)[1:], _unflatten(carried, list(body.arguments)[1:], layouts)):
             ctx.set(barg, val)
@@ -260,6 +268,8 @@ def lower_for(ctx: Ctx, op) -> None:
     b.line("}")
     ctx.loop_depth -= 1
     ctx.pipeline = saved_pipe
+    if ws_loop is not None:
+        ws_loop.finish(ctx)
     results = _results(b, base, types) if types else []
     if pipe:
         results = results[1:]

@@ -1,5 +1,6 @@
 """The disk cache through the public API: a hit needs neither MLIR nor Lark, and any change to what determines
 the code (source, constants, options) misses."""
+import pathlib
 import json
 import os
 import subprocess
@@ -7,7 +8,8 @@ import sys
 
 import tawa
 
-from conftest import EXAMPLES, ROOT
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
 
 GEMM = str(EXAMPLES / "gemm.tawa")
 
