@@ -70,9 +70,9 @@ def main(argv=None) -> int:
         else:
             kernel = compile_source(source, filename, options)
             for note in kernel.notes:
-                print(f"{filename}: note: {note}", file=sys.stderr)
-            if args.verbose and getattr(kernel, "resource_report", None):
-                print(kernel.resource_report, file=sys.stderr)
+                # ptxas's resource report (registers, spills, stack) is shown with --verbose only.
+                if args.verbose or not note.startswith("ptxas"):
+                    print(f"{filename}: note: {note}", file=sys.stderr)
             if args.emit == "ptx":
                 if not kernel.ptx:
                     raise TawaError("this target produces no PTX (use --target cuda)")

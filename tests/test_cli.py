@@ -56,3 +56,11 @@ def test_entry_point_runs_as_module():
     out = subprocess.run([sys.executable, "-m", "tawa", GEMM, "--emit", "tawa"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "func.func @gemm" in out.stdout
+
+
+def test_verbose_prints_the_ptxas_resource_report(tmp_path, capsys):
+    out = tmp_path / "gemm.cubin"
+    assert main([GEMM, "--emit", "cubin", "-o", str(out), "--verbose"]) == 0
+    err = capsys.readouterr().err
+    assert "registers" in err and "spill" in err
+    assert out.read_bytes()[:4] == b"\x7fELF"

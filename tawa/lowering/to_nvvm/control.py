@@ -178,6 +178,10 @@ def id_(op):
     return op.operation
 
 
+def _takes_aref_slots(for_op) -> bool:
+    return any(o.name == "tawa.aref_get" for o in ops_of(for_op.regions[0].blocks[0]))
+
+
 def dot_only_accumulates(for_op, op) -> bool:
     """A dot may stay in flight across the iteration only if its result just flows, through the loop's yield,
     into the accumulator of a dot of the next iteration (reading it earlier would race)."""
@@ -214,6 +218,11 @@ def lower_for(ctx: Ctx, op) -> None:
     for v, lay in zip(inits, layouts):
         flat_init.extend(flatten(ctx, ctx.get(v), lay))
     types = _types(op.results, layouts)
+    if stages > 1 or (not stages and _takes_aref_slots(op)):
+        # Accumulators stay in flight across iterations: give them opaque initial values, so that LLVM neither
+        # rematerialises constants into them on some path while a wgmma group may be in flight (ptxas then
+        # serializes every wgmma, C7515) nor peels the first iteration around them.
+        flat_init = sync.fence_registers(b, flat_init)
     if pipe:
         flat_init = [b.i32(0)] + flat_init
         types = ["i32"] + types
@@ -275,7 +284,10 @@ def lower_for(ctx: Ctx, op) -> None:
         results = results[1:]
         if stages > 1:
             sync.wgmma_wait(b, 0)
+            results = sync.fence_registers(b, results)
         ctx.smem.pop()
+    if ws_loop is not None and ws_loop.deferred:
+        results = sync.fence_registers(b, results)
     for r, val in zip(op.results, _unflatten(results, list(op.results), layouts)):
         ctx.set(r, val)
 

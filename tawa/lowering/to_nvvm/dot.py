@@ -140,6 +140,8 @@ def lower_dot(ctx: Ctx, op) -> None:
     # In a software-pipelined loop one group stays in flight; the loop waits for it after its last iteration.
     pending = 1 if ctx.pipeline is not None and ctx.pipeline.keeps_dot_async(op) else 0
     sync.wgmma_wait(b, pending)
+    if not pending:
+        regs = sync.fence_registers(b, regs)
     ctx.set(op.results[0], Tile(regs, layout, "f32"))
 
 
@@ -183,4 +185,6 @@ def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
     sync.wgmma_commit(b)
     pending = 1 if ctx.pipeline is not None and ctx.pipeline.keeps_dot_async(op) else 0
     sync.wgmma_wait(b, pending)
+    if not pending:
+        regs = sync.fence_registers(b, regs)
     ctx.set(op.results[0], Tile(regs, layout, "f32"))

@@ -104,3 +104,25 @@ def wgmma_wait(b: Builder, pending: int) -> None:
 def shfl_xor(b: Builder, value: V, lane_mask: int) -> V:
     return b.op(f'"nvvm.shfl.sync"({b.i32(-1)}, {value}, {b.i32(lane_mask)}, {b.i32(31)}) '
                 f'<{{kind = #nvvm<shfl_kind bfly>}}> : (i32, {value.type}, i32, i32) -> {value.type}', value.type)
+
+
+def fence_registers(b: Builder, regs: list) -> list:
+    """Pass registers through an empty side-effecting inline asm that ties each output to its input.
+
+    LLVM sees no data dependence between `wgmma.wait_group` and the accumulator registers the wgmma wrote, so
+    it may move reads of them (a conversion, a phi copy) above the wait; ptxas then serializes every wgmma
+    (C7514) or, worse, the read races the tensor cores. Uses of the returned values are ordered after the
+    asm, and the asm after the wait (both have side effects)."""
+    f32 = [i for i, r in enumerate(regs) if r.type == "f32"]
+    if not f32:
+        return list(regs)
+    ins = [regs[i] for i in f32]
+    n = len(ins)
+    cons = ",".join(["=f"] * n + [str(i) for i in range(n)])
+    struct = f"!llvm.struct<({', '.join(['f32'] * n)})>"
+    res = b.op(f'"llvm.inline_asm"({", ".join(v.name for v in ins)}) <{{asm_string = "", constraints = "{cons}", '
+               f'has_side_effects}}> : ({", ".join(v.type for v in ins)}) -> {struct}', struct)
+    out = list(regs)
+    for j, i in enumerate(f32):
+        out[i] = b.op(f"llvm.extractvalue {res}[{j}] : {struct}", "f32")
+    return out
