@@ -7,6 +7,11 @@ machines:
     python bench/bench_gemm.py run    [--out DIR]   # load them, check against torch, time them
 
 `python bench/bench_gemm.py` does both on one machine. DIR defaults to `.carry/` in the repository root.
+
+The GEMM sweep (bf16 and fp16; M x N x K = 4096^3, 8192^3, 8192x8192x2048, 4096x14336x4096, 512x8192x8192)
+times, side by side in one process and alternating over rounds, `examples/gemm.tawa` warp specialized (three tile
+shapes, see GEMM_VARIANTS; "Tawa-WS" is BLOCK_M=256) and uniform-warp, torch.matmul (cuBLAS) and a plain
+Triton matmul with a small autotune set; it prints TFLOP/s, ratios to cuBLAS and their geometric means.
 """
 from __future__ import annotations
 
@@ -21,31 +26,37 @@ sys.path.insert(0, ROOT)
 
 #: name -> (example file, constants, compile options)
 KERNELS = {
-    "gemm_bf16_s3": ("gemm.tawa", {}, {"num_stages": 3}),
-    "gemm_bf16_s4": ("gemm.tawa", {}, {"num_stages": 4}),
-    "gemm_f16_s4": ("gemm.tawa", {"DTYPE": "f16"}, {"num_stages": 4}),
-    "gemm_bf16_128x256_w8": ("gemm.tawa", {"BLOCK_N": 256}, {"num_stages": 3, "num_warps": 8}),
-    "gemm_bf16_256x128_w8": ("gemm.tawa", {"BLOCK_M": 256}, {"num_stages": 4, "num_warps": 8}),
-    "gemm_bias_gelu": ("gemm_bias_act.tawa", {}, {"num_stages": 3}),
-    "gemm_fp8": ("gemm_fp8.tawa", {}, {"num_stages": 3}),
+    "gemm_bias_gelu": ("gemm_bias_act.tawa", {}, {}),
+    "gemm_fp8": ("gemm_fp8.tawa", {}, {}),
     "softmax": ("softmax.tawa", {}, {}),
-    "flash_attention": ("flash_attention.tawa", {}, {"num_stages": 2, "num_warps": 8}),
-    "flash_attention_causal": ("flash_attention.tawa", {"CAUSAL": 1}, {"num_stages": 2, "num_warps": 8}),
+    "flash_attention": ("flash_attention.tawa", {}, {}),
+    "flash_attention_causal": ("flash_attention.tawa", {"CAUSAL": 1}, {}),
 }
+#: The GEMM variants of the sweep: warp specialized (1 producer + 2 consumer warp groups, the ring depth chosen by
+#: the compiler: 6 slots for 128x128 tiles, 4 for 128x256 / 256x128) and uniform-warp (software pipelined).
+GEMM_VARIANTS = {
+    "ws_128x128": ({}, {"warp_specialize": True}),
+    "ws_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True}),
+    "ws_256x128": ({"BLOCK_M": 256}, {"warp_specialize": True}),
+    "uni_128x128": ({}, {"warp_specialize": False, "num_stages": 3}),
+    "uni_128x256": ({"BLOCK_N": 256}, {"warp_specialize": False, "num_stages": 3, "num_warps": 8}),
+}
+for _dt in ("bf16", "f16"):
+    for _v, (_c, _o) in GEMM_VARIANTS.items():
+        KERNELS[f"gemm_{_dt}_{_v}"] = ("gemm.tawa", {**_c, "DTYPE": _dt}, _o)
+
+SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 2048), (4096, 14336, 4096), (512, 8192, 8192)]
 
 
 def build(out: str) -> None:
-    import tawa.frontend as fe
-    from tawa.lowering.backend import build_kernel
+    from tawa.compiler import compile_source
     from tawa.options import CompileOptions
     os.makedirs(out, exist_ok=True)
     for name, (src, consts, opts) in KERNELS.items():
         path = os.path.join(ROOT, "examples", src)
         t = time.time()
         try:
-            module = fe.parse_and_lower(open(path).read(), path, dict(consts))
-            with module.context:
-                k = build_kernel(module, CompileOptions(**opts))
+            k = compile_source(open(path).read(), path, CompileOptions(constants=dict(consts), **opts))
         except Exception as e:  # report and go on: one failing kernel must not hide the others
             print(f"{name}: BUILD FAILED: {str(e)[:400]}")
             continue
@@ -85,6 +96,148 @@ def _time(fn, reps=30, rounds=5):
     return best[len(best) // 2]
 
 
+def triton_matmul():
+    """A plain Triton matmul in the style of the Triton tutorial (grouped tile order, a small autotune set)."""
+    import triton
+    import triton.language as tl
+
+    configs = [triton.Config({"BM": bm, "BN": bn, "BK": 64, "G": 8}, num_stages=s, num_warps=w)
+               for bm, bn, s, w in ((128, 256, 3, 8), (256, 128, 3, 8), (128, 128, 4, 4), (128, 256, 4, 8))]
+
+    @triton.autotune(configs=configs, key=["M", "N", "K"])
+    @triton.jit
+    def kernel(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
+               BK: tl.constexpr, G: tl.constexpr):
+        pid = tl.program_id(0)
+        npm, npn = tl.cdiv(M, BM), tl.cdiv(N, BN)
+        group = pid // (G * npn)
+        first = group * G
+        gm = tl.minimum(npm - first, G)
+        pm = first + (pid % (G * npn)) % gm
+        pn = (pid % (G * npn)) // gm
+        rm = (pm * BM + tl.arange(0, BM)) % M
+        rn = (pn * BN + tl.arange(0, BN)) % N
+        rk = tl.arange(0, BK)
+        pa = a + rm[:, None] * sam + rk[None, :] * sak
+        pb = b + rk[:, None] * sbk + rn[None, :] * sbn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            x = tl.load(pa, mask=rk[None, :] < K - k * BK, other=0.0)
+            y = tl.load(pb, mask=rk[:, None] < K - k * BK, other=0.0)
+            acc = tl.dot(x, y, acc)
+            pa += BK * sak
+            pb += BK * sbk
+        om = pm * BM + tl.arange(0, BM)
+        on = pn * BN + tl.arange(0, BN)
+        tl.store(c + om[:, None] * scm + on[None, :] * scn, acc.to(c.dtype.element_ty),
+                 mask=(om[:, None] < M) & (on[None, :] < N))
+
+    def matmul(a, b, c):
+        M, K = a.shape
+        N = b.shape[1]
+        grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)
+        kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+        return c
+    return matmul
+
+
+def gemm_sweep(out, dev, check) -> None:
+    """Correctness of every GEMM variant on ragged shapes, then the sweep: all implementations timed side by side
+    (alternating over rounds: the clock drifts under sustained load), TFLOP/s and ratios to cuBLAS."""
+    import math
+    import torch
+    try:
+        tri = triton_matmul()
+    except Exception as e:  # Triton missing: the other columns still mean something
+        print("triton unavailable:", e)
+        tri = None
+    ragged = [(1000, 1000, 1000), (777, 1000, 520), (256, 384, 40), (130, 136, 72)]
+    table = {}
+    for dt_name, dt in (("bf16", torch.bfloat16), ("f16", torch.float16)):
+        impls = {}
+        for v in GEMM_VARIANTS:
+            name = f"gemm_{dt_name}_{v}"
+            if not os.path.exists(os.path.join(out, name + ".json")):
+                continue
+            k = _load(out, name)
+            ok = True
+            for (M, N, K) in ragged:
+                a = torch.randn(M, K, device=dev, dtype=dt)
+                b = torch.randn(K, N, device=dev, dtype=dt)
+                c = torch.full((M, N), float("nan"), device=dev, dtype=dt)
+                try:
+                    k.launch([a, b, c])
+                    torch.cuda.synchronize()
+                except Exception as e:
+                    print(f"  {name} {M}x{N}x{K}: LAUNCH FAILED {e}")
+                    ok = False
+                    break
+                ok &= check(f"{name} {M}x{N}x{K}", c, a.float() @ b.float(), 1e-2)
+            if ok:
+                impls[v] = (lambda k: lambda a, b, c: k.launch([a, b, c]))(k)
+        impls["cublas"] = lambda a, b, c: torch.matmul(a, b, out=c)
+        if tri is not None:
+            impls["triton"] = tri
+        for (M, N, K) in SWEEP:
+            a = torch.randn(M, K, device=dev, dtype=dt)
+            b = torch.randn(K, N, device=dev, dtype=dt)
+            c = torch.empty(M, N, device=dev, dtype=dt)
+            ref = a.float() @ b.float()
+            live = {}
+            for n, f in impls.items():
+                c.fill_(float("nan"))
+                f(a, b, c)
+                torch.cuda.synchronize()
+                if check(f"{dt_name} {n} {M}x{N}x{K}", c, ref, 1e-2):
+                    live[n] = f
+            times = {n: [] for n in live}
+            for _ in range(5):
+                for n, f in live.items():
+                    times[n].append(_time(lambda: f(a, b, c), reps=20, rounds=1))
+            for n in live:
+                t = sorted(times[n])[len(times[n]) // 2]
+                table[(dt_name, (M, N, K), n)] = 2 * M * N * K / t / 1e9
+    print_table(table)
+
+
+#: The warp-specialized variant reported as "Tawa-WS": one fixed configuration for the whole sweep (gemm.tawa with
+#: BLOCK_M=256: each consumer warp group computes 128x128 of a 256x128 tile). "WS best" picks per shape.
+HEADLINE_WS = "ws_256x128"
+
+
+def print_table(table) -> None:
+    import math
+    names = sorted({k[2] for k in table})
+    ws = [n for n in names if n.startswith("ws_")]
+    uni = [n for n in names if n.startswith("uni_")]
+    cols = ["Tawa-WS", "WS best", "Tawa-uniform", "cuBLAS", "Triton"]
+    print(f"\nTFLOP/s; Tawa-WS = {HEADLINE_WS}; ratios to cuBLAS (torch.matmul)")
+    print(f"{'dtype':5} {'M x N x K':>16} " + " ".join(f"{c:>12}" for c in cols) +
+          "  | " + " ".join(f"{c:>12}" for c in cols if c != "cuBLAS"))
+    for dt in ("bf16", "f16"):
+        ratios = {c: [] for c in cols}
+        for shape in SWEEP:
+            row = {"Tawa-WS": table.get((dt, shape, HEADLINE_WS), 0),
+                   "WS best": max([table.get((dt, shape, n), 0) for n in ws] or [0]),
+                   "Tawa-uniform": max([table.get((dt, shape, n), 0) for n in uni] or [0]),
+                   "cuBLAS": table.get((dt, shape, "cublas"), 0),
+                   "Triton": table.get((dt, shape, "triton"), 0)}
+            if not row["cuBLAS"]:
+                continue
+            for c in cols:
+                ratios[c].append(row[c] / row["cuBLAS"] if row[c] else float("nan"))
+            print(f"{dt:5} {'x'.join(map(str, shape)):>16} " + " ".join(f"{row[c]:12.0f}" for c in cols) +
+                  "  | " + " ".join(f"{ratios[c][-1]:12.3f}" for c in cols if c != "cuBLAS"))
+        gm = {c: math.exp(sum(math.log(r) for r in ratios[c]) / len(ratios[c]))
+              if ratios[c] and all(r == r for r in ratios[c]) else float("nan") for c in cols}
+        print(f"{dt:5} {'geomean':>16} " + " " * 13 * len(cols) +
+              "  | " + " ".join(f"{gm[c]:12.3f}" for c in cols if c != "cuBLAS"))
+    print("\nper variant TFLOP/s (" + ", ".join("x".join(map(str, s)) for s in SWEEP) + "):")
+    for dt in ("bf16", "f16"):
+        for n in names:
+            print(f"  {dt} {n:12} " + " ".join(f"{table.get((dt, s, n), 0):6.0f}" for s in SWEEP))
+
+
 def run(out: str) -> None:
     import torch
     torch.manual_seed(0)
@@ -98,44 +251,7 @@ def run(out: str) -> None:
         print(f"  {name}: rel err {err:.2e} {'OK' if ok else 'FAIL'}")
         return ok
 
-    gemms = [n for n in KERNELS if n.startswith("gemm_") and "bias" not in n and "fp8" not in n]
-    shapes = [(4096, 4096, 4096), (1000, 1000, 1000), (777, 1000, 520), (256, 384, 40), (130, 136, 72)]
-    for name in gemms:
-        if not os.path.exists(os.path.join(out, name + ".json")):
-            continue
-        try:
-            k = _load(out, name)
-        except Exception as e:
-            print(name, "LOAD FAILED", e)
-            continue
-        dt = torch.float16 if "_f16_" in name else torch.bfloat16
-        print(name)
-        failed = False
-        for (M, N, K) in shapes:
-            a = torch.randn(M, K, device=dev, dtype=dt)
-            b = torch.randn(K, N, device=dev, dtype=dt)
-            c = torch.full((M, N), float("nan"), device=dev, dtype=dt)
-            try:
-                k.launch([a, b, c])
-                torch.cuda.synchronize()
-            except Exception as e:
-                print(f"  {M}x{N}x{K}: LAUNCH FAILED {e}")
-                failed = True
-                break
-            check(f"{M}x{N}x{K}", c, a.float() @ b.float(), 1e-2)
-        for (M, N, K) in ([] if failed else [(4096, 4096, 4096), (8192, 8192, 8192)]):
-            a = torch.randn(M, K, device=dev, dtype=dt)
-            b = torch.randn(K, N, device=dev, dtype=dt)
-            c = torch.empty(M, N, device=dev, dtype=dt)
-            t_ours, t_ref = [], []
-            for _ in range(3):  # alternate, the clock drifts under sustained load
-                t_ours.append(_time(lambda: k.launch([a, b, c])))
-                t_ref.append(_time(lambda: torch.matmul(a, b)))
-            to, tr = min(t_ours), min(t_ref)
-            fl = 2 * M * N * K
-            print(f"  timing {M}x{N}x{K}: tawa {fl / to / 1e9:.0f} TFLOP/s, torch.matmul {fl / tr / 1e9:.0f} "
-                  f"TFLOP/s, ratio {tr / to:.2f}")
-            results[(name, M)] = (fl / to / 1e9, fl / tr / 1e9)
+    gemm_sweep(out, dev, check)
 
     if os.path.exists(os.path.join(out, "gemm_bias_gelu.json")):
         print("gemm_bias_gelu")

@@ -18,7 +18,8 @@ Kernels that cannot be specialized are left untouched (or, with `warp_specialize
 `warp_specialize=False` makes the pass a no-op.
 
 Depth: `options.num_buffers`, else as many slots as fit in Hopper's 227 KiB of shared memory per CTA next to the
-other tiles the kernel loads and its largest stored tile, between 2 and 6.
+other tiles the kernel loads and its largest tile stored inside a loop (a store after the loops is staged in
+the drained ring), between 2 and 6.
 """
 from __future__ import annotations
 
@@ -52,9 +53,19 @@ def _other_smem_bytes(func_op, heavy) -> int:
     for op in ws_ir.walk(func_op.operation):
         if op.name == "tawa.load" and op not in heavy:
             loads += tile_bytes(op.results[0].type)
-        elif op.name == "tawa.store":
+        elif op.name == "tawa.store" and _in_loop(op):
+            # A store after the loops is staged in the drained ring (the backend reuses it).
             store = max(store, tile_bytes(op.operands[1].type))
     return loads + store
+
+
+def _in_loop(op) -> bool:
+    cur = ws_ir.parent_op(op)
+    while cur is not None and cur.name != "func.func":
+        if cur.name == "scf.for":
+            return True
+        cur = ws_ir.parent_op(cur)
+    return False
 
 
 def choose_depth(slot_bytes: int, func_op, options, heavy=()) -> int:

@@ -12,8 +12,10 @@ Two parts.
    them from its op dispatch:
    - `scf.execute_region` (a warp group): `scf.if` on the warp-group index; inside, `setmaxnreg` to the
      region's `tawa.max_registers`, then the region body lowered with a context whose thread index, warps and
-     per-thread coordinates are relative to the region's first thread. The producer region is lowered here
-     (scalar control, `scf.for` without iter_args, deferred loads, puts); consumer regions go back to the
+     per-thread coordinates are relative to the region's first thread, and whose barrier is the named barrier
+     1 + first warp group over the region's threads (the other regions never reach a CTA barrier). The producer
+     region (scalar control, `scf.for` without iter_args, deferred loads, puts) runs in its first warp only:
+     one elected lane issues the copies, so only that warp waits on barriers. Consumer regions go back to the
      conversion's own block lowering.
    - `tawa.aref_create` -> a ring of D slots in shared memory (each slot holds the TMA boxes of every value,
      1024-byte aligned) and two rings of D mbarriers: `full` (arrival count 1: the producer's expect-tx) and
@@ -28,7 +30,11 @@ Two parts.
    - `aref_get` -> wait `full[stage]` with parity `phase`; the values are the slot's shared tiles (wgmma
      operands).
    - `aref_consumed` -> `wgmma.wait_group 0` (the wgmmas reading the slot have finished), then one elected
-     thread of each consumer warp group arrives on `empty[stage]`.
+     thread of each consumer warp group arrives on `empty[stage]`. In a GEMM-like consumer loop
+     (`ConsumerLoop.deferred`: the slot's tiles only feed dots that accumulate into the next iteration's dot,
+     ring depth >= 2) the dot instead leaves one wgmma group in flight and `aref_consumed` releases the
+     previous iteration's slot; after the loop all groups are awaited and the last slot released. The drained
+     ring is then dead shared memory, which the epilogue's TMA-store staging reuses.
    The TMA write completes the transaction on `full` (async proxy to async proxy, ordered by the mbarrier), so
    no proxy fence is needed for loads; an aref carrying register values written by threads would need
    `fence.proxy.async` before the arrive, and is rejected here since the passes never create one.

@@ -12,6 +12,11 @@ to an accumulator is loaded straight into the accumulator's column slice, a loop
 the accumulator layout) and what is left gets a generic `blocked` layout. Reductions produce slices of their
 operand's layout, so row statistics of an accumulator stay in registers. Mismatches that remain become
 shared-memory conversions in the lowering. Layout strings are parsed by `tawa.lowering.layouts.parse`.
+
+Warp-specialized kernels: each consumer warp-group region is laid out on its own, over its 4 x
+`tawa.num_warp_groups` warps (not the kernel's launch size, which includes the producer); the tiles an
+`aref_get` returns (and transposes of them) are shared-memory tiles like `tawa.smem` loads; the producer holds
+no register tiles (its `tawa.aref_load` loads are issued by the puts).
 """
 from __future__ import annotations
 

@@ -96,7 +96,9 @@ def parse_ptxas_report(text: str) -> PtxasReport:
     m = re.search(r"(\d+) bytes smem", text)
     if m:
         rep.smem_bytes = int(m.group(1))
-    rep.warnings = [l.strip() for l in text.splitlines() if "warning" in l.lower()]
+    # Warnings, and the performance notes ptxas gives as info (wgmma serialized, setmaxnreg ignored: C75xx).
+    rep.warnings = [l.strip() for l in text.splitlines()
+                    if "warning" in l.lower() or "Performance Loss" in l or re.search(r"\(C75\d\d\)", l)]
     return rep
 
 

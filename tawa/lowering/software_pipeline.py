@@ -12,6 +12,7 @@ be within shared memory:
   re-evaluated for iteration i + S - 1);
 - S is `options.num_stages`, reduced until the rings fit the shared memory of one SM (227 KiB);
 - a loop nested in another loop is refused (its ring phases would restart with every outer iteration).
+Warp-specialized kernels are left alone: their aref rings are the pipeline.
 """
 from __future__ import annotations
 

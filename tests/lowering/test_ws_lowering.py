@@ -54,20 +54,12 @@ def test_annotations():
     assert int_attr(kernel(m), "tawa.num_warps") == 8
 
 
-def convert(m, opts, monkeypatch):
-    """Run the backend's conversion on a specialized kernel, supplying the two hooks it does not provide yet:
-    aref/warp-group handlers in its op dispatch, and layouts assigned for the consumer region's warps."""
+def convert(m, opts, monkeypatch=None):
+    """The backend's layout assignment and NVVM conversion on a specialized kernel."""
     from tawa.lowering import assign_layouts
     from tawa.lowering.to_nvvm import kernel as nvvm_kernel
-    for name, fn in aref_lowering.HANDLERS.items():
-        monkeypatch.setitem(nvvm_kernel.HANDLERS, name, fn)
-    func = kernel(m)
-    total = func.attributes["tawa.num_warps"]
-    consumers = int_attr(region(m, "consumer"), "tawa.num_warp_groups")
     with m.context:
-        func.attributes["tawa.num_warps"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4 * consumers)
         m = assign_layouts.run(m, opts)
-        func.attributes["tawa.num_warps"] = total
     return nvvm_kernel.convert_kernel(m, opts)
 
 
@@ -89,13 +81,21 @@ def test_gemm_nvvm(monkeypatch):
     assert "wgmma" not in producer
     # stage = k & 3 and phase = (k >> 2) & 1 for depth 4
     assert re.search(r"arith\.andi %\S+, %c3_i32", producer) and re.search(r"arith\.shrui %\S+, %c2_i32", producer)
-    # consumer: wait full, wgmma, wait for the wgmma group, one elected thread per warp group releases
+    # consumer: wait full, wgmma, keep that group in flight (wait until at most 1 pending), then one elected
+    # thread per warp group releases the PREVIOUS iteration's slot; after the loop all groups are awaited and the
+    # last slot is released
     loop = consumer[:consumer.index("scf.yield")]
     order = [loop.index(s) for s in ("nvvm.mbarrier.try_wait.parity", "wgmma.mma_async",
-                                     "nvvm.wgmma.wait.group.sync.aligned 0", "nvvm.elect.sync",
+                                     "nvvm.wgmma.wait.group.sync.aligned 1", "arith.cmpi sgt", "nvvm.elect.sync",
                                      "nvvm.mbarrier.arrive %")]
     assert order == sorted(order)
+    assert "wait.group.sync.aligned 0" not in loop
+    after = consumer[consumer.index("scf.yield"):]
+    assert after.index("nvvm.wgmma.wait.group.sync.aligned 0") < after.index("nvvm.mbarrier.arrive %")
     assert "cp.async.bulk.tensor.shared.cluster.global" not in consumer
+    # the epilogue synchronises the consumer warp groups only (named barrier 2 over 256 threads), never bar 0
+    assert re.search(r"nvvm.barrier id = %c2_i32 number_of_threads = %c256_i32", after)
+    assert "nvvm.barrier0" not in consumer
 
 
 def test_gemm_ptx(monkeypatch):

@@ -1,0 +1,131 @@
+"""The warp-specialized GPU path end to end on the CPU: the full pass list, PTX, ptxas and (when the CUDA tools are
+installed) the SASS. FileCheck-style checks that the schedule the passes decided is what the hardware will run."""
+from __future__ import annotations
+
+import pathlib
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tawa.compiler import compile_source
+from tawa.lowering import emit_ptx
+from tawa.options import CompileOptions
+
+from ws_support import check_order
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+needs_ptxas = pytest.mark.skipif(emit_ptx.find_ptxas() is None, reason="ptxas not installed")
+
+
+def build(name, constants=None, **options):
+    path = EXAMPLES / f"{name}.tawa"
+    return compile_source(path.read_text(), str(path), CompileOptions(constants=dict(constants or {}), **options))
+
+
+def ptxas_notes(kernel) -> list:
+    return [n for n in kernel.notes if n.startswith("ptxas")]
+
+
+def assert_clean_ptxas(kernel, allow_serialized=False):
+    notes = ptxas_notes(kernel)
+    assert notes, "ptxas did not run"
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", notes[0]), notes
+    bad = [n for n in notes[1:] if allow_serialized is False or "C7519" not in n]
+    assert not bad, bad
+
+
+def sass(cubin: bytes) -> str | None:
+    tool = shutil.which("cuobjdump")
+    ptxas = emit_ptx.find_ptxas()
+    if tool is None and ptxas:
+        cand = pathlib.Path(ptxas).with_name("cuobjdump")
+        tool = str(cand) if cand.exists() else None
+    if tool is None:
+        return None
+    path = pathlib.Path(__file__).parent / ".ws_codegen.cubin"
+    try:
+        path.write_bytes(cubin)
+        env = {"PATH": f"{pathlib.Path(tool).parent}:/usr/bin:/bin"}
+        try:
+            import nvidia  # the nvdisasm wheel installs next to cuobjdump or in its own package
+            for root in nvidia.__path__:
+                for sub in ("cu13", "cuda_nvdisasm"):
+                    env["PATH"] += f":{root}/{sub}/bin"
+        except ImportError:
+            pass
+        proc = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True, env=env)
+        return proc.stdout if proc.returncode == 0 else None
+    finally:
+        path.unlink(missing_ok=True)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("constants", [{}, {"BLOCK_N": 256}, {"BLOCK_M": 256, "DTYPE": "f16"}])
+def test_gemm_ws_ptx(constants):
+    k = build("gemm", constants)
+    assert k.num_threads == 384           # 1 producer + 2 consumer warp groups
+    assert k.shared_bytes <= 227 * 1024
+    assert_clean_ptxas(k)                 # no spills, wgmmas not serialized, setmaxnreg honoured
+    ptx = k.ptx
+    check_order(ptx, [
+        r"mbarrier\.init\.shared\.b64",
+        r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;",
+        # producer: wait for an empty slot, expect-tx, TMA copies
+        r"mbarrier\.try_wait\.parity",
+        r"mbarrier\.arrive\.expect_tx",
+        r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global",
+        r"setmaxnreg\.inc\.sync\.aligned\.u32\s+232;",
+        # consumer: wait for a full slot, wgmma with one group left in flight, release a slot
+        r"mbarrier\.try_wait\.parity",
+        r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32",
+        r"wgmma\.wait_group\.sync\.aligned\s+1;",
+        r"mbarrier\.arrive\.shared\.b64",
+        r"wgmma\.wait_group\.sync\.aligned\s+0;",
+        # epilogue: named barrier over the 256 consumer threads, TMA store
+        r"bar\.sync\s+2, 256;",
+        r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta",
+    ])
+    assert not re.search(r"bar\.sync\s+0;", ptx[ptx.index("setmaxnreg.inc"):])
+    code = sass(k.cubin)
+    if code is None:
+        pytest.skip("cuobjdump/nvdisasm not installed")
+    assert "HGMMA.64x" in code and "UTMALDG" in code and "UTMASTG" in code
+    assert len(re.findall(r"USETMAXREG", code)) == 2
+    assert not re.search(r"\bSTL\b|\bLDL\b", code)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("name,constants", [("gemm_fp8", {}), ("gemm_bias_act", {}), ("swiglu", {}),
+                                            ("flash_attention", {}), ("flash_attention", {"CAUSAL": 1})])
+def test_other_examples_specialize(name, constants):
+    k = build(name, constants)
+    assert k.num_threads == 384
+    assert "setmaxnreg.inc.sync.aligned.u32" in k.ptx and "mbarrier.try_wait.parity" in k.ptx
+    assert_clean_ptxas(k, allow_serialized=name == "flash_attention")
+
+
+@needs_ptxas
+def test_uniform_fallback_not_serialized():
+    k = build("gemm", warp_specialize=False)
+    assert k.num_threads == 128 and "setmaxnreg" not in k.ptx
+    assert_clean_ptxas(k)
+
+
+def test_dump_ir_after_all_shows_arefs_and_warp_groups(capsys):
+    from tawa.cli import main
+    rc = main([str(EXAMPLES / "gemm.tawa"), "--emit", "ptx", "--dump-ir-after-all", "-o", "/dev/null"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    check_order(err, [
+        r"IR Dump After aref-insertion", r"tawa\.aref_create",
+        r"IR Dump After partition", r"scf\.execute_region", r"tawa\.warp_group = \"producer\"",
+        r"tawa\.warp_group = \"consumer\"",
+        r"IR Dump After register-realloc", r"tawa\.max_registers = 40",
+        r"IR Dump After aref-lowering", r"tawa\.aref_load",
+        r"IR Dump After assign-layouts", r"tawa\.layout = \"mma<",
+        r"IR Dump After convert-to-nvvm", r"nvvm\.setmaxregister",
+        r"IR Dump After lower-to-llvm",
+    ])
+    assert "IR Dump After software-pipeline" not in err
