@@ -50,4 +50,9 @@ def on_cpu():
 
 if __name__ == "__main__":
     from tawa.runtime.driver import gpu_available
-    on_gpu() if gpu_available() else on_cpu()
+    usable, why = gpu_available()
+    if usable:
+        on_gpu()
+    else:
+        print(f"no usable GPU ({why.split(':')[0]}): compiling for sm_90a and running in the interpreter")
+        on_cpu()
