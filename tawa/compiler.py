@@ -130,7 +130,6 @@ def compile_source(source: str, filename: str, options: CompileOptions, emit: st
     """Compile a kernel source. `emit`: "tawa" (frontend output), "mlir" (after the tile-level passes),
     or "kernel" (a CompiledKernel for options.target)."""
     from tawa.frontend import parse_and_lower
-    from tawa.runtime.abi import CompiledKernel
 
     module = parse_and_lower(source, filename, options.constants)
     if options.dump_ir_after_all:
@@ -138,16 +137,25 @@ def compile_source(source: str, filename: str, options: CompileOptions, emit: st
         print(module, file=sys.stderr)
     if emit == "tawa":
         return module
+    return compile_module(module, options, tile_level_only=(emit == "mlir"))
+
+
+def compile_module(module, options: CompileOptions, tile_level_only: bool = False, stop_after: str | None = None):
+    """Run the pipeline on a tile-level module (from the frontend, or parsed from MLIR text).
+
+    Returns the module when `tile_level_only` or `stop_after` is given, else the `CompiledKernel`."""
+    from tawa.runtime.abi import CompiledKernel
+
     plan, notes = plan_for(module, options)
-    if emit == "mlir":
-        return run_pipeline(module, options, plan, tile_level_only=True)
-    module = run_pipeline(module, options, plan)
+    module = run_pipeline(module, options, plan, stop_after=stop_after, tile_level_only=tile_level_only)
+    if tile_level_only or stop_after:
+        return module
     if plan.target == "cpu":
         attrs = _kernel_attrs(kernel_function(module))
         return CompiledKernel(name=attrs["name"], target="cpu", params=attrs["params"], grid=attrs["grid"],
                               constants=attrs["constants"], ir=str(module), notes=notes)
     from tawa.lowering.backend import build_kernel
-    kernel = build_kernel(module, options)
+    kernel = build_kernel(module)
     kernel.notes = notes + list(kernel.notes)
     return kernel
 

@@ -1,12 +1,9 @@
-"""The GPU backend's entry points: its passes in order, and the final emission into a `CompiledKernel`.
+"""The GPU backend's last step: an LLVM-dialect kernel module -> PTX -> cubin -> a launchable `CompiledKernel`.
 
-`BACKEND_PASSES` (each `run(module, options) -> module`; the IR after each is printable):
-  assign-layouts     tawa kernel -> same, with `tawa.layout` / `tawa.smem` on tile-producing ops
-  software-pipeline  -> same, with `tawa.num_stages` on loops of dot-operand loads
-  convert-to-nvvm    -> gpu.module with an NVVM kernel (arith/scf/llvm/nvvm) + `tawa.kernel_info`
-  lower-to-llvm      -> the kernel in the LLVM dialect, ready for the NVPTX backend
-`build_kernel(module, options)` runs whichever of these have not run yet, emits PTX, assembles it with ptxas
-when available (cubin + resource report), and returns the `CompiledKernel`.
+Takes the module after the pipeline's `lower-to-llvm` pass (see `PIPELINE` in tawa/compiler.py: the backend's
+passes are `assign-layouts`, `software-pipeline`, `convert-to-nvvm`, `lower-to-llvm`, plus `register-realloc`
+and `aref-lowering` for warp-specialized kernels). Gives the PTX from the NVPTX backend, the cubin and resource
+report from ptxas when it is installed, and the launch metadata `convert-to-nvvm` recorded in `tawa.kernel_info`.
 """
 from __future__ import annotations
 
@@ -14,39 +11,12 @@ import json
 
 from mlir import ir
 
-from tawa.errors import CompilationError
 from tawa.runtime.abi import AbiParam, CompiledKernel
 
-from . import assign_layouts, emit_ptx, software_pipeline, to_nvvm
+from . import emit_ptx
 
-BACKEND_PASSES = [
-    (assign_layouts.NAME, assign_layouts.run),
-    (software_pipeline.NAME, software_pipeline.run),
-    (to_nvvm.NAME, to_nvvm.run),
-    (emit_ptx.NAME, emit_ptx.lower_to_llvm),
-]
-
-
-def _stage(module: ir.Module) -> int:
-    """How many backend passes the module has been through (0..4)."""
-    attrs = module.operation.attributes
-    if "tawa.kernel_info" not in attrs:
-        for op in module.body.operations:
-            if op.name == "func.func":
-                for region in op.regions:
-                    text = str(op)
-                    if "tawa.num_stages" in text or "tawa.pipelined" in text:
-                        return 2
-                    if "tawa.layout" in text or "tawa.smem" in text:
-                        return 1
-        return 0
-    return 4 if "llvm.func" in str(module) and "scf." not in str(module) else 3
-
-
-def build_kernel(module: ir.Module, options=None, ptxas: bool = True) -> CompiledKernel:
-    stage = _stage(module)
-    for name, run in BACKEND_PASSES[stage:]:
-        module = run(module, options)
+def build_kernel(module: ir.Module, ptxas: bool = True) -> CompiledKernel:
+    """PTX (and a cubin when ptxas is installed) of a module that went through `lower-to-llvm`."""
     info = json.loads(module.operation.attributes["tawa.kernel_info"].value)
     ptx = emit_ptx.emit_ptx(module)
     cubin, notes = None, []

@@ -118,7 +118,7 @@ def bind_numpy_args(params: list, args: list) -> dict:
         if isinstance(arg, np.ndarray):
             dtypes.append(dtype_name(arg.dtype))
             shapes.append(arg.shape)
-            contiguous.append(arg.ndim == 0 or arg.shape[-1] <= 1 or arg.strides[-1] == arg.itemsize)
+            contiguous.append(arg.ndim == 0 or arg.size == 0 or arg.shape[-1] <= 1 or arg.strides[-1] == arg.itemsize)
         else:
             dtypes.append(None)
             shapes.append(None)

@@ -24,13 +24,13 @@ fe = pytest.importorskip("tawa.frontend")
 
 
 def _kernel(example, constants=None, **opts):
-    from tawa.lowering.backend import build_kernel
+    from tawa.compiler import compile_module
     from tawa.options import CompileOptions
     from tawa.runtime.launcher import GpuLauncher
     path = os.path.join(ROOT, "examples", example)
     module = fe.parse_and_lower(open(path).read(), path, dict(constants or {}))
     with module.context:
-        return GpuLauncher(build_kernel(module, CompileOptions(**opts)))
+        return GpuLauncher(compile_module(module, CompileOptions(**opts)))
 
 
 def _rel(got, ref):

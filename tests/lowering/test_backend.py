@@ -12,7 +12,7 @@ from mlir import ir
 from tawa.errors import CompilationError
 from tawa.ir.dialect import make_context
 from tawa.lowering import emit_ptx
-from tawa.lowering.backend import BACKEND_PASSES, build_kernel
+from tawa.compiler import PIPELINE, compile_module
 from tawa.options import CompileOptions
 
 from kernels_ir import gemm_ir, softmax_ir
@@ -21,25 +21,32 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HAVE_PTXAS = emit_ptx.find_ptxas() is not None
 
 
+UNIFORM_BACKEND = ["assign-layouts", "software-pipeline", "convert-to-nvvm", "lower-to-llvm"]
+
+
+def _options(opts):
+    opts.setdefault("warp_specialize", False)       # these tests exercise the uniform-warp backend
+    return CompileOptions(**opts)
+
+
 def compile_ir(text, **opts):
     ctx = make_context()
     with ctx, ir.Location.unknown():
         module = ir.Module.parse(text)
-        return build_kernel(module, CompileOptions(**opts))
+        return compile_module(module, _options(opts))
 
 
 def run_passes(text, upto, **opts):
+    """The IR after the first `upto` passes of the uniform-warp backend."""
     ctx = make_context()
     with ctx, ir.Location.unknown():
         module = ir.Module.parse(text)
-        for name, run in BACKEND_PASSES[:upto]:
-            module = run(module, CompileOptions(**opts))
-        return str(module)
+        return str(compile_module(module, _options(opts), stop_after=UNIFORM_BACKEND[upto - 1]))
 
 
 def test_pass_list_names():
-    assert [n for n, _ in BACKEND_PASSES] == ["assign-layouts", "software-pipeline", "convert-to-nvvm",
-                                               "lower-to-llvm"]
+    names = [p.name for p in PIPELINE]
+    assert [n for n in names if n in UNIFORM_BACKEND] == UNIFORM_BACKEND
 
 
 def test_layouts_and_pipeline_are_visible_in_the_ir():
@@ -131,7 +138,7 @@ def test_frontend_examples_compile():
             continue
         module = fe.parse_and_lower(open(path).read(), path, {})
         with module.context:
-            k = build_kernel(module, CompileOptions(), ptxas=False)
+            k = compile_module(module, CompileOptions(warp_specialize=False))
         assert k.ptx and ".entry" in k.ptx
 
 
@@ -143,7 +150,7 @@ def test_flash_attention_uses_register_a_wgmma():
         pytest.skip("example missing")
     module = fe.parse_and_lower(open(path).read(), path, {})
     with module.context:
-        k = build_kernel(module, CompileOptions(num_warps=8, num_stages=2))
+        k = compile_module(module, CompileOptions(num_warps=8, num_stages=2, warp_specialize=False))
     # P @ V with P from registers: A given as four 32-bit registers
     assert re.search(r"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 \{[^}]*\}, \{%r", k.ptx)
     assert "0 bytes spill stores" in k.notes[0]
