@@ -23,20 +23,13 @@ from __future__ import annotations
 from mlir import ir
 
 from tawa.errors import CompilationError
+from tawa.ir.traversal import ops_of, walk_block
 
 from . import layouts as L
-from .to_nvvm.context import ops_of, owner_op
+from .to_nvvm.context import owner_op
 from .to_nvvm.kernel import find_kernel, kernel_num_warps
 
 NAME = "assign-layouts"
-
-
-def _walk(block, out):
-    for op in ops_of(block):
-        out.append(op)
-        for region in op.regions:
-            for blk in region.blocks:
-                _walk(blk, out)
 
 
 def _is_tile(v) -> bool:
@@ -74,9 +67,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
     body = func.regions[0].blocks[0]
     groups = [op for op in ops_of(body) if op.name == "scf.execute_region"]
     if not groups:
-        ops = []
-        _walk(body, ops)
-        _assign(ops, kernel_num_warps(func, options), module.context)
+        _assign(walk_block(body), kernel_num_warps(func, options), module.context)
         return module
     # Warp-specialized: each consumer region is laid out over its own warps; the producer holds no register
     # tiles (its loads are issued by the aref puts).
@@ -84,9 +75,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
         if "tawa.warp_group" in g.attributes and ir.StringAttr(g.attributes["tawa.warp_group"]).value == "consumer":
             n = ir.IntegerAttr(g.attributes["tawa.num_warp_groups"]).value \
                 if "tawa.num_warp_groups" in g.attributes else 1
-            ops = []
-            _walk(g.regions[0].blocks[0], ops)
-            _assign(ops, 4 * n, module.context)
+            _assign(walk_block(g.regions[0].blocks[0]), 4 * n, module.context)
     return module
 
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 from mlir import ir
 
 from tawa.errors import CompilationError
+from tawa.ir.traversal import ops_of, walk_block
 
-from .to_nvvm.context import ops_of, owner_op
+from .to_nvvm.context import owner_op
 from .to_nvvm.kernel import find_kernel
 
 NAME = "software-pipeline"
@@ -40,14 +41,6 @@ def _tile_bytes(v) -> int:
     for s in t.shape:
         n *= s
     return n * _elem_bytes(v.type)
-
-
-def _body_ops(block, out):
-    for op in ops_of(block):
-        out.append(op)
-        for region in op.regions:
-            for blk in region.blocks:
-                _body_ops(blk, out)
 
 
 def _offsets_ok(load, body_results, iv) -> bool:
@@ -86,8 +79,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
     _loops(func.regions[0].blocks[0], 0, loops)
     for loop, depth in loops:
         body = loop.regions[0].blocks[0]
-        ops = []
-        _body_ops(body, ops)
+        ops = walk_block(body)
         loads = [op for op in ops if op.name == "tawa.load" and "tawa.smem" in op.attributes]
         if not loads:
             continue

@@ -13,6 +13,7 @@ from mlir import ir
 
 from tawa.errors import SourceLocation
 from tawa.ir.dialect import AREF_MAX_VALUES, KERNEL_ATTR, WARP_GROUP_ATTR
+from tawa.ir.traversal import ops_of, walk  # noqa: F401  (re-exported for the WS passes)
 
 NUM_WARP_GROUPS_ATTR = "tawa.num_warp_groups"
 #: Optional human-readable name of an aref (the source names of the loads it carries), used in diagnostics.
@@ -33,19 +34,6 @@ def kernels(module: ir.Module):
 
 def body_block(func_op) -> ir.Block:
     return func_op.operation.regions[0].blocks[0]
-
-
-def ops_of(block: ir.Block):
-    return [op.operation for op in block.operations]
-
-
-def walk(op: ir.Operation):
-    """All ops nested in `op` (pre-order, `op` excluded)."""
-    for region in op.regions:
-        for block in region.blocks:
-            for child in block.operations:
-                yield child.operation
-                yield from walk(child.operation)
 
 
 def parent_op(op: ir.Operation):

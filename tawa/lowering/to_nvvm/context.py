@@ -19,6 +19,7 @@ from tawa.runtime.abi import AbiParam
 
 from .. import layouts as L
 from .builder import Builder, V
+from tawa.ir.traversal import ops_of  # noqa: F401  (re-exported for the op lowerings)
 
 SWIZZLE_BYTES = 128
 #: Bytes reserved at the start of shared memory for mbarriers (tiles start 1024-aligned after it).
@@ -262,11 +263,6 @@ class Ctx:
         base = self._cached("smem_addr", lambda: self.b.op(f"llvm.ptrtoint {self.smem_base()} : !llvm.ptr<3> to i32",
                                                            "i32", prelude=True))
         return self.b.add(base, offset)
-
-
-def ops_of(block) -> list:
-    """The block's ops as `ir.Operation`s (OpView subclasses such as FuncOp shadow `.name`)."""
-    return [op.operation for op in block.operations]
 
 
 def owner_op(value):
