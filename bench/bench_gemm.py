@@ -70,7 +70,7 @@ def build(out: str) -> None:
 
 
 def _load(out, name):
-    from tawa.runtime.abi import CompiledKernel
+    from tawa.abi import CompiledKernel
     from tawa.runtime.launcher import GpuLauncher
     with open(os.path.join(out, name + ".json")) as f:
         d = json.load(f)

@@ -1,34 +1,37 @@
-"""The compiler driver: the one ordered list of passes, and the function that runs it.
+"""The compiler driver: the one ordered list of passes, the one place schedule decisions are made, and the
+function that runs them.
 
-Source → frontend (Lark parse, lowering to the `tawa` dialect) → the passes below, in this order → a
-`CompiledKernel`. Every pass is a module in `tawa/lowering/` with a `run(module, options)` function and a docstring
-saying what it takes and gives. `--dump-ir-after-all` (or `CompileOptions.dump_ir_after_all`) prints the IR after
-each pass that ran.
+Source → frontend (Lark parse, lowering to the `tawa` dialect) → `decide` (target, warp specialization) → the
+passes of `PIPELINE` that the decision selects, in order → `tawa.lowering.backend.build_kernel` (PTX, cubin) →
+a `CompiledKernel`. Every pass is a module in `tawa/lowering/` with a `run(module, options)` function and a
+docstring saying what it takes and gives. After every pass the `tawa` verifier runs when asked
+(`CompileOptions.verify_each`, `--dump-ir-after-all`, or `TAWA_VERIFY_EACH=1`), so a pass that breaks an invariant
+fails at that pass, by name. `--dump-ir-after-all` prints the IR after each pass that ran.
 
 Which passes run depends on the target and on whether the kernel is warp specialized:
 - WS: the kernel is split into a producer and consumer warp groups connected by arefs;
 - UNIFORM: all warps run the same code, loads software-pipelined `num_stages` deep;
-- CPU: the interpreter runs the tile IR as it stands after the tawa-level passes.
+- CPU: the interpreter runs the tile IR as it stands after the tile-level passes.
 """
 from __future__ import annotations
 
-import importlib
+import os
 import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from tawa.errors import CompilationError
+from tawa.abi import CompiledKernel
+from tawa.errors import CompilationError, InternalCompilerError, TawaError
+from tawa.ir import kernel_info, verify
+from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, lower_to_llvm,
+                           partition, protocol_check, register_realloc, software_pipeline, to_nvvm, ws_analysis)
 from tawa.options import CompileOptions
 
 
-#: Whether the GPU backend lowers warp-specialized kernels (arefs, warp groups) in this build.
-GPU_WARP_SPECIALIZATION = True
-
-
-@dataclass
+@dataclass(frozen=True)
 class Plan:
-    """Decisions taken before the pipeline runs: read by each pass's `when`."""
+    """The decisions taken before the pipeline runs, once per compile; each pass's `when` reads them."""
     target: str
     warp_specialize: bool
 
@@ -40,87 +43,92 @@ def _gpu_ws(plan: Plan) -> bool: return plan.target == "cuda" and plan.warp_spec
 def _gpu_uniform(plan: Plan) -> bool: return plan.target == "cuda" and not plan.warp_specialize
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pass:
     name: str
-    module: str                      # the module in tawa.lowering that implements it
+    run: Callable                    # run(module, options) -> module
     when: Callable[[Plan], bool] = _always
-    entry: str = "run"               # the function in that module
-
-    def run(self, module, options):
-        return getattr(importlib.import_module(f"tawa.lowering.{self.module}"), self.entry)(module, options)
+    #: Tile-level passes keep the program in the `tawa` dialect and run for every target.
+    tile_level: bool = True
 
 
 # The pipeline. Read top to bottom: this is everything the compiler does after the frontend.
 PIPELINE = [
     # Tile level, target independent.
-    Pass("canonicalize", "canonicalize"),
+    Pass("canonicalize", canonicalize.run),
     # Warp specialization (tile level): loads feeding dots become aref puts in a producer warp group.
-    Pass("aref-insertion", "aref_insertion", when=_ws),
-    Pass("partition", "partition", when=_ws),
-    Pass("protocol-check", "protocol_check", when=_ws),
-    # Warp specialization on the GPU: setmaxnreg budgets, then warp-group indices, launch size and TMA-issued
-    # loads (the NVVM conversion lowers the regions and arefs to mbarrier rings).
-    Pass("register-realloc", "register_realloc", when=_gpu_ws),
-    Pass("aref-lowering", "aref_lowering", when=_gpu_ws),
+    Pass("aref-insertion", aref_insertion.run, when=_ws),
+    Pass("partition", partition.run, when=_ws),
+    Pass("protocol-check", protocol_check.run, when=_ws),
+    # Warp specialization on the GPU: setmaxnreg budgets, then warp-group placement, launch size and the loads
+    # each aref put issues as TMA copies (the NVVM conversion lowers the regions and arefs to mbarrier rings).
+    Pass("register-realloc", register_realloc.run, when=_gpu_ws, tile_level=False),
+    Pass("assign-warp-groups", assign_warp_groups.run, when=_gpu_ws, tile_level=False),
     # GPU backend: distributed layouts, the uniform-warp software pipeline, then NVVM and LLVM.
-    Pass("assign-layouts", "assign_layouts", when=_gpu),
-    Pass("software-pipeline", "software_pipeline", when=_gpu_uniform),
-    Pass("convert-to-nvvm", "to_nvvm", when=_gpu),
-    Pass("lower-to-llvm", "emit_ptx", when=_gpu, entry="lower_to_llvm"),
+    Pass("assign-layouts", assign_layouts.run, when=_gpu, tile_level=False),
+    Pass("software-pipeline", software_pipeline.run, when=_gpu_uniform, tile_level=False),
+    Pass("convert-to-nvvm", to_nvvm.run, when=_gpu, tile_level=False),
+    Pass("lower-to-llvm", lower_to_llvm.run, when=_gpu, tile_level=False),
     # Then `tawa.lowering.backend.build_kernel`: NVPTX → PTX, ptxas → cubin, launch metadata.
 ]
 
-
-def plan_for(module, options: CompileOptions) -> tuple[Plan, list[str]]:
-    """Decide target and schedule; returns the plan and diagnostics for the user."""
-    notes: list[str] = []
-    if options.target not in ("cuda", "cpu"):
-        raise CompilationError(f"unknown target '{options.target}' (expected 'cuda' or 'cpu')")
-    want = options.warp_specialize
-    if want is None and options.target == "cpu":
-        return Plan(options.target, False), notes
-    from tawa.lowering.ws_analysis import decide
-    specialize, note = decide(kernel_function(module), options)   # raises when forced on but impossible
-    if note:
-        notes.append(note)
-    if specialize and options.target == "cuda" and not _gpu_ws_lowering_available():
-        if options.warp_specialize:
-            raise CompilationError("warp-specialized kernels cannot be lowered to the GPU yet")
-        notes.append("warp specialization is not lowered to the GPU yet; using the uniform-warp pipelined path")
-        specialize = False
-    return Plan(options.target, bool(specialize)), notes
+#: Passes by name, for `tawa.opt` / `tawac FILE.mlir --passes a,b`.
+PASSES = {p.name: p for p in PIPELINE}
 
 
-def _gpu_ws_lowering_available() -> bool:
-    return GPU_WARP_SPECIALIZATION
+def get_pass(name: str) -> Pass:
+    try:
+        return PASSES[name]
+    except KeyError:
+        raise CompilationError(f"unknown pass '{name}'", note=f"passes: {', '.join(PASSES)}") from None
 
 
-def kernel_function(module):
-    for op in module.body.operations:
-        if op.operation.name == "func.func" and "tawa.kernel" in op.attributes:
-            return op
-    raise CompilationError("the module holds no kernel function")
+def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
+    """Decide target and schedule, once: returns the plan and diagnostics for the user.
+
+    Raises CompilationError when specialization was required (`warp_specialize=True`) but is impossible."""
+    options.validate()
+    if options.target == "cpu" and options.warp_specialize is None:
+        return Plan(options.target, False), []
+    specialize, note = ws_analysis.decide(kernel_info.kernel_function(module), options)
+    return Plan(options.target, bool(specialize)), [note] if note else []
 
 
-def is_tile_level(p: Pass) -> bool:
-    """Tile-level passes keep the program in the `tawa` dialect and run for every target."""
-    return p.when in (_always, _ws)
+def _verify_each(options: CompileOptions) -> bool:
+    return bool(options.verify_each or options.dump_ir_after_all or os.environ.get("TAWA_VERIFY_EACH") == "1")
+
+
+def run_pass(p: Pass, module, options: CompileOptions, timings: dict | None = None):
+    """One pass: errors the user can act on pass through; anything else is an internal error naming the pass."""
+    t0 = time.perf_counter()
+    try:
+        module = p.run(module, options)
+    except InternalCompilerError as e:
+        if e.pass_name is None:
+            raise InternalCompilerError(e.message.removeprefix("internal compiler error: "), p.name, e.op,
+                                        e.location) from e
+        raise
+    except TawaError:
+        raise
+    except Exception as e:  # a bug: say where, keep the traceback chained for developers
+        raise InternalCompilerError(f"{type(e).__name__}: {e}", p.name) from e
+    if timings is not None:
+        timings[p.name] = time.perf_counter() - t0
+    if options.dump_ir_after_all:
+        print(f"// -----// IR Dump After {p.name} //----- //", file=sys.stderr)
+        print(module, file=sys.stderr)
+    if _verify_each(options):
+        verify.verify(module, after=p.name)
+    return module
 
 
 def run_pipeline(module, options: CompileOptions, plan: Plan, stop_after: str | None = None,
                  timings: dict | None = None, tile_level_only: bool = False):
     """Run the passes the plan selects, in PIPELINE order, optionally stopping after the pass named."""
     for p in PIPELINE:
-        if not p.when(plan) or (tile_level_only and not is_tile_level(p)):
+        if not p.when(plan) or (tile_level_only and not p.tile_level):
             continue
-        t0 = time.perf_counter()
-        module = p.run(module, options)
-        if timings is not None:
-            timings[p.name] = time.perf_counter() - t0
-        if options.dump_ir_after_all:
-            print(f"// -----// IR Dump After {p.name} //----- //", file=sys.stderr)
-            print(module, file=sys.stderr)
+        module = run_pass(p, module, options, timings)
         if p.name == stop_after:
             break
     return module
@@ -131,10 +139,13 @@ def compile_source(source: str, filename: str, options: CompileOptions, emit: st
     or "kernel" (a CompiledKernel for options.target)."""
     from tawa.frontend import parse_and_lower
 
+    options.validate()
     module = parse_and_lower(source, filename, options.constants)
     if options.dump_ir_after_all:
         print("// -----// IR Dump After frontend //----- //", file=sys.stderr)
         print(module, file=sys.stderr)
+    if _verify_each(options):
+        verify.verify(module, after="frontend")
     if emit == "tawa":
         return module
     return compile_module(module, options, tile_level_only=(emit == "mlir"))
@@ -144,26 +155,15 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     """Run the pipeline on a tile-level module (from the frontend, or parsed from MLIR text).
 
     Returns the module when `tile_level_only` or `stop_after` is given, else the `CompiledKernel`."""
-    from tawa.runtime.abi import CompiledKernel
-
-    plan, notes = plan_for(module, options)
+    plan, notes = decide(module, options)
     module = run_pipeline(module, options, plan, stop_after=stop_after, tile_level_only=tile_level_only)
     if tile_level_only or stop_after:
         return module
     if plan.target == "cpu":
-        attrs = _kernel_attrs(kernel_function(module))
-        return CompiledKernel(name=attrs["name"], target="cpu", params=attrs["params"], grid=attrs["grid"],
-                              constants=attrs["constants"], ir=str(module), notes=notes)
+        info = kernel_info.launch_info(kernel_info.kernel_function(module))
+        return CompiledKernel(name=info["name"], target="cpu", params=info["params"], grid=info["grid"],
+                              constants=info["constants"], ir=str(module), notes=notes)
     from tawa.lowering.backend import build_kernel
     kernel = build_kernel(module)
     kernel.notes = notes + list(kernel.notes)
     return kernel
-
-
-def _kernel_attrs(func) -> dict:
-    """The launch metadata the frontend put on the kernel function, as plain Python values."""
-    from tawa.ir.attributes import to_python
-    return {"name": to_python(func.attributes["sym_name"]),
-            "params": to_python(func.attributes["tawa.params"]),
-            "grid": to_python(func.attributes["tawa.grid"]),
-            "constants": to_python(func.attributes["tawa.constants"])}

@@ -46,6 +46,20 @@ class LaunchError(TawaError):
     """A kernel was launched with arguments that do not match its declaration."""
 
 
+class InternalCompilerError(TawaError):
+    """A bug in the compiler, not in the user's program: a pass met IR it should never see, or broke an
+    invariant. The message names the pass and the op; the program may still be fine under other options."""
+
+    def __init__(self, message: str, pass_name: str | None = None, op: str | None = None,
+                 location: SourceLocation | None = None):
+        where = "".join([f" in pass '{pass_name}'" if pass_name else "", f" on '{op}'" if op else ""])
+        super().__init__(f"internal compiler error{where}: {message}", location,
+                         note="this is a bug in the Tawa compiler; please report it with the kernel source. "
+                              "Other options (e.g. warp_specialize=False) may avoid it meanwhile")
+        self.pass_name = pass_name
+        self.op = op
+
+
 class DriverError(TawaError):
     """A CUDA driver call failed; the message names the call and the driver's error."""
 

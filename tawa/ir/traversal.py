@@ -1,6 +1,8 @@
 """Walking the ops of a module: the one set of traversal helpers the passes share."""
 from __future__ import annotations
 
+from mlir import ir
+
 
 def ops_of(block) -> list:
     """The block's ops as `ir.Operation`s (OpView subclasses such as FuncOp shadow `.name`)."""
@@ -23,3 +25,69 @@ def walk_block(block) -> list:
         out.append(op)
         out.extend(walk(op))
     return out
+
+
+def as_op(op):
+    """An `ir.Operation` from an op, an OpView or a use's owner."""
+    return op.operation if hasattr(op, "operation") else op
+
+
+def defining_op(value):
+    """The op that defines `value`, or None for a block argument."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return as_op(owner)
+
+
+def users(value) -> list:
+    """The ops that use `value` (one entry per use)."""
+    return [as_op(u.owner) for u in value.uses]
+
+
+def parent_op(op):
+    """The op whose region holds `op` (None at module level)."""
+    parent = as_op(op).parent
+    return as_op(parent) if parent is not None else None
+
+
+def ancestor_in_block(op, block):
+    """The ancestor of `op` (or `op` itself) that lies directly in `block`, or None."""
+    cur = as_op(op)
+    while cur is not None:
+        if cur.block == block:
+            return cur
+        cur = parent_op(cur)
+    return None
+
+
+def is_ancestor(anc, op) -> bool:
+    cur = parent_op(op)
+    while cur is not None:
+        if cur == anc:
+            return True
+        cur = parent_op(cur)
+    return False
+
+
+def enclosing(op, names: tuple, stop: str = "func.func"):
+    """The nearest ancestor of `op` whose name is in `names` (None past `stop`)."""
+    cur = parent_op(op)
+    while cur is not None and cur.name != stop:
+        if cur.name in names:
+            return cur
+        cur = parent_op(cur)
+    return None
+
+
+def backward_slice(values, block, admit=lambda op: True) -> set:
+    """Ops directly in `block` that (transitively) compute `values`, stopping at ops `admit` refuses (they are
+    neither included nor followed) and at values defined outside `block`."""
+    needed, work = set(), list(values)
+    while work:
+        op = defining_op(work.pop())
+        if op is None or op.block != block or op in needed or not admit(op):
+            continue
+        needed.add(op)
+        work.extend(op.operands)
+    return needed

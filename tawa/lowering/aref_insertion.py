@@ -157,10 +157,9 @@ def insert_for_loop(p: ws_analysis.LoopPlan, depth: int) -> ir.Operation:
 def run(module: ir.Module, options) -> ir.Module:
     with module.context, ir.Location.unknown(module.context):
         for func in ws_ir.kernels(module):
-            specialize, _note = ws_analysis.decide(func, options)
-            if not specialize:
-                continue
-            plans = ws_analysis.plan(func)
+            # Whether to specialize was decided once, by the driver (`tawa.compiler.decide`); this pass only
+            # runs when the answer was yes, and here computes how.
+            plans = ws_analysis.required_plan(func)
             heavy = [ld for p in plans for ld in p.loads]
             # All rings live at once (they are created up front), so they share the budget.
             depth = choose_depth(sum(tile_bytes(ld.results[0].type) for ld in heavy), func, options, heavy)

@@ -51,47 +51,11 @@ from tawa.lowering.register_realloc import MAX_REGISTERS_ATTR, setmaxnreg_line
 
 FIRST_WG_ATTR = "tawa.first_warp_group"
 AREF_LOAD_ATTR = "tawa.aref_load"
-WARPS_PER_GROUP = 4
-THREADS_PER_GROUP = 128
 
-
-# ----------------------------------------------------------------------------------------------------------
-# Part 1: tile-level annotations
 def _users(value):
     return [u.owner.operation if hasattr(u.owner, "operation") else u.owner for u in value.uses]
-
-
-def annotate_kernel(func_op) -> None:
-    body = ws_ir.body_block(func_op)
-    groups = [op for op in ws_ir.ops_of(body) if ws_ir.warp_group_role(op)]
-    if not groups:
-        return
-    ctx = func_op.operation.context
-    i32 = ir.IntegerType.get_signless(32, ctx)
-    producers = [g for g in groups if ws_ir.warp_group_role(g) == "producer"]
-    if len(producers) != 1:
-        raise CompilationError(f"a warp-specialized kernel needs exactly one producer warp group, "
-                               f"found {len(producers)}")
-    first = 0
-    for g in producers + [g for g in groups if g not in producers]:
-        n = ir.IntegerAttr(g.attributes[ws_ir.NUM_WARP_GROUPS_ATTR]).value \
-            if ws_ir.NUM_WARP_GROUPS_ATTR in g.attributes else 1
-        g.attributes[FIRST_WG_ATTR] = ir.IntegerAttr.get(i32, first)
-        first += n
-    func_op.operation.attributes["tawa.num_warps"] = ir.IntegerAttr.get(i32, WARPS_PER_GROUP * first)
-    for op in ws_ir.walk(producers[0]):
-        if op.name == "tawa.load":
-            users = _users(op.results[0])
-            if users and all(u.name == "tawa.aref_put" for u in users):
-                op.attributes[AREF_LOAD_ATTR] = ir.UnitAttr.get(ctx)
-                op.attributes["tawa.smem"] = ir.UnitAttr.get(ctx)
-
-
-def run(module: ir.Module, options=None) -> ir.Module:
-    with module.context:
-        for func in ws_ir.kernels(module):
-            annotate_kernel(func)
-    return module
+WARPS_PER_GROUP = 4
+THREADS_PER_GROUP = 128
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import json
 
 from mlir import ir
 
-from tawa.runtime.abi import AbiParam, CompiledKernel
+from tawa.abi import AbiParam, CompiledKernel
 
 from . import emit_ptx
 

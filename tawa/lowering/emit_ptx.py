@@ -1,10 +1,6 @@
-"""Final emission: the NVVM-level module -> LLVM dialect -> PTX (NVPTX backend) -> cubin (ptxas, when present).
+"""Final emission: the LLVM-dialect kernel module -> PTX (NVPTX backend) -> cubin (ptxas, when present).
 
-`lower_to_llvm` (the `lower-to-llvm` pass) takes the module from convert-to-nvvm and gives it with the kernel in
-the LLVM dialect: the upstream pipeline `nvvm-attach-target{chip=sm_90a}`, then in the gpu.module
-`convert-scf-to-cf`, `convert-nvvm-to-llvm` (inline PTX of ops such as mbarrier.try_wait), `convert-gpu-to-nvvm`
-(arith/math/cf to LLVM), `canonicalize`, `cse`, `reconcile-unrealized-casts`.
-`emit_ptx` runs `gpu-module-to-binary{format=isa}` and returns the PTX text; `assemble` runs
+Not a pass: it runs after the pipeline (`lower-to-llvm` is the last pass). `emit_ptx` runs `gpu-module-to-binary{format=isa}` and returns the PTX text; `assemble` runs
 `ptxas -arch=sm_90a -v` and parses its resource report (registers, spills, shared memory).
 """
 from __future__ import annotations
@@ -19,9 +15,8 @@ from dataclasses import dataclass, field
 from mlir import ir, passmanager
 from mlir.dialects import gpu
 
-from tawa.errors import CompilationError
+from tawa.errors import CompilationError, InternalCompilerError
 
-NAME = "lower-to-llvm"
 CHIP = "sm_90a"
 
 LLVM_PIPELINE = (
@@ -31,29 +26,25 @@ LLVM_PIPELINE = (
 )
 
 
-def _run(module: ir.Module, pipeline: str) -> None:
+def run_mlir_pipeline(module: ir.Module, pipeline: str, what: str) -> None:
+    """Run an upstream pass pipeline; a failure there is the compiler's fault (it built the IR)."""
     with module.context:
         pm = passmanager.PassManager.parse(pipeline)
         try:
             pm.run(module.operation)
         except ir.MLIRError as e:
-            raise CompilationError(f"internal: LLVM lowering failed: {e}") from None
-
-
-def lower_to_llvm(module: ir.Module, options=None) -> ir.Module:
-    _run(module, LLVM_PIPELINE)
-    return module
+            raise InternalCompilerError(f"{what} failed: {e}") from None
 
 
 def emit_ptx(module: ir.Module) -> str:
     """PTX of the (LLVM-dialect) kernel module. Works on a clone: the module itself stays printable."""
     clone = ir.Module.parse(str(module), module.context)
-    _run(clone, "builtin.module(gpu-module-to-binary{format=isa})")
+    run_mlir_pipeline(clone, "builtin.module(gpu-module-to-binary{format=isa})", "NVPTX code generation")
     for op in clone.body.operations:
         if op.name == "gpu.binary":
             obj = gpu.ObjectAttr(op.attributes["objects"][0]).object
             return obj.decode() if isinstance(obj, (bytes, bytearray)) else str(obj)
-    raise CompilationError("internal: no gpu.binary produced")
+    raise InternalCompilerError("NVPTX produced no gpu.binary")
 
 
 def find_ptxas() -> str | None:
@@ -114,6 +105,6 @@ def assemble(ptx: str, ptxas: str | None = None) -> tuple[bytes, PtxasReport]:
             f.write(ptx)
         proc = subprocess.run([ptxas, f"-arch={CHIP}", "-v", "-o", out, src], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise CompilationError(f"internal: ptxas failed:\n{proc.stderr.strip()}")
+            raise InternalCompilerError(f"ptxas rejected the generated PTX:\n{proc.stderr.strip()}")
         with open(out, "rb") as f:
             return f.read(), parse_ptxas_report(proc.stderr + proc.stdout)

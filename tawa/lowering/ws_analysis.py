@@ -157,6 +157,17 @@ def plan(func_op) -> list:
     return result
 
 
+def required_plan(func_op) -> list:
+    """`plan(func_op)` for a kernel that must be specialized: the reason becomes a located error."""
+    try:
+        return plan(func_op)
+    except NotSpecializable as e:
+        raise CompilationError(f"cannot warp-specialize kernel '{kernel_name(func_op)}': {e.reason}",
+                               ws_ir.source_location(e.op or func_op.operation),
+                               note="compile with warp_specialize=False (or --warp-specialize off) to use the "
+                                    "uniform-warp schedule") from None
+
+
 def can_specialize(func_op) -> tuple:
     """(True, "") when the kernel can be warp-specialized, else (False, reason with the source location)."""
     try:

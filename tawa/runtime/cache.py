@@ -17,7 +17,7 @@ import tempfile
 import warnings
 from typing import Optional
 
-from tawa.runtime.abi import CompiledKernel
+from tawa.abi import CompiledKernel
 
 _JSON, _PTX, _CUBIN = "kernel.json", "kernel.ptx", "kernel.cubin"
 

@@ -6,7 +6,7 @@ interpreter on numpy arrays. Nothing here imports MLIR unless the CPU target is 
 """
 from __future__ import annotations
 
-from tawa.runtime.abi import CompiledKernel
+from tawa.abi import CompiledKernel
 
 
 class Kernel:

@@ -5,7 +5,7 @@ CuPy, any `__cuda_array_interface__` or DLPack producer; Python or NumPy scalars
 Checks every argument against `tawa.params` before touching the GPU (kind, dtype, rank, fixed extents, one
 extent per shape symbol across all arguments, innermost stride 1, and for arguments read through TMA the 16-byte
 alignment of the base address and outer strides), evaluates the grid, encodes (or reuses) the tensor maps and
-packs the parameters exactly in the order and layout of `CompiledKernel.abi` (docs: tawa/runtime/abi.py).
+packs the parameters exactly in the order and layout of `CompiledKernel.abi` (docs: tawa/abi.py).
 Nothing here needs MLIR, so a kernel loaded from the disk cache launches on a machine without it.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from typing import Any, Optional, Sequence
 
 from tawa.errors import LaunchError
-from tawa.runtime.abi import AbiParam, CompiledKernel
+from tawa.abi import AbiParam, CompiledKernel
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
 from tawa.runtime import tensor_map as tm
 

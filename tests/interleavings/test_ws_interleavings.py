@@ -16,7 +16,7 @@ import pytest
 
 from tawa.errors import TawaError
 from tawa.frontend import parse_and_lower
-from tawa.ir.attributes import to_python
+from tawa.ir.convert import to_python
 from tawa.lowering import aref_insertion, partition, protocol_check, ws_ir
 from tawa.options import CompileOptions
 from tawa.runtime.grid import bind_numpy_args, eval_grid

@@ -123,7 +123,7 @@ def test_dump_ir_after_all_shows_arefs_and_warp_groups(capsys):
         r"IR Dump After partition", r"scf\.execute_region", r"tawa\.warp_group = \"producer\"",
         r"tawa\.warp_group = \"consumer\"",
         r"IR Dump After register-realloc", r"tawa\.max_registers = 40",
-        r"IR Dump After aref-lowering", r"tawa\.aref_load",
+        r"IR Dump After assign-warp-groups", r"tawa\.aref_load",
         r"IR Dump After assign-layouts", r"tawa\.layout = \"mma<",
         r"IR Dump After convert-to-nvvm", r"nvvm\.setmaxregister",
         r"IR Dump After lower-to-llvm",

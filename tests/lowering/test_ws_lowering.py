@@ -7,7 +7,7 @@ import pytest
 from mlir import ir
 
 from tawa.errors import CompilationError
-from tawa.lowering import aref_lowering, register_realloc, ws_ir
+from tawa.lowering import assign_warp_groups, register_realloc, ws_ir
 from tawa.options import CompileOptions
 
 from ws_support import example_module, kernel, ops_named, region, run_passes
@@ -19,7 +19,7 @@ def specialized(name="gemm", constants=None, **options):
     m = run_passes(example_module(name, constants), **{**WS_OPTS, **options})
     opts = CompileOptions(**{**WS_OPTS, **options})
     register_realloc.run(m, opts)
-    aref_lowering.run(m, opts)
+    assign_warp_groups.run(m, opts)
     return m, opts
 
 
@@ -99,11 +99,11 @@ def test_gemm_nvvm(monkeypatch):
 
 
 def test_gemm_ptx(monkeypatch):
-    from tawa.lowering import emit_ptx
+    from tawa.lowering import emit_ptx, lower_to_llvm
     m, opts = specialized(num_buffers=3)   # depth 3: stage and phase through remainder and division
     out = convert(m, opts, monkeypatch)
     assert "arith.remui" in str(out)
-    out = emit_ptx.lower_to_llvm(out, opts)
+    out = lower_to_llvm.run(out, opts)
     ptx = emit_ptx.emit_ptx(out)
     assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;", ptx)
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+232;", ptx)

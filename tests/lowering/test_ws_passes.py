@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from tawa.options import CompileOptions
+
 from tawa.errors import CompilationError
 from tawa.lowering import aref_insertion, partition, protocol_check, ws_ir
 
@@ -122,6 +124,7 @@ def test_locations_survive():
     assert loc is not None and loc.filename.endswith("gemm.tawa") and loc.line == 14
 
 
-def test_warp_specialize_false_is_a_no_op():
-    m = run_passes(example_module("gemm"), warp_specialize=False)
+def test_warp_specialize_false_runs_no_ws_pass():
+    from tawa.compiler import compile_module
+    m = compile_module(example_module("gemm"), CompileOptions(warp_specialize=False), tile_level_only=True)
     assert "aref" not in str(m) and "execute_region" not in str(m)

@@ -5,7 +5,7 @@ by value or through a pointer) that checks the encoded geometry and the zero fil
 """
 from __future__ import annotations
 
-from tawa.runtime.abi import AbiParam, CompiledKernel
+from tawa.abi import AbiParam, CompiledKernel
 
 _HEADER = ".version 8.0\n.target sm_90a\n.address_size 64\n"
 

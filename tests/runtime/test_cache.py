@@ -7,7 +7,7 @@ import sys
 
 from tawa.options import CompileOptions
 from tawa.runtime import cache
-from tawa.runtime.abi import AbiParam, CompiledKernel
+from tawa.abi import AbiParam, CompiledKernel
 
 
 def _kernel(**kw) -> CompiledKernel:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tawa.errors import LaunchError
-from tawa.runtime.abi import AbiParam, CompiledKernel
+from tawa.abi import AbiParam, CompiledKernel
 from tawa.runtime.launcher import GpuLauncher, pack_params, param_layout, param_size_align
 from tawa.runtime.tensor_map import TensorMapCache
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from mlir import ir
 
 from tawa.errors import CompilationError
-from tawa.runtime.abi import AbiParam
+from tawa.abi import AbiParam
 
 from .. import layouts as L
 from .builder import Builder, V

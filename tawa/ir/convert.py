@@ -1,4 +1,5 @@
-"""Conversion of MLIR attributes to plain Python values (for kernel metadata that must outlive MLIR)."""
+"""Conversion of MLIR attributes to plain Python values (kernel metadata that must outlive MLIR): the one
+attribute→Python converter of the package."""
 from __future__ import annotations
 
 from mlir import ir

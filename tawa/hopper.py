@@ -1,0 +1,37 @@
+"""The limits of the target, an NVIDIA Hopper GPU (sm_90a), defined once.
+
+Pure Python with no imports, so the frontend, the passes, the GPU conversion and the runtime all read the same
+numbers. Values are per thread block (CTA) unless said otherwise.
+"""
+
+#: Compute capability the backend emits code for.
+ARCH = "sm_90a"
+
+#: Threads per warp, warps per warp group, threads per warp group (the unit of wgmma and setmaxnreg).
+THREADS_PER_WARP = 32
+WARPS_PER_GROUP = 4
+THREADS_PER_WARP_GROUP = THREADS_PER_WARP * WARPS_PER_GROUP
+
+#: Most threads in one block (`.maxntid`).
+MAX_THREADS_PER_BLOCK = 1024
+
+#: Dynamic shared memory one block may opt into (227 KiB on H100/H200).
+SMEM_PER_BLOCK = 227 * 1024
+#: Bytes at the start of the dynamic shared segment reserved for mbarriers; tiles start 1024-aligned after it.
+SMEM_BARRIER_REGION = 1024
+#: What is left for tiles (rings, staging) once the barrier region is set aside.
+SMEM_FOR_TILES = SMEM_PER_BLOCK - SMEM_BARRIER_REGION
+
+#: 32-bit registers per SM, and the per-thread limits `setmaxnreg` accepts (a multiple of 8 in [24, 256]).
+REGISTER_FILE = 65536
+MAX_REGISTERS_PER_THREAD = 255
+SETMAXNREG_MIN = 24
+SETMAXNREG_MAX = 256
+SETMAXNREG_STEP = 8
+
+#: Named barriers per block (id 0 is the one `bar.sync 0` / `__syncthreads` uses).
+NAMED_BARRIERS = 16
+
+#: TMA: global strides and the base address must be multiples of this many bytes; the swizzle atom TMA writes.
+TMA_ALIGN_BYTES = 16
+SWIZZLE_BYTES = 128

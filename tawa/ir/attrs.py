@@ -1,0 +1,129 @@
+"""Every `tawa.*` attribute the compiler reads or writes, named once, with a typed getter, a setter and its default.
+
+Passes never spell an attribute name or pick its MLIR class themselves: they call `NUM_WARP_GROUPS.get(region)`
+or `LAYOUT.set(op, desc)`. Who sets each attribute and who reads it:
+
+| attribute | on | set by | read by |
+|---|---|---|---|
+| `tawa.kernel` (unit) | kernel `func.func` | frontend | every pass (the kernel finder) |
+| `tawa.params`, `tawa.grid`, `tawa.constants` | kernel | frontend | backend, runtime (launch metadata) |
+| `tawa.num_warps` (i32) | kernel | frontend (`@num_warps`), assign-warp-groups | layouts, conversion |
+| `tawa.warp_group` (str: producer/consumer) | `scf.execute_region` | partition | WS passes, conversion, interpreter |
+| `tawa.num_warp_groups` (i32, default 1) | warp-group region | partition | register-realloc, layouts, conversion |
+| `tawa.first_warp_group` (i32) | warp-group region | assign-warp-groups | conversion |
+| `tawa.max_registers` (i32) | warp-group region | register-realloc | conversion (`setmaxnreg`) |
+| `tawa.aref_name` (str) | `tawa.aref_create` | aref-insertion | diagnostics |
+| `tawa.aref_load` (unit) | `tawa.load` | assign-warp-groups | layouts, conversion (the put issues it) |
+| `tawa.smem` (unit) | `tawa.load`, `tawa.trans` | assign-layouts, assign-warp-groups | software-pipeline, conversion |
+| `tawa.layout` (str) | op with a tile result | assign-layouts | conversion |
+| `tawa.layouts` (array of str) | `scf.for`, `scf.if` | assign-layouts | conversion |
+| `tawa.num_stages` (i32, default 0) | `scf.for` | software-pipeline | conversion |
+| `tawa.pipelined` (unit) | `tawa.load` | software-pipeline | conversion |
+| `tawa.kernel_info` (str, JSON) | module | convert-to-nvvm | backend |
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mlir import ir
+
+from tawa.ir.convert import to_python
+
+
+@dataclass(frozen=True)
+class _Attr:
+    name: str
+    default: Any = None
+
+    def has(self, op) -> bool:
+        return self.name in _op(op).attributes
+
+    def get(self, op):
+        attrs = _op(op).attributes
+        return self._decode(attrs[self.name]) if self.name in attrs else self.default
+
+    def set(self, op, value) -> None:
+        op = _op(op)
+        op.attributes[self.name] = self._encode(value, op.context)
+
+    def remove(self, op) -> None:
+        if self.has(op):
+            del _op(op).attributes[self.name]
+
+
+class UnitAttr(_Attr):
+    def get(self, op) -> bool:
+        return self.has(op)
+
+    def set(self, op, value: bool = True) -> None:
+        if value:
+            _op(op).attributes[self.name] = ir.UnitAttr.get(_op(op).context)
+        else:
+            self.remove(op)
+
+
+class I32Attr(_Attr):
+    def _decode(self, a) -> int:
+        return ir.IntegerAttr(a).value
+
+    def _encode(self, value, ctx):
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(32, ctx), int(value))
+
+
+class StrAttr(_Attr):
+    def _decode(self, a) -> str:
+        return ir.StringAttr(a).value
+
+    def _encode(self, value, ctx):
+        return ir.StringAttr.get(str(value), ctx)
+
+
+class StrListAttr(_Attr):
+    def _decode(self, a) -> list:
+        return [ir.StringAttr(x).value for x in ir.ArrayAttr(a)]
+
+    def _encode(self, value, ctx):
+        return ir.ArrayAttr.get([ir.StringAttr.get(str(v), ctx) for v in value], ctx)
+
+
+class PyAttr(_Attr):
+    """Metadata stored as MLIR attributes but read as plain Python (lists, dicts, strings, numbers)."""
+
+    def _decode(self, a):
+        return to_python(a)
+
+
+def _op(op) -> ir.Operation:
+    return op.operation if hasattr(op, "operation") else op
+
+
+# ---- kernel functions ----------------------------------------------------------------------------------------
+KERNEL = UnitAttr("tawa.kernel")
+PARAMS = PyAttr("tawa.params", [])
+GRID = PyAttr("tawa.grid", ["1"])
+CONSTANTS = PyAttr("tawa.constants", {})
+NUM_WARPS = I32Attr("tawa.num_warps", None)
+
+# ---- warp specialization -----------------------------------------------------------------------------------
+WARP_GROUP = StrAttr("tawa.warp_group", None)
+NUM_WARP_GROUPS = I32Attr("tawa.num_warp_groups", 1)
+FIRST_WARP_GROUP = I32Attr("tawa.first_warp_group", None)
+MAX_REGISTERS = I32Attr("tawa.max_registers", None)
+AREF_NAME = StrAttr("tawa.aref_name", None)
+AREF_LOAD = UnitAttr("tawa.aref_load")
+
+#: Warp-group roles.
+PRODUCER, CONSUMER = "producer", "consumer"
+
+# ---- GPU backend -------------------------------------------------------------------------------------------
+SMEM = UnitAttr("tawa.smem")
+LAYOUT = StrAttr("tawa.layout", None)
+LAYOUTS = StrListAttr("tawa.layouts", None)
+NUM_STAGES = I32Attr("tawa.num_stages", 0)
+PIPELINED = UnitAttr("tawa.pipelined")
+KERNEL_INFO = StrAttr("tawa.kernel_info", None)
+
+#: Every `tawa.*` attribute, for the verifier and the docs.
+ALL = (KERNEL, PARAMS, GRID, CONSTANTS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
+       AREF_NAME, AREF_LOAD, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED, KERNEL_INFO)

@@ -1,0 +1,39 @@
+"""The kernel function of a module and its launch metadata as plain Python: the one kernel finder."""
+from __future__ import annotations
+
+from mlir import ir
+
+from tawa.errors import CompilationError
+from tawa.ir import attrs
+
+
+def kernels(module: ir.Module) -> list:
+    """The kernel functions (`func.func` marked `tawa.kernel`) of a module, as `ir.Operation`s."""
+    return [op.operation for op in module.body.operations
+            if op.operation.name == "func.func" and attrs.KERNEL.has(op)]
+
+
+def kernel_function(module: ir.Module, name: str | None = None) -> ir.Operation:
+    """The module's one kernel (or the one called `name`)."""
+    found = kernels(module)
+    if name is not None:
+        found = [k for k in found if kernel_name(k) == name]
+    if not found:
+        raise CompilationError("the module holds no kernel function" + (f" named '{name}'" if name else ""))
+    if len(found) > 1:
+        raise CompilationError(f"the module holds {len(found)} kernel functions; name the one to use")
+    return found[0]
+
+
+def kernel_name(func) -> str:
+    return ir.StringAttr(func.operation.attributes["sym_name"]).value
+
+
+def body_block(func) -> ir.Block:
+    return func.operation.regions[0].blocks[0]
+
+
+def launch_info(func) -> dict:
+    """Name, parameters, grid expressions and constants the frontend recorded on the kernel."""
+    return {"name": kernel_name(func), "params": attrs.PARAMS.get(func), "grid": attrs.GRID.get(func),
+            "constants": attrs.CONSTANTS.get(func)}

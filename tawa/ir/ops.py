@@ -1,0 +1,227 @@
+"""Typed views of the `tawa` ops (and of the `scf` ops passes inspect): named operands, results and attributes.
+
+Passes read `LoadOp(op).offsets` or `DotOp(op).acc` instead of `op.operands[2]`, and build arefs with
+`create_put(...)` instead of spelling segment attributes. Each view wraps an `ir.Operation` and checks its name.
+The op set itself is defined once, in IRDL, in `tawa.ir.dialect`.
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+from tawa.errors import InternalCompilerError
+from tawa.ir import attrs
+from tawa.ir.dialect import AREF_MAX_VALUES
+from tawa.ir.traversal import as_op, ops_of
+from tawa.ir.types import aref_params, aref_type
+
+
+class OpView:
+    NAME = ""
+
+    def __init__(self, op):
+        self.op = as_op(op)
+        if self.NAME and self.op.name != self.NAME:
+            raise InternalCompilerError(f"expected '{self.NAME}', got '{self.op.name}'")
+
+    @property
+    def location(self):
+        return self.op.location
+
+    def _int(self, name: str) -> int:
+        return ir.IntegerAttr(self.op.attributes[name]).value
+
+
+class ProgramIdOp(OpView):
+    NAME = "tawa.program_id"
+    axis = property(lambda self: self._int("axis"))
+
+
+class NumProgramsOp(OpView):
+    NAME = "tawa.num_programs"
+    axis = property(lambda self: self._int("axis"))
+
+
+class DimOp(OpView):
+    NAME = "tawa.dim"
+    tensor = property(lambda self: self.op.operands[0])
+    axis = property(lambda self: self._int("axis"))
+
+
+class LoadOp(OpView):
+    """`%tile = tawa.load %src[%offsets...]`: the block at tile coordinates `offsets` of a global tensor."""
+    NAME = "tawa.load"
+    src = property(lambda self: self.op.operands[0])
+    offsets = property(lambda self: list(self.op.operands)[1:])
+    result = property(lambda self: self.op.results[0])
+
+
+class StoreOp(OpView):
+    NAME = "tawa.store"
+    dst = property(lambda self: self.op.operands[0])
+    value = property(lambda self: self.op.operands[1])
+    offsets = property(lambda self: list(self.op.operands)[2:])
+
+
+class DotOp(OpView):
+    """`%d = tawa.dot %a, %b, %acc`: d = a @ b + acc."""
+    NAME = "tawa.dot"
+    a = property(lambda self: self.op.operands[0])
+    b = property(lambda self: self.op.operands[1])
+    acc = property(lambda self: self.op.operands[2])
+    result = property(lambda self: self.op.results[0])
+    A, B, ACC = 0, 1, 2   # operand numbers, for use-site checks
+
+
+class SplatOp(OpView):
+    NAME = "tawa.splat"
+    value = property(lambda self: self.op.operands[0])
+
+
+class ArangeOp(OpView):
+    NAME = "tawa.arange"
+    start = property(lambda self: self._int("start"))
+    end = property(lambda self: self._int("end"))
+
+
+class ExpandDimsOp(OpView):
+    NAME = "tawa.expand_dims"
+    src = property(lambda self: self.op.operands[0])
+    axis = property(lambda self: self._int("axis"))
+
+
+class BroadcastOp(OpView):
+    NAME = "tawa.broadcast"
+    src = property(lambda self: self.op.operands[0])
+
+
+class TransOp(OpView):
+    NAME = "tawa.trans"
+    src = property(lambda self: self.op.operands[0])
+
+
+class ReduceOp(OpView):
+    NAME = "tawa.reduce"
+    src = property(lambda self: self.op.operands[0])
+    axis = property(lambda self: self._int("axis"))
+    kind = property(lambda self: ir.StringAttr(self.op.attributes["kind"]).value)
+
+
+# ---- arefs -----------------------------------------------------------------------------------------------
+class ArefCreateOp(OpView):
+    NAME = "tawa.aref_create"
+    result = property(lambda self: self.op.results[0])
+
+    @property
+    def payload(self) -> list:
+        return aref_params(self.result.type)[0]
+
+    @property
+    def depth(self) -> int:
+        return aref_params(self.result.type)[1]
+
+    def describe(self, index: int = 0) -> str:
+        """'aref a, b <types; depth D>' for diagnostics: the source names of the loads it carries."""
+        label = attrs.AREF_NAME.get(self.op) or f"#{index}"
+        return f"aref {label} <{', '.join(str(t) for t in self.payload)}; depth {self.depth}>"
+
+
+class ArefPutOp(OpView):
+    NAME = "tawa.aref_put"
+    aref = property(lambda self: self.op.operands[0])
+    values = property(lambda self: list(self.op.operands)[1:])
+
+
+class ArefGetOp(OpView):
+    NAME = "tawa.aref_get"
+    aref = property(lambda self: self.op.operands[0])
+    values = property(lambda self: list(self.op.results))
+
+
+class ArefConsumedOp(OpView):
+    NAME = "tawa.aref_consumed"
+    aref = property(lambda self: self.op.operands[0])
+
+
+AREF_USE_OPS = (ArefPutOp.NAME, ArefGetOp.NAME, ArefConsumedOp.NAME)
+
+
+def aref_of(op) -> ir.Value:
+    """The aref an aref_put / aref_get / aref_consumed uses."""
+    return as_op(op).operands[0]
+
+
+def create_aref(payload, depth: int, loc=None, name: str | None = None, ip=False) -> ir.Operation:
+    op = ir.Operation.create(ArefCreateOp.NAME, results=[aref_type(payload, depth)], loc=loc, ip=ip)
+    if name:
+        attrs.AREF_NAME.set(op, name)
+    return op
+
+
+def create_put(aref: ir.Value, values, loc=None, ip=False) -> ir.Operation:
+    n = len(values)
+    if not 1 <= n <= AREF_MAX_VALUES:
+        raise InternalCompilerError(f"an aref slot holds 1 to {AREF_MAX_VALUES} values, got {n}")
+    seg = ir.DenseI32ArrayAttr.get([1] + [1] * n + [0] * (AREF_MAX_VALUES - n))
+    return ir.Operation.create(ArefPutOp.NAME, operands=[aref, *values], attributes={"operandSegmentSizes": seg},
+                               loc=loc, ip=ip)
+
+
+def create_get(aref: ir.Value, loc=None, ip=False) -> ir.Operation:
+    payload, _ = aref_params(aref.type)
+    n = len(payload)
+    seg = ir.DenseI32ArrayAttr.get([1] * n + [0] * (AREF_MAX_VALUES - n))
+    return ir.Operation.create(ArefGetOp.NAME, results=payload, operands=[aref],
+                               attributes={"resultSegmentSizes": seg}, loc=loc, ip=ip)
+
+
+def create_consumed(aref: ir.Value, loc=None, ip=False) -> ir.Operation:
+    return ir.Operation.create(ArefConsumedOp.NAME, operands=[aref], loc=loc, ip=ip)
+
+
+# ---- structure: loops and warp groups ------------------------------------------------------------------------
+class ForOp(OpView):
+    """`scf.for %iv = %lb to %ub step %step iter_args(...)`."""
+    NAME = "scf.for"
+    lower = property(lambda self: self.op.operands[0])
+    upper = property(lambda self: self.op.operands[1])
+    step = property(lambda self: self.op.operands[2])
+    bounds = property(lambda self: list(self.op.operands)[:3])
+    inits = property(lambda self: list(self.op.operands)[3:])
+    body = property(lambda self: self.op.regions[0].blocks[0])
+    iv = property(lambda self: self.body.arguments[0])
+    iter_args = property(lambda self: list(self.body.arguments)[1:])
+    results = property(lambda self: list(self.op.results))
+
+    @property
+    def yield_op(self) -> ir.Operation:
+        return ops_of(self.body)[-1]
+
+
+WARP_GROUP_REGION = "scf.execute_region"
+
+
+def warp_group_role(op) -> str | None:
+    """'producer' / 'consumer' for a warp-group region, None for any other op."""
+    op = as_op(op)
+    return attrs.WARP_GROUP.get(op) if op.name == WARP_GROUP_REGION else None
+
+
+def warp_groups(func) -> list:
+    """The warp-group regions directly in a kernel's body, in order."""
+    from tawa.ir.kernel_info import body_block
+    return [op for op in ops_of(body_block(func)) if warp_group_role(op)]
+
+
+def enclosing_warp_group(op):
+    cur = as_op(op).parent
+    while cur is not None:
+        cur = as_op(cur)
+        if warp_group_role(cur):
+            return cur
+        cur = cur.parent
+    return None
+
+
+def consumer_warp_groups(func) -> int:
+    """Warp groups that run consumer regions (a region may span several)."""
+    return sum(attrs.NUM_WARP_GROUPS.get(g) for g in warp_groups(func) if warp_group_role(g) == attrs.CONSUMER)
