@@ -9,27 +9,15 @@ This module imports neither MLIR nor Lark: a kernel found in the cache loads and
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-import os
 import time
 
 from tawa.errors import CompilationError, DriverError, LaunchError, TawaError  # noqa: F401
 from tawa.options import CompileOptions
+from tawa.version import __version__  # noqa: F401
+from tawa.source import read_source  # noqa: F401  (re-exported: `tawa.read_source`)
 
 __all__ = ["compile", "interpret", "CompileOptions", "TawaError", "CompilationError", "LaunchError",
            "DriverError", "Kernel"]
-
-
-def read_source(path_or_source: str) -> tuple[str, str]:
-    """(source text, filename): a path to an existing file is read, anything else is kernel source."""
-    text = str(path_or_source)
-    if "\n" not in text and (text.endswith(".tawa") or os.path.isfile(text)):
-        if not os.path.isfile(text):
-            raise CompilationError(f"no such kernel file: {text}")
-        with open(text, encoding="utf-8") as f:
-            return f.read(), text
-    return text, "<string>"
 
 
 def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **kwargs):
@@ -37,12 +25,13 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
 
     Keyword arguments are compile options (`warp_specialize`, `num_consumer_groups`, `num_buffers` /
     `num_buffers_warp_spec`, `num_stages`, `num_warps`, `producer_registers`, `consumer_registers`) or
-    overrides of the kernel's `const` parameters (any other name).
+    overrides of the kernel's `const` parameters (any other name). Options are checked first, before the source
+    is read or parsed: a bad value raises CompilationError naming the option.
     """
     from tawa.runtime.kernel import Kernel
 
+    options = CompileOptions.from_kwargs(dict(kwargs, target=target)).validate()
     source, filename = read_source(path_or_source)
-    options = CompileOptions.from_kwargs(dict(kwargs, target=target))
     key = None
     if cache and target == "cuda":
         from tawa.runtime import cache as disk_cache

@@ -1,20 +1,36 @@
 """`tawac`: the ahead-of-time compiler. Needs no GPU.
 
     tawac examples/gemm.tawa --emit mlir             # tile IR after the tile-level passes
-    tawac examples/gemm.tawa --emit ptx -o gemm.ptx -D BLOCK_N=256
-    tawac examples/gemm.tawa --emit cubin --verbose  # ptxas resource report
+    tawac examples/gemm.tawa --emit ptx -o gemm.ptx -D BLOCK_N=256 --consumer-registers 224
+    tawac examples/gemm.tawa --emit cubin -o gemm.cubin --verbose  # ptxas resource report
     tawac examples/gemm.tawa --emit ptx --dump-ir-after-all 2> passes.mlir
+    tawac kernel.mlir --passes aref-insertion,partition   # named passes on textual tile IR (see tawa.opt)
+
+The compile-option flags are generated from the fields of `tawa.options.CompileOptions` (name with dashes, type
+from the annotation, help from the field's metadata), so every option of `tawa.compile` is a flag, and their
+values are checked by `CompileOptions.validate()`.
+
+Exit status: 0; 1 on an error in the program or while compiling or writing (printed without a traceback);
+2 on bad usage (a bad flag or option value, an output path that cannot be written).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
+import typing
 
 EMITS = ("tawa", "mlir", "ptx", "cubin", "json")
+PROG = "tawac"
+
+#: --warp-specialize (any Optional[bool] option): the word on the command line -> the option's value.
+_TRISTATE = {"auto": None, "on": True, "off": False}
 
 
 def _value(text: str):
+    """A -D value: an int, a float, else the text (a dtype name such as bf16)."""
     for conv in (int, float):
         try:
             return conv(text)
@@ -23,51 +39,162 @@ def _value(text: str):
     return text
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _unwrap_optional(tp) -> tuple[object, bool]:
+    """(base type, whether None is allowed) of an annotation such as Optional[int]."""
+    if typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def _option_fields() -> list[tuple[dataclasses.Field, object, bool]]:
+    """(field, base type, optional) of each CompileOptions field that is a flag (constants come from -D)."""
+    from tawa.options import CompileOptions
+
+    hints = typing.get_type_hints(CompileOptions)
+    out = []
+    for f in dataclasses.fields(CompileOptions):
+        if f.name == "constants":
+            continue
+        base, optional = _unwrap_optional(hints[f.name])
+        out.append((f, base, optional))
+    return out
+
+
+def _add_option_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per CompileOptions field; only the flags given reach the options (argparse.SUPPRESS)."""
+    from tawa.options import ALIASES
+
+    group = p.add_argument_group("compile options", "the fields of tawa.options.CompileOptions; the keyword "
+                                                    "arguments of tawa.compile")
+    for f, base, optional in _option_fields():
+        flags = [_flag(f.name)] + [_flag(alias) for alias, name in ALIASES.items() if name == f.name]
+        help_text = f.metadata.get("help")
+        kw = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text)
+        if base is bool and not optional:
+            group.add_argument(*flags, action="store_true", **kw)
+        elif base is bool:
+            group.add_argument(*flags, choices=tuple(_TRISTATE), **kw)
+        elif base in (int, float, str):
+            choices = f.metadata.get("choices")
+            metavar = "{" + ",".join(map(str, choices)) + "}" if choices else ("N" if base is int else None)
+            # Values are checked by CompileOptions.validate(), not by argparse `choices`: one place, one message.
+            group.add_argument(*flags, type=base, metavar=metavar, **kw)
+        else:  # a field of a type the command line cannot spell: a bug in this table, not in the user's input
+            raise TypeError(f"CompileOptions.{f.name}: no command-line form for {base!r}")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tawac", description="Compile a .tawa kernel ahead of time.")
-    p.add_argument("file", help="the .tawa kernel file")
+    p = argparse.ArgumentParser(prog=PROG, description="Compile a .tawa kernel ahead of time, or run named passes "
+                                                       "on tile IR (.mlir).")
+    p.add_argument("file", help="the .tawa kernel file, or a .mlir file of tile IR (with --passes)")
     p.add_argument("--emit", choices=EMITS, default="mlir",
                    help="tawa: frontend output; mlir: tile IR after the tile-level passes; ptx; cubin; "
                         "json: launch metadata")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="override a const parameter of the kernel")
     p.add_argument("-o", dest="output", help="write here instead of standard output")
-    p.add_argument("--target", choices=("cuda", "cpu"), default="cuda")
-    p.add_argument("--warp-specialize", choices=("auto", "on", "off"), default="auto")
-    p.add_argument("--num-consumer-groups", type=int)
-    p.add_argument("--num-buffers", "--num-buffers-warp-spec", dest="num_buffers", type=int)
-    p.add_argument("--num-stages", type=int)
-    p.add_argument("--num-warps", type=int)
-    p.add_argument("--dump-ir-after-all", action="store_true", help="print the IR after every pass to stderr")
+    p.add_argument("--passes", action="append", default=[], metavar="A,B,...",
+                   help="run these passes, in this order, on the input (a .mlir file of tile IR, or a .tawa "
+                        "kernel after the frontend) and print the IR; implies --emit mlir")
     p.add_argument("--verbose", action="store_true", help="print ptxas's resource report (registers, spills, smem)")
+    _add_option_flags(p)
     return p
 
 
-def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    from tawa import read_source
-    from tawa.errors import TawaError
+def _error(message: str, status: int = 2) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+def _options(args, constants: dict):
+    """CompileOptions from the flags given, validated."""
     from tawa.options import CompileOptions
+
+    values = {}
+    for f, base, optional in _option_fields():
+        if f.name in vars(args):
+            v = getattr(args, f.name)
+            values[f.name] = _TRISTATE[v] if base is bool and optional else v
+    return CompileOptions(constants=constants, **values).validate()
+
+
+def _check_output(path: str) -> str | None:
+    """Why `path` cannot be written (checked before compiling), or None."""
+    if os.path.isdir(path):
+        return f"cannot write -o {path}: it is a directory"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"cannot write -o {path}: no such directory: {os.path.dirname(path) or folder}"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write -o {path}: permission denied on {os.path.dirname(path) or folder}"
+    return None
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    from tawa.errors import TawaError
+    from tawa.options import InvalidOptionError
+    from tawa.source import read_file, read_source
 
     constants = {}
     for d in args.defines:
         if "=" not in d:
-            print(f"tawac: error: -D expects NAME=VALUE, got '{d}'", file=sys.stderr)
-            return 2
+            return _error(f"-D expects NAME=VALUE, got '{d}'")
         name, value = d.split("=", 1)
         constants[name.strip()] = _value(value.strip())
-    options = CompileOptions(target=args.target, constants=constants, dump_ir_after_all=args.dump_ir_after_all,
-                             warp_specialize={"auto": None, "on": True, "off": False}[args.warp_specialize],
-                             num_consumer_groups=args.num_consumer_groups, num_buffers=args.num_buffers,
-                             num_warps=args.num_warps)
-    if args.num_stages is not None:
-        options.num_stages = args.num_stages
     try:
-        from tawa.compiler import compile_source
-        source, filename = read_source(args.file)
-        if args.emit in ("tawa", "mlir"):
+        options = _options(args, constants)
+    except InvalidOptionError as e:
+        # Named as argparse names its own errors: every spelling of the flag.
+        spellings = [a.option_strings for a in parser._actions if a.dest == e.option and a.option_strings]
+        flag = "/".join(spellings[0]) if spellings else _flag(e.option)
+        given = getattr(args, e.option, e.value)
+        return _error(f"argument {flag}: invalid value {given!r}: expected {e.expected}")
+    except TawaError as e:
+        return _error(e.message)
+
+    passes = [n.strip() for arg in args.passes for n in arg.split(",") if n.strip()]
+    is_mlir = args.file.endswith(".mlir")
+    if args.passes and not passes:
+        return _error("--passes expects a comma-separated list of pass names")
+    if (is_mlir or passes) and args.emit != "mlir":
+        what = ".mlir input" if is_mlir else "--passes"
+        return _error(f"{what} prints the IR after the passes: --emit {args.emit} is not available (use --emit mlir)")
+    if passes:
+        from tawa.compiler import PASSES
+        unknown = [n for n in passes if n not in PASSES]
+        if unknown:
+            return _error(f"unknown pass '{unknown[0]}' (passes: {', '.join(PASSES)})")
+    if args.emit == "cubin" and not args.output:
+        return _error("--emit cubin needs -o FILE")
+    if args.output:
+        problem = _check_output(args.output)
+        if problem:
+            return _error(problem)
+
+    try:
+        if not os.path.isfile(args.file):
+            from tawa.errors import CompilationError
+            raise CompilationError(f"no such {'kernel ' if not is_mlir else ''}file: {args.file}")
+        if is_mlir:
+            source, filename = read_file(args.file), args.file
+        else:
+            source, filename = read_source(args.file)
+        if is_mlir or passes:
+            from tawa.opt import run_passes_on_text
+            out = run_passes_on_text(source, filename, passes, options)
+        elif args.emit in ("tawa", "mlir"):
+            from tawa.compiler import compile_source
             out = str(compile_source(source, filename, options, emit=args.emit))
         else:
+            from tawa.compiler import compile_source
             kernel = compile_source(source, filename, options)
             for note in kernel.notes:
                 # ptxas's resource report (registers, spills, stack) is shown with --verbose only.
@@ -86,17 +213,21 @@ def main(argv=None) -> int:
     except TawaError as e:
         print(str(e), file=sys.stderr)
         return 1
-    if isinstance(out, bytes):
-        if not args.output:
-            print("tawac: error: --emit cubin needs -o FILE", file=sys.stderr)
-            return 2
-        with open(args.output, "wb") as f:
-            f.write(out)
-    elif args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(out if out.endswith("\n") else out + "\n")
-    else:
-        sys.stdout.write(out if out.endswith("\n") else out + "\n")
+
+    if isinstance(out, str) and not out.endswith("\n"):
+        out += "\n"
+    if not args.output:
+        sys.stdout.write(out)
+        return 0
+    try:
+        if isinstance(out, bytes):
+            with open(args.output, "wb") as f:
+                f.write(out)
+        else:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(out)
+    except OSError as e:
+        return _error(f"cannot write {args.output}: {e.strerror or e}", status=1)
     return 0
 
 

@@ -1,80 +1,166 @@
-"""Compile options: what a user may set in `tawa.compile(...)` or on the `tawac` command line."""
+"""Compile options: what a user may set in `tawa.compile(...)` or on the `tawac` command line.
+
+`CompileOptions` is the one description of them: each field's type annotation, default and help text
+(`field(metadata={"help": ...})`) are what `tawac` builds its flags from, and `validate()` is the one place their
+values are checked. Pure Python (no MLIR, no Lark).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+import difflib
+import functools
+from dataclasses import dataclass, field, fields, asdict
 from typing import Optional
+
+from tawa import hopper
+from tawa.errors import CompilationError
+
+#: Targets the compiler knows: "cuda" (sm_90a PTX/cubin) and "cpu" (the interpreter).
+TARGETS = ("cuda", "cpu")
+#: Consumer warp groups a specialized kernel may have.
+CONSUMER_GROUPS = (1, 2)
+#: Warps per program on the uniform-warp path: one or two warp groups.
+NUM_WARPS = (4, 8)
+#: Other names accepted for an option (by `from_kwargs` and as extra `tawac` flags).
+ALIASES = {"num_buffers_warp_spec": "num_buffers"}
+
+
+class InvalidOptionError(CompilationError):
+    """A compile option has a value the compiler cannot use; `option` names it, `expected` says what it takes."""
+
+    def __init__(self, option: str, value, expected: str):
+        super().__init__(f"invalid option {option}={value!r}: expected {expected}")
+        self.option = option
+        self.value = value
+        self.expected = expected
+
+
+def _opt(default=None, *, help: str, factory=None, **cli):
+    """A dataclass field with its help text (and hints for `tawac`, e.g. `choices`) in the metadata."""
+    metadata = dict(cli, help=help)
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+_REGISTERS = (f"a multiple of {hopper.SETMAXNREG_STEP} in [{hopper.SETMAXNREG_MIN}, {hopper.SETMAXNREG_MAX}]")
 
 
 @dataclass
 class CompileOptions:
-    #: "cuda" (sm_90a PTX/cubin) or "cpu" (the interpreter).
-    target: str = "cuda"
-    #: None: specialize where it applies; True/False force either path (`--warp-specialize on|off`).
-    warp_specialize: Optional[bool] = None
-    #: Consumer warp groups in a specialized kernel (1 or 2).
-    num_consumer_groups: Optional[int] = None
-    #: Aref ring depth (also accepted as `num_buffers_warp_spec`); None: chosen from shared-memory capacity.
-    num_buffers: Optional[int] = None
-    #: Loads in flight in the uniform-warp software pipeline.
-    num_stages: int = 3
-    #: Warps per program on the uniform-warp path (4 = one warp group).
-    num_warps: Optional[int] = None
-    #: setmaxnreg budgets of a specialized kernel.
-    producer_registers: int = 40
-    consumer_registers: int = 232
-    #: Compile-time constants (overrides of the kernel's `const` defaults).
-    constants: dict = field(default_factory=dict)
-    #: Print the IR after every pass (to stderr).
-    dump_ir_after_all: bool = False
-    #: Run the `tawa` verifier after every pass (also on with dump_ir_after_all or TAWA_VERIFY_EACH=1).
-    verify_each: bool = False
+    target: str = _opt("cuda", choices=TARGETS,
+                       help="cuda: sm_90a PTX/cubin; cpu: the tile-IR interpreter")
+    warp_specialize: Optional[bool] = _opt(
+        None, help="auto: specialize where it applies; on/off force either path (on fails, saying why, where "
+                   "it cannot apply)")
+    num_consumer_groups: Optional[int] = _opt(
+        None, choices=CONSUMER_GROUPS,
+        help="consumer warp groups of a specialized kernel (1 or 2; default: 2 for accumulators of 128+ rows)")
+    num_buffers: Optional[int] = _opt(
+        None, help="aref ring depth of a specialized kernel (default: as many as fit in shared memory)")
+    num_stages: int = _opt(3, help="loads in flight in the uniform-warp software pipeline (default 3)")
+    num_warps: Optional[int] = _opt(None, choices=NUM_WARPS,
+                                    help="warps per program on the uniform-warp path (4 or 8)")
+    producer_registers: int = _opt(40, help=f"setmaxnreg budget of the producer warp group ({_REGISTERS}; "
+                                            f"default 40)")
+    consumer_registers: int = _opt(232, help=f"setmaxnreg budget of each consumer warp group ({_REGISTERS}; "
+                                             f"default 232)")
+    constants: dict = _opt(factory=dict, help="overrides of the kernel's const parameters (NAME=VALUE)")
+    dump_ir_after_all: bool = _opt(False, help="print the IR after every pass to stderr (also verifies each)")
+    verify_each: bool = _opt(False, help="run the tawa verifier after every pass (also TAWA_VERIFY_EACH=1)")
 
     def cache_key_fields(self) -> dict:
+        """The fields that determine the generated code (the disk cache's key): not the debugging switches."""
         fields = asdict(self)
         fields.pop("dump_ir_after_all")
         fields.pop("verify_each")
         return fields
 
     def validate(self) -> "CompileOptions":
-        """Check every field, in this one place; raises CompilationError naming the option."""
-        from tawa.errors import CompilationError
-        from tawa import hopper
+        """Check every field, in this one place; raises InvalidOptionError (a CompilationError) naming the
+        option. Returns self."""
 
         def bad(name, value, want):
-            raise CompilationError(f"invalid option {name}={value!r}: expected {want}")
+            raise InvalidOptionError(name, value, want)
 
         def is_int(v):
             return isinstance(v, int) and not isinstance(v, bool)
 
-        if self.target not in ("cuda", "cpu"):
-            bad("target", self.target, "'cuda' or 'cpu'")
-        if self.warp_specialize not in (None, True, False):
+        def is_bool(v):
+            return v is True or v is False
+
+        if not isinstance(self.target, str) or self.target not in TARGETS:
+            bad("target", self.target, " or ".join(repr(t) for t in TARGETS))
+        if self.warp_specialize is not None and not is_bool(self.warp_specialize):
             bad("warp_specialize", self.warp_specialize, "True, False or None (auto)")
         if self.num_consumer_groups is not None and (not is_int(self.num_consumer_groups)
-                                                     or self.num_consumer_groups not in (1, 2)):
-            bad("num_consumer_groups", self.num_consumer_groups, "1 or 2")
+                                                     or self.num_consumer_groups not in CONSUMER_GROUPS):
+            bad("num_consumer_groups", self.num_consumer_groups, "1 or 2 (or None: chosen by the compiler)")
         if self.num_buffers is not None and (not is_int(self.num_buffers) or self.num_buffers < 1):
-            bad("num_buffers", self.num_buffers, "a positive integer")
+            bad("num_buffers", self.num_buffers, "a positive integer (or None: as many as fit)")
         if not is_int(self.num_stages) or self.num_stages < 1:
             bad("num_stages", self.num_stages, "a positive integer")
-        if self.num_warps is not None and (not is_int(self.num_warps) or self.num_warps not in (4, 8)):
+        if self.num_warps is not None and (not is_int(self.num_warps) or self.num_warps not in NUM_WARPS):
             bad("num_warps", self.num_warps, "4 or 8 (one or two warp groups)")
         for name in ("producer_registers", "consumer_registers"):
             v = getattr(self, name)
-            if not is_int(v) or v % hopper.SETMAXNREG_STEP or not hopper.SETMAXNREG_MIN <= v <= hopper.SETMAXNREG_MAX:
-                bad(name, v, f"a multiple of {hopper.SETMAXNREG_STEP} between {hopper.SETMAXNREG_MIN} and "
-                             f"{hopper.SETMAXNREG_MAX} (what setmaxnreg accepts)")
-        if not isinstance(self.constants, dict):
-            bad("constants", self.constants, "a dict of constant overrides")
+            if (not is_int(v) or v % hopper.SETMAXNREG_STEP
+                    or not hopper.SETMAXNREG_MIN <= v <= hopper.SETMAXNREG_MAX):
+                bad(name, v, f"{_REGISTERS} (what setmaxnreg accepts)")
+        if self.num_consumer_groups is not None:
+            # With the consumer count known, the register file check can be made here; otherwise the
+            # register-realloc pass makes it once partitioning has chosen the count.
+            need = hopper.THREADS_PER_WARP_GROUP * (self.producer_registers
+                                                    + self.num_consumer_groups * self.consumer_registers)
+            if need > hopper.REGISTER_FILE:
+                most = ((hopper.REGISTER_FILE // hopper.THREADS_PER_WARP_GROUP - self.producer_registers)
+                        // self.num_consumer_groups // hopper.SETMAXNREG_STEP * hopper.SETMAXNREG_STEP)
+                bad("consumer_registers", self.consumer_registers,
+                    f"at most {most} with producer_registers={self.producer_registers} and "
+                    f"num_consumer_groups={self.num_consumer_groups} (128 x ({self.producer_registers} + "
+                    f"{self.num_consumer_groups} x {self.consumer_registers}) = {need} registers > the "
+                    f"register file's {hopper.REGISTER_FILE})")
+        if not isinstance(self.constants, dict) or not all(isinstance(k, str) for k in self.constants):
+            bad("constants", self.constants, "a dict from constant names to values")
+        for name in ("dump_ir_after_all", "verify_each"):
+            if not is_bool(getattr(self, name)):
+                bad(name, getattr(self, name), "True or False")
         return self
 
     @classmethod
+    def names(cls) -> list[str]:
+        """The option names, in declaration order."""
+        return [f.name for f in fields(cls)]
+
+    @classmethod
     def from_kwargs(cls, kwargs: dict) -> "CompileOptions":
-        """Split `tawa.compile` keyword arguments into options and kernel constants."""
+        """Split `tawa.compile` keyword arguments into options and kernel constants (any other name).
+
+        Does not validate: call `.validate()` (`tawa.compile` does, before reading the source)."""
         kwargs = dict(kwargs)
-        if "num_buffers_warp_spec" in kwargs:
-            kwargs["num_buffers"] = kwargs.pop("num_buffers_warp_spec")
-        names = {f for f in cls.__dataclass_fields__ if f != "constants"}
+        names = {f for f in cls.names() if f != "constants"} | set(ALIASES)
         opts = cls(**{k: kwargs.pop(k) for k in list(kwargs) if k in names})
         opts.constants = dict(kwargs)
         return opts
+
+
+_dataclass_init = CompileOptions.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init(self, *args, **kwargs):
+    # An unknown name is a CompilationError (with a suggestion), not the dataclass's TypeError.
+    known = CompileOptions.__dataclass_fields__
+    for alias, name in ALIASES.items():
+        if alias in kwargs:
+            if name in kwargs:
+                raise CompilationError(f"options {name} and {alias} are the same option; give one of them")
+            kwargs[name] = kwargs.pop(alias)
+    for name in kwargs:
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"did you mean {close[0]}?" if close else f"options: {', '.join(known)}"
+            raise CompilationError(f"unknown compile option '{name}'", note=hint)
+    _dataclass_init(self, *args, **kwargs)
+
+
+CompileOptions.__init__ = _init

@@ -108,3 +108,38 @@ def test_forced_specialization_of_softmax_says_why():
 def test_num_buffers_warp_spec_alias():
     kernel = tawa.interpret(GEMM, warp_specialize=True, num_buffers_warp_spec=3, **SMALL)
     assert ", 3 : i32>" in kernel.ir
+
+
+def test_read_source_has_one_home():
+    from tawa import frontend, source
+    assert tawa.read_source is source.read_source is frontend.read_source
+
+
+def test_read_source_path_text_and_missing_file(tmp_path):
+    src, name = tawa.read_source(GEMM)
+    assert name == GEMM and "def gemm" in src
+    assert tawa.read_source(pathlib.Path(GEMM)) == (src, GEMM)
+    one_line = "@grid(1)"
+    assert tawa.read_source(one_line) == (one_line, "<string>")
+    with pytest.raises(CompilationError, match="no such kernel file: nope/missing.tawa"):
+        tawa.read_source("nope/missing.tawa")
+    with pytest.raises(CompilationError, match="no such kernel file"):
+        tawa.read_source(tmp_path / "missing.tawa")
+    with pytest.raises(CompilationError, match="no such kernel file"):
+        tawa.interpret("nope/missing.tawa")
+    other = tmp_path / "kernel.txt"                # any existing file is read, whatever its suffix
+    other.write_text("x = 1\n")
+    assert tawa.read_source(str(other)) == ("x = 1\n", str(other))
+
+
+def test_non_utf8_file_is_a_compilation_error(tmp_path):
+    bad = tmp_path / "bad.tawa"
+    bad.write_bytes(b"# \xff\xfe\n")
+    for call in (lambda: tawa.read_source(str(bad)), lambda: tawa.interpret(str(bad))):
+        with pytest.raises(CompilationError, match=r"bad\.tawa is not UTF-8 text: byte 0xff at offset 2"):
+            call()
+
+
+def test_bad_option_is_checked_before_the_source():
+    with pytest.raises(CompilationError, match="num_stages"):
+        tawa.interpret("not a kernel (", num_stages=0)

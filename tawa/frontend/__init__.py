@@ -1,29 +1,20 @@
 """The frontend: a .tawa kernel's text -> a verified MLIR module in the `tawa` dialect (see docs/language.md
 for the language and docs/ir.md for the IR it produces).
 
-Entry points: `parse_and_lower(source, filename, constants, context)` and `read_source(path_or_source)`.
+Entry points: `parse_and_lower(source, filename, constants, context)` and `read_source(path_or_source)` (defined
+in `tawa.source`, re-exported here).
 Lark and the parser are loaded on first use.
 """
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
+
+from tawa.source import read_source  # noqa: F401  (the one implementation; pure Python)
 
 if TYPE_CHECKING:
     from mlir import ir
 
 __all__ = ["parse_and_lower", "read_source"]
-
-
-def read_source(path_or_source: str) -> tuple[str, str]:
-    """(source, filename): reads the file if the argument names an existing `.tawa` file, else treats it as
-    kernel source text (filename `<string>`)."""
-    if isinstance(path_or_source, os.PathLike):
-        path_or_source = os.fspath(path_or_source)
-    if path_or_source.endswith(".tawa") and "\n" not in path_or_source and os.path.isfile(path_or_source):
-        with open(path_or_source, encoding="utf-8") as f:
-            return f.read(), path_or_source
-    return path_or_source, "<string>"
 
 
 def parse_and_lower(source: str, filename: str = "<string>", constants: dict | None = None,

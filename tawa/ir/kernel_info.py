@@ -37,3 +37,14 @@ def launch_info(func) -> dict:
     """Name, parameters, grid expressions and constants the frontend recorded on the kernel."""
     return {"name": kernel_name(func), "params": attrs.PARAMS.get(func), "grid": attrs.GRID.get(func),
             "constants": attrs.CONSTANTS.get(func)}
+
+
+def kernel_num_warps(func, options=None) -> int:
+    """Warps per program: the kernel's `tawa.num_warps` (from `@num_warps`, or assign-warp-groups for a
+    specialized kernel), else `options.num_warps`, else one warp group."""
+    n = attrs.NUM_WARPS.get(func)
+    if n is not None:
+        return n
+    if options is not None and getattr(options, "num_warps", None):
+        return options.num_warps
+    return 4

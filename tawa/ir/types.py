@@ -10,8 +10,7 @@ from mlir import ir
 from tawa.errors import InternalCompilerError
 
 #: Bytes per element, by the MLIR spelling of the element type.
-ELEMENT_BYTES = {"f64": 8, "i64": 8, "f32": 4, "i32": 4, "f16": 2, "bf16": 2, "i16": 2,
-                 "f8E4M3FN": 1, "f8E5M2": 1, "i8": 1, "i1": 1}
+from tawa.elements import ELEMENT_BYTES  # the one table (tawa/elements.py), shared with the runtime
 
 
 def elem_type(t: ir.Type) -> str:

@@ -23,11 +23,13 @@ from __future__ import annotations
 from mlir import ir
 
 from tawa.errors import CompilationError
-from tawa.ir.traversal import ops_of, walk_block
+from tawa import hopper
+from tawa.ir import attrs
+from tawa.ir.kernel_info import body_block, kernel_function, kernel_num_warps
+from tawa.ir.ops import warp_group_role, warp_groups
+from tawa.ir.traversal import defining_op as owner_op, ops_of, walk_block
 
 from . import layouts as L
-from .to_nvvm.context import owner_op
-from .to_nvvm.kernel import find_kernel, kernel_num_warps
 
 NAME = "assign-layouts"
 
@@ -63,19 +65,18 @@ def _elementwise(op) -> bool:
 
 
 def run(module: ir.Module, options=None) -> ir.Module:
-    func = find_kernel(module)
-    body = func.regions[0].blocks[0]
-    groups = [op for op in ops_of(body) if op.name == "scf.execute_region"]
+    func = kernel_function(module)
+    body = body_block(func)
+    groups = warp_groups(func)
     if not groups:
         _assign(walk_block(body), kernel_num_warps(func, options), module.context)
         return module
     # Warp-specialized: each consumer region is laid out over its own warps; the producer holds no register
     # tiles (its loads are issued by the aref puts).
     for g in groups:
-        if "tawa.warp_group" in g.attributes and ir.StringAttr(g.attributes["tawa.warp_group"]).value == "consumer":
-            n = ir.IntegerAttr(g.attributes["tawa.num_warp_groups"]).value \
-                if "tawa.num_warp_groups" in g.attributes else 1
-            _assign(walk_block(g.regions[0].blocks[0]), 4 * n, module.context)
+        if warp_group_role(g) == attrs.CONSUMER:
+            _assign(walk_block(g.regions[0].blocks[0]), hopper.WARPS_PER_GROUP * attrs.NUM_WARP_GROUPS.get(g),
+                    module.context)
     return module
 
 
@@ -86,12 +87,12 @@ def _assign(ops: list, W: int, ctx) -> None:
         if op.name == "tawa.aref_get":
             # A slot's tiles are in shared memory as the producer's TMA copies wrote them.
             smem.update(r for r in op.results if _is_tile(r))
-        elif op.name == "tawa.load" and "tawa.aref_load" not in op.attributes and _feeds_dots_only(op.results[0]):
-            op.attributes["tawa.smem"] = ir.UnitAttr.get(ctx)
+        elif op.name == "tawa.load" and not attrs.AREF_LOAD.get(op) and _feeds_dots_only(op.results[0]):
+            attrs.SMEM.set(op)
             smem.add(op.results[0])
     for op in ops:
         if op.name == "tawa.trans" and op.operands[0] in smem:
-            op.attributes["tawa.smem"] = ir.UnitAttr.get(ctx)
+            attrs.SMEM.set(op)
             smem.add(op.results[0])
 
     def mma_for(op):
@@ -170,7 +171,7 @@ def _assign(ops: list, W: int, ctx) -> None:
 
     def put(op, lay):
         layout[op.results[0]] = lay
-        op.attributes["tawa.layout"] = ir.StringAttr.get(lay.desc, ctx)
+        attrs.LAYOUT.set(op, lay.desc)
 
     for op in ops:
         name = op.name
@@ -187,7 +188,7 @@ def _assign(ops: list, W: int, ctx) -> None:
                     descs.append(lay.desc)
                 else:
                     descs.append("")
-            op.attributes["tawa.layouts"] = ir.ArrayAttr.get([ir.StringAttr.get(d, ctx) for d in descs], ctx)
+            attrs.LAYOUTS.set(op, descs)
             continue
         if name == "scf.if":
             continue  # decided after its branches, below
@@ -226,4 +227,4 @@ def _assign(ops: list, W: int, ctx) -> None:
                     descs.append(lay.desc)
                 else:
                     descs.append("")
-            op.attributes["tawa.layouts"] = ir.ArrayAttr.get([ir.StringAttr.get(d, ctx) for d in descs], ctx)
+            attrs.LAYOUTS.set(op, descs)

@@ -18,29 +18,19 @@ from __future__ import annotations
 
 from mlir import ir
 
+from tawa import hopper
 from tawa.errors import CompilationError
-from tawa.ir.traversal import ops_of, walk_block
+from tawa.ir import attrs
+from tawa.ir.kernel_info import body_block, kernel_function
+from tawa.ir.location import source_location
+from tawa.ir.ops import LoadOp, warp_groups
+from tawa.ir.traversal import defining_op, ops_of, walk_block
+from tawa.ir.types import tile_bytes
 
-from .to_nvvm.context import owner_op
-from .to_nvvm.kernel import find_kernel
-
-NAME = "software-pipeline"
-
-#: Dynamic shared memory one CTA may use on Hopper (227 KiB), minus the barrier region and an epilogue tile.
-SMEM_LIMIT = 232448
-
-
-def _elem_bytes(t: ir.Type) -> int:
-    s = str(ir.RankedTensorType(t).element_type)
-    return {"f32": 4, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1}.get(s, 4)
-
-
-def _tile_bytes(v) -> int:
-    t = ir.RankedTensorType(v.type)
-    n = 1
-    for s in t.shape:
-        n *= s
-    return n * _elem_bytes(v.type)
+#: Shared memory kept free of the rings for the epilogue's staging tile.
+EPILOGUE_RESERVE = 64 * 1024
+#: What the rings of one loop may take.
+RING_BUDGET = hopper.SMEM_FOR_TILES - EPILOGUE_RESERVE
 
 
 def _offsets_ok(load, body_results, iv) -> bool:
@@ -49,7 +39,7 @@ def _offsets_ok(load, body_results, iv) -> bool:
             return True
         if v not in body_results:
             return True
-        owner = owner_op(v)
+        owner = defining_op(v)
         if owner is None or depth > 32:
             return False
         if not (owner.name.startswith("arith.") or owner.name.startswith("math.")):
@@ -57,7 +47,7 @@ def _offsets_ok(load, body_results, iv) -> bool:
         if isinstance(v.type, ir.RankedTensorType):
             return False
         return all(ok(o, depth + 1) for o in owner.operands)
-    return all(ok(v) for v in list(load.operands)[1:])
+    return all(ok(v) for v in LoadOp(load).offsets)
 
 
 def _loops(block, depth, out):
@@ -70,26 +60,26 @@ def _loops(block, depth, out):
 
 
 def run(module: ir.Module, options=None) -> ir.Module:
-    func = find_kernel(module)
-    ctx = module.context
-    if any(op.name == "scf.execute_region" for op in ops_of(func.regions[0].blocks[0])):
+    func = kernel_function(module)
+    if warp_groups(func):
         return module   # warp specialized: the aref rings are the pipeline
     stages_wanted = max(int(getattr(options, "num_stages", 3) or 1), 1)
     loops = []
-    _loops(func.regions[0].blocks[0], 0, loops)
+    _loops(body_block(func), 0, loops)
     for loop, depth in loops:
         body = loop.regions[0].blocks[0]
         ops = walk_block(body)
-        loads = [op for op in ops if op.name == "tawa.load" and "tawa.smem" in op.attributes]
+        loads = [op for op in ops if op.name == LoadOp.NAME and attrs.SMEM.get(op)]
         if not loads:
             continue
         # only loads directly in this loop (a nested loop pipelines its own)
-        direct = [op for op in ops_of(body) if op.name == "tawa.load" and "tawa.smem" in op.attributes]
+        direct = [op for op in ops_of(body) if op.name == LoadOp.NAME and attrs.SMEM.get(op)]
         if len(direct) != len(loads):
             continue
         if depth > 0:
             raise CompilationError("loads feeding a dot inside a nested loop are not supported by the "
-                                   "uniform-warp pipeline yet")
+                                   "uniform-warp pipeline yet", source_location(loads[0]),
+                                   note="move the loop with the dot to the top level of the kernel")
         results = set()
         for op in ops:
             for r in op.results:
@@ -98,12 +88,14 @@ def run(module: ir.Module, options=None) -> ir.Module:
         for load in loads:
             if not _offsets_ok(load, results, iv):
                 raise CompilationError("a load feeding a dot in a loop must have offsets computed from the loop "
-                                       "index and values defined before the loop")
-        per_stage = sum(_tile_bytes(l.results[0]) for l in loads)
+                                       "index and values defined before the loop", source_location(load),
+                                       note="compute the tile coordinates from the loop variable, program ids and "
+                                            "kernel arguments only")
+        per_stage = sum(tile_bytes(ld.results[0].type) for ld in loads)
         stages = stages_wanted
-        while stages > 1 and stages * per_stage > SMEM_LIMIT - 1024 - 65536:
+        while stages > 1 and stages * per_stage > RING_BUDGET:
             stages -= 1
-        loop.attributes["tawa.num_stages"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32, ctx), stages)
+        attrs.NUM_STAGES.set(loop, stages)
         for load in loads:
-            load.attributes["tawa.pipelined"] = ir.UnitAttr.get(ctx)
+            attrs.PIPELINED.set(load)
     return module

@@ -14,10 +14,8 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
+from tawa.elements import ELEMENT_BYTES  # noqa: F401  (bytes per element; re-exported for the launcher)
 from tawa.errors import LaunchError
-
-#: Bytes per element of each tawa element type.
-ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1, "i32": 4, "i1": 1}
 
 #: Untyped element kinds (raw bytes of a known width) and the tawa types they may carry.
 _RAW_MATCHES = {"raw16": ("bf16", "f16"), "raw8": ("f8E4M3FN", "f8E5M2")}

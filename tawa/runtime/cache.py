@@ -18,8 +18,14 @@ import warnings
 from typing import Optional
 
 from tawa.abi import CompiledKernel
+from tawa.version import __version__
 
 _JSON, _PTX, _CUBIN = "kernel.json", "kernel.ptx", "kernel.cubin"
+
+#: The `tawa` package directory, found without importing the package root (the runtime sits below it).
+_PACKAGE_DIR = pathlib.Path(__file__).resolve().parents[1]
+#: Modules directly in the package that decide the generated code, hashed with the frontend, ir and lowering.
+_TOP_LEVEL_SOURCES = ("compiler.py", "options.py", "hopper.py", "abi.py", "elements.py")
 
 
 def cache_dir() -> pathlib.Path:
@@ -36,17 +42,16 @@ def _compiler_version() -> str:
     serves a kernel compiled by an older version of it. Computed once per process (a few milliseconds)."""
     global _VERSION
     if _VERSION is None:
-        import tawa
-        root = pathlib.Path(tawa.__file__).parent
+        root = _PACKAGE_DIR
         digest = hashlib.sha256()
         for sub in ("frontend", "ir", "lowering"):
             for path in sorted((root / sub).rglob("*")):
                 if path.suffix in (".py", ".lark"):
                     digest.update(path.relative_to(root).as_posix().encode())
                     digest.update(path.read_bytes())
-        for name in ("compiler.py", "options.py"):
+        for name in _TOP_LEVEL_SOURCES:
             digest.update((root / name).read_bytes())
-        _VERSION = f"{getattr(tawa, '__version__', '0')}+{digest.hexdigest()[:16]}"
+        _VERSION = f"{__version__}+{digest.hexdigest()[:16]}"
     return _VERSION
 
 

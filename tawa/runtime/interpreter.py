@@ -19,7 +19,10 @@ import numpy as np
 from mlir import ir
 
 from tawa.errors import LaunchError, TawaError
-from tawa.ir.dialect import KERNEL_ATTR
+from tawa.ir import attrs, kernel_info
+# The shared helpers, re-exported under the names the interpreter has always offered.
+from tawa.ir.convert import to_python as attr_to_python
+from tawa.ir.kernel_info import kernel_function
 from tawa.runtime.grid import bind_numpy_args, eval_grid
 # Importing the op modules registers their handlers.
 from tawa.runtime.interp import arith_ops, aref_ops, math_ops, scf_ops, tawa_ops  # noqa: F401
@@ -33,53 +36,17 @@ __all__ = ["run_kernel", "run_with_interleavings", "compile_kernel", "CompiledPr
            "ArefProtocolError"]
 
 
-def attr_to_python(attr: ir.Attribute):
-    """Builtin attributes as Python values (dict, list, str, int, float, bool; unit -> True)."""
-    if isinstance(attr, ir.DictAttr):
-        return {attr[i].name: attr_to_python(attr[i].attr) for i in range(len(attr))}
-    if isinstance(attr, ir.ArrayAttr):
-        return [attr_to_python(a) for a in attr]
-    if isinstance(attr, ir.StringAttr):
-        return attr.value
-    if isinstance(attr, ir.BoolAttr):
-        return bool(attr.value)
-    if isinstance(attr, ir.IntegerAttr):
-        return attr.value
-    if isinstance(attr, ir.FloatAttr):
-        return attr.value
-    if isinstance(attr, ir.UnitAttr):
-        return True
-    return str(attr)
-
-
-def kernel_function(module: ir.Module, kernel_name: Optional[str] = None):
-    """The `func.func` marked `tawa.kernel` (by name when several are)."""
-    kernels = []
-    for op in module.body.operations:
-        op = op.operation
-        if op.name == "func.func" and KERNEL_ATTR in op.attributes:
-            kernels.append(op)
-    names = [ir.StringAttr(k.attributes["sym_name"]).value for k in kernels]
-    if kernel_name is not None:
-        if kernel_name not in names:
-            raise InterpreterError(f"no kernel named '{kernel_name}' in the module (kernels: {', '.join(names)})")
-        return kernels[names.index(kernel_name)]
-    if len(kernels) != 1:
-        raise InterpreterError(f"the module has {len(kernels)} kernels ({', '.join(names)}); name one")
-    return kernels[0]
-
-
 class CompiledProgram:
     """A kernel compiled to closures; `run` executes it over a grid."""
 
     def __init__(self, module: ir.Module, kernel_name: Optional[str] = None):
         func = kernel_function(module, kernel_name)
         self.module = module  # keeps the IR (named in messages) alive
-        self.name = ir.StringAttr(func.attributes["sym_name"]).value
-        attrs = func.attributes
-        self.params = attr_to_python(attrs["tawa.params"]) if "tawa.params" in attrs else None
-        self.grid_exprs = attr_to_python(attrs["tawa.grid"]) if "tawa.grid" in attrs else None
-        self.constants = attr_to_python(attrs["tawa.constants"]) if "tawa.constants" in attrs else {}
+        self.name = kernel_info.kernel_name(func)
+        # A kernel written by hand may lack the launch metadata: no parameter checks and no declared grid then.
+        self.params = attrs.PARAMS.get(func) if attrs.PARAMS.has(func) else None
+        self.grid_exprs = attrs.GRID.get(func) if attrs.GRID.has(func) else None
+        self.constants = attrs.CONSTANTS.get(func) if attrs.CONSTANTS.has(func) else {}
         self.rt = Runtime()
         compiler = Compiler(self.rt)
         blocks = list(func.regions[0].blocks)

@@ -11,19 +11,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from mlir import ir
 
-from tawa.errors import CompilationError
+from tawa import hopper
 from tawa.abi import AbiParam
+from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
 from .builder import Builder, V
-from tawa.ir.traversal import ops_of  # noqa: F401  (re-exported for the op lowerings)
+from .schedule import LoopSchedule
 
-SWIZZLE_BYTES = 128
+SWIZZLE_BYTES = hopper.SWIZZLE_BYTES
 #: Bytes reserved at the start of shared memory for mbarriers (tiles start 1024-aligned after it).
-BARRIER_REGION = 1024
+BARRIER_REGION = hopper.SMEM_BARRIER_REGION
+
+#: The schedule in force outside every loop: program order, every dot completes.
+NO_SCHEDULE = LoopSchedule(None, None)
 
 
 @dataclass
@@ -49,25 +54,6 @@ class SmemTile:
     @property
     def shape(self):
         return (self.cols, self.rows) if self.transposed else (self.rows, self.cols)
-
-
-def elem_type(t: ir.Type) -> str:
-    if isinstance(t, ir.RankedTensorType) or isinstance(t, ir.MemRefType):
-        return str(t.element_type)
-    return str(t)
-
-
-def tile_shape(t: ir.Type) -> tuple:
-    return tuple(ir.RankedTensorType(t).shape)
-
-
-def is_tile(t: ir.Type) -> bool:
-    return isinstance(t, ir.RankedTensorType)
-
-
-def elem_bytes(elem: str) -> int:
-    return {"f32": 4, "i32": 4, "f16": 2, "bf16": 2, "f8E4M3FN": 1, "f8E5M2": 1, "i8": 1, "i1": 1,
-            "f64": 8, "i64": 8}[elem]
 
 
 class SharedAllocator:
@@ -142,8 +128,12 @@ class Ctx:
     env: dict = field(default_factory=dict)
     _bases: dict = field(default_factory=dict)
     _tid: V | None = None
-    # set while lowering the body of a software-pipelined loop
-    pipeline: object = None
+    #: The conversion's op dispatch, `lowerer(ctx, block)` (`kernel.lower_block`): region lowerings call
+    #: `ctx.lower_block(block)` instead of importing the dispatcher.
+    lowerer: Callable = None
+    #: The loop schedule of the innermost loop that installed one (`schedule.LoopSchedule`), queried by the op
+    #: lowerings while its body is lowered.
+    schedule: LoopSchedule = NO_SCHEDULE
     loop_depth: int = 0
     #: The barrier that synchronises this context's threads: 0 = the whole CTA (`bar.sync 0`); inside a warp
     #: group region a named barrier over the region's threads only (the other regions never reach it).
@@ -155,12 +145,16 @@ class Ctx:
     #: along axis 0 share their axis-1 tiles (L2 reuse); 0 leaves ids as launched.
     pid_group: int = 0
 
+    def lower_block(self, block) -> None:
+        """Lower the ops of `block` in this context."""
+        self.lowerer(self, block)
+
     # ---- values --------------------------------------------------------------------------------------------
     def get(self, value: ir.Value):
         try:
             return self.env[value]
         except KeyError:
-            raise CompilationError(f"internal: value used before lowering: {value}") from None
+            raise InternalCompilerError(f"value used before it was lowered: {value}") from None
 
     def set(self, value: ir.Value, lowered) -> None:
         self.env[value] = lowered
@@ -245,7 +239,8 @@ class Ctx:
         """`n` consecutive mbarriers (8 bytes each) in the reserved region at the start of shared memory."""
         off = 8 * len(self.barriers)
         if off + 8 * n > BARRIER_REGION:
-            raise CompilationError("too many mbarriers in one kernel")
+            raise CompilationError(f"the kernel needs more than {BARRIER_REGION // 8} mbarriers",
+                                   note="use fewer pipeline stages or ring slots (num_stages, num_buffers)")
         self.barriers.extend((off + 8 * i, count) for i in range(n))
         return off
 
@@ -265,9 +260,3 @@ class Ctx:
         return self.b.add(base, offset)
 
 
-def owner_op(value):
-    """The op defining `value`, or None for a block argument."""
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner

@@ -21,7 +21,10 @@ from tawa.errors import CompilationError
 from .. import layouts as L
 from . import sync
 from .builder import Builder, V
-from .context import Ctx, SmemTile, Tile, SWIZZLE_BYTES, elem_bytes
+from tawa.ir import attrs
+from tawa.ir.types import elem_bytes
+
+from .context import Ctx, SmemTile, Tile, SWIZZLE_BYTES
 
 _PTX_TYPE = {"bf16": "bf16", "f16": "f16", "f8E4M3FN": "e4m3", "f8E5M2": "e5m2"}
 
@@ -113,7 +116,7 @@ def lower_dot(ctx: Ctx, op) -> None:
         raise CompilationError(f"dot on {a.elem} operands is not supported on the GPU")
     m, kdim = a.shape
     kdim2, n = bt.shape
-    layout = L.parse(op.attributes["tawa.layout"].value)
+    layout = L.parse(attrs.LAYOUT.get(op))
     acc = convert(ctx, acc, layout)
     if n > 256 or n % 8:
         raise CompilationError(f"dot tile N={n} must be a multiple of 8 and at most 256")
@@ -124,7 +127,7 @@ def lower_dot(ctx: Ctx, op) -> None:
     groups = max(ctx.num_warps // 4, 1)
     slabs = m // (64 * groups)
     per_slab = n // 2
-    scale_d = ctx.pipeline.scale_d(ctx, op) if ctx.pipeline is not None else b.i32(1)
+    scale_d = ctx.schedule.scale_d(ctx, op)
     sync.wgmma_fence(b)
     regs = list(acc.regs)
     for s in range(slabs):
@@ -136,9 +139,16 @@ def lower_dot(ctx: Ctx, op) -> None:
             db, trans_b = _operand_b(ctx, bt, kk, ksz)
             chunk = wgmma(b, chunk, da, db, scale_d if kk == 0 else b.i32(1), n, ksz, a.elem, trans_b)
         regs[s * per_slab:(s + 1) * per_slab] = chunk
+    _finish(ctx, op, regs, layout)
+
+
+def _finish(ctx: Ctx, op, regs: list, layout) -> None:
+    """The wgmma wait policy, written once: commit the group; a dot the loop's schedule keeps in flight leaves one
+    group pending (the schedule waits for it later), any other dot waits for completion and fences its
+    accumulators so that nothing reads them early."""
+    b = ctx.b
     sync.wgmma_commit(b)
-    # In a software-pipelined loop one group stays in flight; the loop waits for it after its last iteration.
-    pending = 1 if ctx.pipeline is not None and ctx.pipeline.keeps_dot_async(op) else 0
+    pending = 1 if ctx.schedule.keeps_dot_async(op) else 0
     sync.wgmma_wait(b, pending)
     if not pending:
         regs = sync.fence_registers(b, regs)
@@ -165,13 +175,13 @@ def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
     m, kdim = a.shape
     kdim2, n = bt.shape
     a = convert(ctx, a, L.mma(m, kdim, ctx.num_warps))
-    layout = L.parse(op.attributes["tawa.layout"].value)
+    layout = L.parse(attrs.LAYOUT.get(op))
     acc = convert(ctx, acc, layout)
     b = ctx.b
     groups = max(ctx.num_warps // 4, 1)
     slabs = m // (64 * groups)
     per_slab, a_per_slab = n // 2, kdim // 2
-    scale_d = ctx.pipeline.scale_d(ctx, op) if ctx.pipeline is not None else b.i32(1)
+    scale_d = ctx.schedule.scale_d(ctx, op)
     sync.wgmma_fence(b)
     regs = list(acc.regs)
     for s in range(slabs):
@@ -182,9 +192,4 @@ def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
             db, trans_b = _operand_b(ctx, bt, kk, 16)
             chunk = wgmma(b, chunk, frag, db, scale_d if kk == 0 else b.i32(1), n, 16, a.elem, trans_b)
         regs[s * per_slab:(s + 1) * per_slab] = chunk
-    sync.wgmma_commit(b)
-    pending = 1 if ctx.pipeline is not None and ctx.pipeline.keeps_dot_async(op) else 0
-    sync.wgmma_wait(b, pending)
-    if not pending:
-        regs = sync.fence_registers(b, regs)
-    ctx.set(op.results[0], Tile(regs, layout, "f32"))
+    _finish(ctx, op, regs, layout)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from mlir import ir
 
 from .builder import Builder, V
-from .context import Ctx, Tile, elem_type, is_tile
+from tawa.ir.types import elem_type, is_tile
+
+from .context import Ctx, Tile
 
 _MATH_VIA_F32 = {"math.exp", "math.exp2", "math.log", "math.log2", "math.sqrt", "math.rsqrt", "math.tanh",
                  "math.sin", "math.cos", "math.erf", "math.absf"}

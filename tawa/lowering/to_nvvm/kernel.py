@@ -18,13 +18,20 @@ import json
 
 from mlir import ir
 
-from tawa.errors import CompilationError
-from tawa.ir.dialect import KERNEL_ATTR
+from tawa import hopper
+from tawa.errors import CompilationError, InternalCompilerError, TawaError
+from tawa.ir import attrs
+from tawa.ir.kernel_info import body_block, kernel_function, kernel_name, kernel_num_warps, launch_info
+from tawa.ir.location import source_location
+from tawa.ir.ops import warp_groups
+from tawa.ir.traversal import ops_of
 
-from . import control, dot, elementwise, memory, reduce, shape, sync
-from .builder import Builder, V
-from .context import BARRIER_REGION, Ctx, Params, SharedAllocator, ops_of
+from . import arefs, control, dot, elementwise, memory, reduce, shape, sync, warp_groups as warp_group_lowering
+from .builder import Builder
+from .context import BARRIER_REGION, Ctx, Params, SharedAllocator
+from .program_ids import PID_GROUP, SREG_OPS, lower_program_index
 
+#: op name -> handler(ctx, op). Ops of the arith and math dialects go to `elementwise`.
 HANDLERS = {
     "tawa.load": memory.lower_load,
     "tawa.store": memory.lower_store,
@@ -39,117 +46,57 @@ HANDLERS = {
     "scf.for": control.lower_for,
     "scf.if": control.lower_if,
     "arith.constant": elementwise.lower_constant,
+    **{name: lower_program_index for name in SREG_OPS},
+    # The warp-specialized schedule: warp-group regions and the aref rings between them.
+    **warp_group_lowering.HANDLERS,
+    **arefs.HANDLERS,
 }
-
-# Warp-group regions (`scf.execute_region`) and `tawa.aref_*`: the warp-specialized schedule.
-from tawa.lowering.aref_lowering import HANDLERS as _WS_HANDLERS  # noqa: E402
-
-HANDLERS.update(_WS_HANDLERS)
-
-_SREG = {"tawa.program_id": "ctaid", "tawa.num_programs": "nctaid"}
-
-#: Programs along grid axis 0 that run next to each other in grouped launch order (warp-specialized kernels).
-PID_GROUP = 8
-
-
-def _sreg(ctx: Ctx, op) -> None:
-    ctx.set(op.results[0], program_index(ctx, op.name, ir.IntegerAttr(op.attributes["axis"]).value))
-
-
-def program_index(ctx: Ctx, name: str, axis: int) -> V:
-    """`tawa.program_id` / `tawa.num_programs` along `axis`; program ids in grouped order when `ctx.pid_group`."""
-    kind = _SREG[name]
-    if kind == "ctaid" and ctx.pid_group and axis < 2:
-        return _grouped_ids(ctx)[axis]
-    return ctx.b.op(f'"nvvm.read.ptx.sreg.{kind}.{"xyz"[axis]}"() : () -> i32', "i32", prelude=True)
-
-
-def _grouped_ids(ctx: Ctx) -> tuple:
-    """Launch order -> program ids such that each run of `G * ny` consecutive CTAs covers G consecutive axis-0
-    ids for every axis-1 id (Triton's grouped ordering). For a GEMM grid (M tiles, N tiles) the CTAs resident
-    at once then share A row panels and B column panels in L2 instead of streaming all of A per N column.
-    Programs are independent, so any bijection of the grid computes the same result."""
-    key = "grouped_pids"
-    if key in ctx._bases:
-        return ctx._bases[key]
-    b, g = ctx.b, ctx.pid_group
-
-    def op(text):
-        return b.op(text, "i32", prelude=True)
-    x, y, nx, ny = (op(f'"nvvm.read.ptx.sreg.{k}"() : () -> i32') for k in ("ctaid.x", "ctaid.y", "nctaid.x",
-                                                                           "nctaid.y"))
-    lin = op(f"arith.addi {x}, {op(f'arith.muli {y}, {nx} : i32')} : i32")
-    size = op(f"arith.muli {ny}, {b.i32(g)} : i32")
-    gid = op(f"arith.divui {lin}, {size} : i32")
-    first = op(f"arith.muli {gid}, {b.i32(g)} : i32")
-    width = op(f"arith.minui {op(f'arith.subi {nx}, {first} : i32')}, {b.i32(g)} : i32")
-    rest = op(f"arith.subi {lin}, {op(f'arith.muli {gid}, {size} : i32')} : i32")
-    px = op(f"arith.addi {first}, {op(f'arith.remui {rest}, {width} : i32')} : i32")
-    py = op(f"arith.divui {rest}, {width} : i32")
-    ctx._bases[key] = (px, py)
-    return px, py
 
 
 def lower_block(ctx: Ctx, block) -> None:
+    """Lower every op of `block`; an error without a location gets the op's source location."""
     for op in ops_of(block):
         name = op.name
         if name in ("scf.yield", "func.return"):
             continue
-        if name in _SREG:
-            _sreg(ctx, op)
-        elif name in HANDLERS:
-            HANDLERS[name](ctx, op)
-        elif name.startswith("arith.") or name.startswith("math."):
-            elementwise.lower_elementwise(ctx, op)
-        else:
-            raise CompilationError(f"the GPU backend does not support `{name}` here")
+        try:
+            if name in HANDLERS:
+                HANDLERS[name](ctx, op)
+            elif name.startswith("arith.") or name.startswith("math."):
+                elementwise.lower_elementwise(ctx, op)
+            else:
+                raise CompilationError(f"the GPU backend does not support `{name}` here",
+                                       note="compile with target='cpu' to run it in the interpreter")
+        except TawaError as e:
+            _locate(e, op)
+            raise
 
 
-def attr_to_py(attr):
-    for cls in (ir.StringAttr, ir.BoolAttr, ir.IntegerAttr, ir.FloatAttr):
-        if isinstance(attr, cls):
-            return attr.value
-    if isinstance(attr, ir.ArrayAttr):
-        return [attr_to_py(a) for a in attr]
-    if isinstance(attr, ir.DictAttr):
-        return {attr[i].name: attr_to_py(attr[i].attr) for i in range(len(attr))}
-    if isinstance(attr, ir.UnitAttr):
-        return True
-    return str(attr)
-
-
-def find_kernel(module: ir.Module):
-    kernels = [op for op in ops_of(module.body) if op.name == "func.func" and KERNEL_ATTR in op.attributes]
-    if len(kernels) != 1:
-        raise CompilationError(f"expected exactly one kernel function, found {len(kernels)}")
-    return kernels[0]
-
-
-def kernel_num_warps(func, options) -> int:
-    if "tawa.num_warps" in func.attributes:
-        return func.attributes["tawa.num_warps"].value
-    if options is not None and getattr(options, "num_warps", None):
-        return options.num_warps
-    return 4
+def _locate(error: TawaError, op) -> None:
+    """Attach the source location of the innermost op being lowered to an error raised without one."""
+    if error.location is None:
+        error.location = source_location(op)
+    if isinstance(error, InternalCompilerError) and error.op is None:
+        error.op = op.name
 
 
 def convert_kernel(module: ir.Module, options) -> ir.Module:
-    func = find_kernel(module)
-    name = func.attributes["sym_name"].value
+    func = kernel_function(module)
+    name = kernel_name(func)
     num_warps = kernel_num_warps(func, options)
-    block = func.regions[0].blocks[0]
+    block = body_block(func)
     b = Builder()
-    ctx = Ctx(b, Params(block.arguments), SharedAllocator(BARRIER_REGION), num_warps)
+    ctx = Ctx(b, Params(block.arguments), SharedAllocator(BARRIER_REGION), num_warps, lowerer=lower_block)
     for i, arg in enumerate(block.arguments):
         t = str(arg.type)
         if t in ("i32", "f32"):
             ctx.set(arg, ctx.params.scalar(i, t))
         elif not isinstance(arg.type, ir.MemRefType):
-            raise CompilationError(f"kernel parameter {i} has unsupported type {t}")
-    if any(op.name == "scf.execute_region" for op in ops_of(block)) and \
-            len(attr_to_py(func.attributes["tawa.grid"]) if "tawa.grid" in func.attributes else []) == 2:
+            raise CompilationError(f"kernel parameter {i} has unsupported type {t}", source_location(func),
+                                   note="kernel parameters are tensors, i32 or f32 scalars")
+    if warp_groups(func) and len(attrs.GRID.get(func)) == 2:
         ctx.pid_group = PID_GROUP
-    lower_block(ctx, block)
+    ctx.lower_block(block)
 
     start: list = []
     if ctx.barriers:
@@ -160,7 +107,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
             sync.fence_mbarrier_init(b)
             sync.barrier(b)
     shared_bytes = ctx.smem.peak if ctx.smem.peak > BARRIER_REGION or ctx.barriers else 0
-    threads = num_warps * 32
+    threads = num_warps * hopper.THREADS_PER_WARP
     text = "\n".join([
         "module attributes {gpu.container_module} {",
         "  gpu.module @tawa_kernels {",
@@ -175,19 +122,16 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         "}",
     ])
     info = {
-        "name": name,
-        "params": attr_to_py(func.attributes["tawa.params"]) if "tawa.params" in func.attributes else [],
-        "grid": attr_to_py(func.attributes["tawa.grid"]) if "tawa.grid" in func.attributes else ["1"],
-        "constants": attr_to_py(func.attributes["tawa.constants"]) if "tawa.constants" in func.attributes else {},
+        **launch_info(func),
         "abi": [p.__dict__ for p in ctx.params.abi],
         "num_threads": threads,
         "shared_bytes": shared_bytes,
     }
     try:
         out = ir.Module.parse(text, module.context)
-    except ir.MLIRError as e:  # an internal error: keep the text for debugging
-        raise CompilationError(f"internal: the NVVM kernel does not verify: {e}\n{_numbered(text)}") from None
-    out.operation.attributes["tawa.kernel_info"] = ir.StringAttr.get(json.dumps(info), module.context)
+    except ir.MLIRError as e:  # keep the text for debugging
+        raise InternalCompilerError(f"the NVVM kernel does not verify: {e}\n{_numbered(text)}") from None
+    attrs.KERNEL_INFO.set(out.operation, json.dumps(info))
     return out
 
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from mlir import ir
 
-from tawa.errors import CompilationError
+from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
 from . import sync
 from .builder import V, is_float
-from .context import Ctx, SmemTile, Tile, elem_bytes, elem_type, tile_shape, SWIZZLE_BYTES
+from tawa.ir import attrs
+from tawa.ir.types import elem_bytes, elem_type, tile_shape
+
+from .context import Ctx, SmemTile, Tile, SWIZZLE_BYTES
 
 
 # ---- TMA loads into shared tiles ---------------------------------------------------------------------------
@@ -71,12 +74,12 @@ def offsets_of(ctx: Ctx, op) -> list:
 
 
 def lower_load(ctx: Ctx, op) -> None:
-    if "tawa.smem" in op.attributes:
-        if ctx.pipeline is not None and ctx.pipeline.owns(op):
-            ctx.set(op.results[0], ctx.pipeline.current_tile(op))
+    if attrs.SMEM.get(op):
+        if ctx.schedule.owns(op):
+            ctx.set(op.results[0], ctx.schedule.current_tile(op))
             return
         if ctx.loop_depth:
-            raise CompilationError("internal: a dot operand load inside a loop was not software-pipelined")
+            raise InternalCompilerError("a dot operand load inside a loop was not software-pipelined", op=op.name)
         load = TmaLoad(ctx, op)
         off = ctx.smem.alloc(load.bytes)
         bar = ctx.smem_ptr(ctx.alloc_barriers(1, 1))
@@ -126,7 +129,7 @@ def _addressing(ctx: Ctx, op, src: ir.Value, offsets: list, layout: L.Layout):
 
 def lower_register_load(ctx: Ctx, op) -> None:
     b = ctx.b
-    layout = L.parse(op.attributes["tawa.layout"].value)
+    layout = L.parse(attrs.LAYOUT.get(op))
     addrs, elem = _addressing(ctx, op, op.operands[0], offsets_of(ctx, op), layout)
     zero = b.const(0.0 if is_float(elem) else 0, elem)
     regs = []

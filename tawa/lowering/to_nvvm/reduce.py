@@ -11,7 +11,9 @@ from tawa.errors import CompilationError
 from .. import layouts as L
 from . import sync
 from .builder import Builder, V, is_float
-from .context import Ctx, Tile, elem_bytes
+from tawa.ir.types import elem_bytes
+
+from .context import Ctx, Tile
 
 
 def _combine(b: Builder, kind: str, x: V, y: V) -> V:

@@ -8,16 +8,19 @@ first, through shared memory.
 """
 from __future__ import annotations
 
-from tawa.errors import CompilationError
+from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
 from . import sync
 from .builder import V, is_float
-from .context import Ctx, SmemTile, Tile, elem_bytes, elem_type, tile_shape
+from tawa.ir import attrs
+from tawa.ir.types import elem_bytes, elem_type, tile_shape
+
+from .context import Ctx, SmemTile, Tile
 
 
 def layout_of(op, index: int = 0) -> L.Layout:
-    attr = op.attributes["tawa.layout"]
+    attr = op.attributes[attrs.LAYOUT.name]
     if hasattr(attr, "value"):
         return L.parse(attr.value)
     return L.parse(attr[index].value)
@@ -35,7 +38,7 @@ def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
     if tile.layout.same_mapping(layout):
         return tile if tile.layout.desc == layout.desc else Tile(tile.regs, layout, tile.elem)
     if tile.shape != layout.shape:
-        raise CompilationError(f"internal: converting {tile.layout} to {layout}")
+        raise InternalCompilerError(f"no conversion from layout {tile.layout} to {layout}")
     if len({r.name for r in tile.regs}) == 1:
         # A splat is the same value in every register of every thread: nothing to move.
         return Tile([tile.regs[0]] * len(layout.regs), layout, tile.elem)

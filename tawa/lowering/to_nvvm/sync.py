@@ -13,6 +13,8 @@ Notes from the toolchain (see the project's notes on the MLIR path):
 """
 from __future__ import annotations
 
+from tawa import hopper
+
 from .builder import Builder, V
 
 #: Suspend-time hint for `mbarrier.try_wait` (ns), as CUTLASS uses.
@@ -126,3 +128,15 @@ def fence_registers(b: Builder, regs: list) -> list:
     for j, i in enumerate(f32):
         out[i] = b.op(f"llvm.extractvalue {res}[{j}] : {struct}", "f32")
     return out
+
+
+def entry_registers(num_threads: int) -> int:
+    """Registers per thread at kernel entry with one CTA per SM (what `nvvm.minctasm = 1` fixes)."""
+    return min(hopper.MAX_REGISTERS_PER_THREAD, hopper.REGISTER_FILE // num_threads // 8 * 8)
+
+
+def setmaxnreg(b: Builder, count: int, num_threads: int) -> None:
+    """Move the executing warp group to `count` registers per thread (`setmaxnreg.inc/dec`), from the count every
+    thread of a `num_threads` block starts with."""
+    action = "increase" if count > entry_registers(num_threads) else "decrease"
+    b.line(f"nvvm.setmaxregister {action} {count}")

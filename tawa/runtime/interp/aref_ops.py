@@ -16,16 +16,12 @@ import re
 
 import numpy as np
 
+from tawa.ir.location import where as _where
 from tawa.runtime.interp.compiler import handler
 from tawa.runtime.interp.errors import ArefProtocolError, op_location
 
 EMPTY, FULL, BORROWED = "empty", "full", "borrowed"
 _POISON_INT = 0x7EADBEEF
-
-
-def _where(op) -> str:
-    loc = op_location(op)
-    return f" at {loc}" if loc else ""
 
 
 class Ring:

@@ -20,8 +20,10 @@ from mlir import ir
 from tawa.errors import TawaError
 from tawa.runtime.interp.dtypes import TypeInfo, type_info
 from tawa.runtime.interp.errors import InterpreterError, op_location
+from tawa.runtime.interp.scheduler import compile_warp_groups, is_warp_group
+# Shared with the scheduler (which must not import this module back); re-exported for the op handlers.
+from tawa.runtime.interp.steps import Step, as_generator, int_attr, str_attr  # noqa: F401
 
-Step = tuple  # (fn, is_gen)
 _HANDLERS: dict = {}
 
 
@@ -111,7 +113,6 @@ class Compiler:
 
     def compile_ops(self, ops: list) -> list:
         """Compile a list of ops; consecutive warp-group regions become one concurrent step."""
-        from tawa.runtime.interp.scheduler import compile_warp_groups, is_warp_group
         steps, i = [], 0
         while i < len(ops):
             op = ops[i].operation
@@ -165,23 +166,3 @@ def sequence(steps: list) -> Step:
                 except Exception as exc:  # noqa: BLE001
                     _fail(f, exc)
     return run_gen, True
-
-
-def as_generator(fn: Callable, is_gen: bool) -> Callable:
-    """A generator-function view of a step (a plain step runs atomically between two preemption points)."""
-    if is_gen:
-        return fn
-
-    def gen(env):
-        fn(env)
-        return
-        yield  # pragma: no cover - makes this a generator function
-    return gen
-
-
-def int_attr(op, name: str) -> int:
-    return ir.IntegerAttr(op.attributes[name]).value
-
-
-def str_attr(op, name: str) -> str:
-    return ir.StringAttr(op.attributes[name]).value

@@ -5,13 +5,12 @@ protocol violation or a deadlock points at the user's source line.
 """
 from __future__ import annotations
 
-import os
-import re
 from typing import Optional
 
 from mlir import ir
 
-from tawa.errors import SourceLocation, TawaError, location_of
+from tawa.errors import SourceLocation, TawaError
+from tawa.ir.location import source_location
 
 
 class InterpreterError(TawaError):
@@ -26,30 +25,10 @@ class InterpreterDeadlock(InterpreterError):
     """Every unfinished warp group waits on an aref that no other group can make ready."""
 
 
-_LOC = re.compile(r'"([^"]+)":(\d+):(\d+)')
-_SOURCES: dict = {}
-
-
-def _source_of(filename: str) -> str:
-    if filename not in _SOURCES:
-        text = ""
-        if os.path.isfile(filename):
-            try:
-                with open(filename, encoding="utf-8") as fh:
-                    text = fh.read()
-            except OSError:
-                pass
-        _SOURCES[filename] = text
-    return _SOURCES[filename]
-
-
-def op_location(op: ir.Operation) -> Optional[SourceLocation]:
-    """The first file:line:column in the op's MLIR location, or None (unknown or the parser's "-")."""
-    match = _LOC.search(str(op.location))
-    if not match or match.group(1) == "-":
-        return None
-    filename, line, column = match.group(1), int(match.group(2)), int(match.group(3))
-    return location_of(filename, _source_of(filename), line, column)
+def op_location(op) -> Optional[SourceLocation]:
+    """The first file:line:column in the op's MLIR location, with its source line; None for an unknown location
+    or the parser's "-" (the package's one location reader, `tawa.ir.location.source_location`)."""
+    return source_location(op)
 
 
 def op_text(op: ir.Operation, limit: int = 160) -> str:

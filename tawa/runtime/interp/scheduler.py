@@ -11,9 +11,9 @@ borrowing aref slots violates the protocol.
 """
 from __future__ import annotations
 
-from tawa.ir.dialect import WARP_GROUP_ATTR
-from tawa.runtime.interp.compiler import as_generator, str_attr
+from tawa.ir.ops import warp_group_role
 from tawa.runtime.interp.errors import ArefProtocolError, InterpreterDeadlock, op_location
+from tawa.runtime.interp.steps import as_generator
 
 
 class Task:
@@ -25,7 +25,7 @@ class Task:
 
 
 def is_warp_group(op) -> bool:
-    return op.name == "scf.execute_region" and WARP_GROUP_ATTR in op.attributes
+    return warp_group_role(op) is not None
 
 
 def run_tasks(rt, tasks: list) -> None:
@@ -70,7 +70,9 @@ def _check_released(rt, task: Task) -> None:
 
 
 def compile_warp_groups(c, ops: list):
-    """One step that runs the warp-group regions `ops` concurrently and waits for all of them."""
+    """One step that runs the warp-group regions `ops` concurrently and waits for all of them. `c` is the
+    `interp.compiler.Compiler` compiling the enclosing block (this module never imports it: the compiler calls
+    here)."""
     if c.in_task:
         raise c.error(ops[0], "warp-group regions cannot be nested inside another warp group")
     c.in_task = True
@@ -78,7 +80,7 @@ def compile_warp_groups(c, ops: list):
         groups = []
         counts: dict = {}
         for op in ops:
-            role = str_attr(op, WARP_GROUP_ATTR)
+            role = warp_group_role(op)
             index = counts[role] = counts.get(role, -1) + 1
             loc = op_location(op)
             name = f"{role} #{index}" + (f" ({loc})" if loc else "")

@@ -1,0 +1,192 @@
+"""Lowering of the aref ops to Hopper mbarrier rings: `tawa.aref_create/put/get/consumed`.
+
+- `aref_create` -> a ring of D slots in shared memory (each slot holds the TMA boxes of every payload value,
+  1024-byte aligned) and two rings of D mbarriers: `full` (arrival count 1: the producer's expect-tx) and
+  `empty` (arrival count = number of consumer warp groups).
+- stage and phase: the k-th put (get) of an aref uses slot `k % D` and parity `(k / D) & 1`: the stage starts at 0
+  and the phase flips each time the stage wraps. `k` is the iteration index `(iv - lb) / step` of the enclosing
+  loop (the protocol check guarantees one put and one get per iteration in mirrored loops), so both sides derive
+  it from their own loop and never exchange it. A loop schedule that already computes it provides it.
+- `aref_put` -> wait `empty[stage]` with parity `phase ^ 1` (the first wait on a fresh barrier passes, so the
+  producer may fill all D slots before any release), then one elected thread: `expect_tx(full[stage], bytes)`
+  and the TMA copies of the put's loads into the slot.
+- `aref_get` -> wait `full[stage]` with parity `phase`; the values are the slot's shared tiles (wgmma operands).
+- `aref_consumed` -> `wgmma.wait_group 0` (the wgmmas reading the slot have finished), then one elected thread
+  of each consumer warp group arrives on `empty[stage]` -- unless the loop's schedule takes the release over
+  (the warp-specialized consumer loop releases one iteration late, see `ws_consumer_loop`).
+The TMA write completes the transaction on `full` (async proxy to async proxy, ordered by the mbarrier), so no
+proxy fence is needed for loads; an aref carrying register values written by threads would need
+`fence.proxy.async` before the arrive, and is rejected here since the passes never create one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tawa import hopper
+from tawa.errors import CompilationError
+from tawa.ir.location import where
+from tawa.ir.ops import ArefCreateOp, ArefGetOp, ArefPutOp, ForOp, LoadOp, consumer_warp_groups, warp_group_role
+from tawa.ir.traversal import parent_op
+from tawa.ir.types import elem_bytes, elem_type, tile_shape
+
+from . import sync
+from .context import SmemTile
+from .memory import TmaLoad, issue_elected
+
+
+@dataclass
+class Ring:
+    """The shared-memory ring and barriers of one aref."""
+    depth: int
+    base: int              # byte offset of slot 0 in the dynamic shared segment
+    slot_bytes: int        # slot stride (1024-aligned)
+    value_offsets: list    # byte offset of each value within a slot
+    value_bytes: list      # TMA bytes of each value
+    full: int              # byte offset of full[0] (mbarriers are 8 bytes apart)
+    empty: int             # byte offset of empty[0]
+
+    @property
+    def tx_bytes(self) -> int:
+        return sum(self.value_bytes)
+
+
+@dataclass
+class DeferredLoad:
+    """A load whose TMA copy the aref_put issues (the producer's loads marked `tawa.aref_load`)."""
+    op: object
+
+
+def slot_tile(t, op=None) -> tuple:
+    """(rows, cols, element, bytes) of a 2-D tile carried in an aref slot."""
+    shape = tile_shape(t)
+    if len(shape) != 2:
+        raise CompilationError(f"an aref slot holds 2-D tiles, got {t}", note="load 2-D tiles for dot operands")
+    rows, cols = shape
+    elem = elem_type(t)
+    if (cols * elem_bytes(elem)) % hopper.SWIZZLE_BYTES:
+        raise CompilationError(
+            f"a tile carried by an aref needs rows of a multiple of {hopper.SWIZZLE_BYTES} bytes, got {t}",
+            note=f"make the tile's last dimension a multiple of {hopper.SWIZZLE_BYTES // elem_bytes(elem)} "
+                 f"elements, or compile with warp_specialize=False")
+    return rows, cols, elem, rows * cols * elem_bytes(elem)
+
+
+def lower_aref_create(ctx, op) -> None:
+    create = ArefCreateOp(op)
+    offsets, sizes, top = [], [], 0
+    for t in create.payload:
+        *_, nbytes = slot_tile(t, op)
+        offsets.append(top)
+        sizes.append(nbytes)
+        top += (nbytes + 1023) // 1024 * 1024
+    base = ctx.smem.alloc(create.depth * top)
+    consumers = consumer_warp_groups(parent_op(op))
+    full = ctx.alloc_barriers(create.depth, 1)
+    empty = ctx.alloc_barriers(create.depth, consumers)
+    ctx.set(create.result, Ring(create.depth, base, top, offsets, sizes, full, empty))
+
+
+def iteration(ctx, op):
+    """The index k of the current iteration of the loop around the put/get/consumed `op` (0 outside loops)."""
+    b = ctx.b
+    parent = parent_op(op)
+    if parent is not None and parent.name == ForOp.NAME:
+        k = ctx.schedule.iteration_index(ctx, parent)
+        if k is not None:
+            return k
+        loop = ForOp(parent)
+        iv = ctx.get(loop.iv)
+        lb, step = ctx.get(loop.lower), ctx.get(loop.step)
+        return b.binary("divsi", b.sub(iv, lb), step)
+    if parent is not None and warp_group_role(parent):
+        return b.i32(0)
+    raise CompilationError(f"{op.name}{where(op)}: arefs are lowered only directly in a warp group or in a loop "
+                           f"directly inside one")
+
+
+def stage_of(ctx, ring: Ring, k) -> tuple:
+    """(slot, parity) of the k-th use of a ring."""
+    b = ctx.b
+    if ring.depth & (ring.depth - 1) == 0:
+        shift = ring.depth.bit_length() - 1
+        stage = b.and_(k, ring.depth - 1)
+        phase = b.and_(b.shr(k, shift), 1) if shift else b.and_(k, 1)
+    else:
+        stage = b.remu(k, ring.depth)
+        phase = b.and_(b.divu(k, ring.depth), 1)
+    return stage, phase
+
+
+def _stage_phase(ctx, op, ring: Ring):
+    return stage_of(ctx, ring, iteration(ctx, op))
+
+
+def barrier_ptr(ctx, base: int, stage):
+    b = ctx.b
+    return ctx.smem_ptr(b.add(b.mul(stage, 8), base))
+
+
+def lower_aref_put(ctx, op) -> None:
+    b = ctx.b
+    put = ArefPutOp(op)
+    ring = ctx.get(put.aref)
+    loads = []
+    for v in put.values:
+        d = ctx.get(v)
+        if not isinstance(d, DeferredLoad):
+            raise CompilationError(f"aref_put{where(op)}: only tiles loaded from global memory (TMA) can be put "
+                                   f"into an aref on the GPU")
+        loads.append(d.op)
+    stage, phase = _stage_phase(ctx, op, ring)
+    sync.mbarrier_wait(b, barrier_ptr(ctx, ring.empty, stage), b.xor(phase, 1))
+
+    def issue():
+        full = barrier_ptr(ctx, ring.full, stage)
+        sync.mbarrier_expect_tx(b, full, ring.tx_bytes)
+        slot = b.add(b.mul(stage, ring.slot_bytes), ring.base)
+        for load, off in zip(loads, ring.value_offsets):
+            tma = TmaLoad(ctx, load)
+            offsets = [ctx.get(v) for v in LoadOp(load).offsets]
+            tma.issue(ctx, offsets, b.add(slot, off) if off else slot, full)
+    issue_elected(ctx, None, issue)
+
+
+def lower_aref_get(ctx, op) -> None:
+    b = ctx.b
+    get = ArefGetOp(op)
+    ring = ctx.get(get.aref)
+    stage, phase = _stage_phase(ctx, op, ring)
+    sync.mbarrier_wait(b, barrier_ptr(ctx, ring.full, stage), phase)
+    slot = b.add(b.mul(stage, ring.slot_bytes), ring.base)
+    for r, off in zip(get.values, ring.value_offsets):
+        rows, cols, elem, _ = slot_tile(r.type, op)
+        ctx.set(r, SmemTile(b.add(slot, off) if off else slot, rows, cols, elem))
+
+
+def lower_aref_consumed(ctx, op) -> None:
+    ring = ctx.get(op.operands[0])
+    if ctx.schedule.release_slot(ctx, op, ring):
+        return
+    stage, _ = _stage_phase(ctx, op, ring)
+    # Every wgmma that read the slot must be complete before the producer may overwrite it.
+    sync.wgmma_wait(ctx.b, 0)
+    release(ctx, ring, stage)
+
+
+def release(ctx, ring: Ring, stage) -> None:
+    """One elected thread of each warp group arrives on `empty[stage]` (its arrival count is the number of
+    consumer warp groups)."""
+    b = ctx.b
+    first_warp = b.cmpi("eq", b.and_(ctx.warp(), hopper.WARPS_PER_GROUP - 1), 0)
+    with b.if_(first_warp):
+        elected = sync.elect_sync(b)
+        with b.if_(elected):
+            sync.mbarrier_arrive(b, barrier_ptr(ctx, ring.empty, stage))
+
+
+HANDLERS = {
+    "tawa.aref_create": lower_aref_create,
+    "tawa.aref_put": lower_aref_put,
+    "tawa.aref_get": lower_aref_get,
+    "tawa.aref_consumed": lower_aref_consumed,
+}

@@ -1,0 +1,105 @@
+"""The warp-specialized consumer loop: a loop schedule for a consumer warp group's loop over aref slots.
+
+Applies to an `scf.for` (inside a consumer region) that takes slots of an aref directly in its body. The
+iteration index `k = (iv - lb) / step` is computed once per iteration and gives every aref op its stage and phase.
+
+When every tile taken from the ring only feeds dots whose result merely accumulates into the next iteration's dot
+(a GEMM main loop), one wgmma group stays in flight across iterations (`deferred`): the dot waits with one group
+pending and `aref_consumed` releases the *previous* iteration's slot, whose wgmmas are then complete; after the
+loop all groups are awaited and the last slot is released. That needs a ring of at least 2 slots (the consumer
+holds two at once). Otherwise every dot completes before its slot is released. After the loop the rings it
+drained are dead shared memory, which the epilogue's TMA-store staging may reuse.
+"""
+from __future__ import annotations
+
+from tawa.ir.ops import ArefGetOp, ArefPutOp, DotOp, ForOp, TransOp, aref_of
+from tawa.ir.traversal import is_ancestor, ops_of, parent_op, users
+
+from . import sync
+from .arefs import release, stage_of
+from .schedule import LoopSchedule, dot_only_accumulates, scale_d_for, zero_started_accumulators
+
+
+class WarpSpecializedConsumerLoop(LoopSchedule):
+    installs = True
+
+    @classmethod
+    def applies(cls, ctx, for_op) -> bool:
+        return any(o.name == ArefGetOp.NAME for o in ops_of(ForOp(for_op).body))
+
+    def __init__(self, ctx, for_op):
+        super().__init__(ctx, for_op)
+        loop = ForOp(for_op)
+        self.k = None
+        self._zero_acc = zero_started_accumulators(for_op)
+        ops = ops_of(loop.body)
+        gets = [o for o in ops if o.name == ArefGetOp.NAME]
+        self.async_dots = {o for o in ops if o.name == DotOp.NAME and dot_only_accumulates(for_op, o)}
+        self.deferred = bool(self.async_dots) and all(
+            ctx.get(aref_of(g)).depth >= 2 and all(self._feeds_async_dots(r) for r in ArefGetOp(g).values)
+            for g in gets)
+        self.released: list = []
+
+    def _feeds_async_dots(self, value) -> bool:
+        for u in users(value):
+            if u.name == TransOp.NAME:
+                if not self._feeds_async_dots(u.results[0]):
+                    return False
+            elif u.name != DotOp.NAME or u not in self.async_dots:
+                return False
+        return True
+
+    # ---- hooks --------------------------------------------------------------------------------------------
+    @property
+    def opaque_inits(self) -> bool:
+        return True
+
+    def begin_iteration(self, ctx, iv, extra: list) -> None:
+        loop = ForOp(self.for_op)
+        b = ctx.b
+        self.k = b.binary("divsi", b.sub(iv, ctx.get(loop.lower)), ctx.get(loop.step))
+
+    def after_loop(self, ctx, results: list) -> list:
+        """Wait for the dots still in flight and release the slot of the last iteration; then the rings this loop
+        drained are dead (every put has a matching get in this loop)."""
+        b = ctx.b
+        loop = ForOp(self.for_op)
+        if self.deferred:
+            sync.wgmma_wait(b, 0)
+            lb, ub, step = (ctx.get(v) for v in loop.bounds)
+            trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+            with b.if_(b.cmpi("sgt", trips, 0)):
+                for ring in self.released:
+                    stage, _ = stage_of(ctx, ring, b.sub(trips, 1))
+                    release(ctx, ring, stage)
+        for op in ops_of(loop.body):
+            if op.name == ArefGetOp.NAME:
+                aref = aref_of(op)
+                ring = ctx.get(aref)
+                if all(u.name == ArefPutOp.NAME or is_ancestor(self.for_op, u) for u in users(aref)):
+                    ctx.dead_smem.append((ring.base, ring.depth * ring.slot_bytes))
+        if self.deferred:
+            results = sync.fence_registers(b, results)
+        return results
+
+    # ---- queries ------------------------------------------------------------------------------------------
+    def keeps_dot_async(self, op) -> bool:
+        return self.deferred and op in self.async_dots
+
+    def scale_d(self, ctx, op):
+        return scale_d_for(ctx, self.for_op, op, self._zero_acc, self.k)
+
+    def iteration_index(self, ctx, for_op):
+        return self.k if for_op == self.for_op else None
+
+    def release_slot(self, ctx, consumed_op, ring) -> bool:
+        if not (self.deferred and parent_op(consumed_op) == self.for_op):
+            return False
+        # The dots of this iteration stay in flight; the previous iteration's group is complete (the dot waited
+        # with one group pending), so its slot is the one released.
+        b = ctx.b
+        with b.if_(b.cmpi("sgt", self.k, 0)):
+            stage, _ = stage_of(ctx, ring, b.sub(self.k, 1))
+            release(ctx, ring, stage)
+        self.released.append(ring)
+        return True
