@@ -37,6 +37,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _verify_each():
+    """Every compile in the tests runs the `tawa` verifier after every pass (TAWA_VERIFY_EACH=1, tawa.ir.verify)."""
+    patch = pytest.MonkeyPatch()
+    pass  # TMP
+    yield
+    patch.undo()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Each test session compiles into its own cache directory unless TAWA_CACHE_DIR is set by the caller."""

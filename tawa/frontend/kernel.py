@@ -10,6 +10,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import func
 
+from ..ir import attrs
 from . import syntax as S
 from .dtypes import DTYPE_ALIASES, DTYPES, SCALAR_DTYPES, TENSOR_DTYPES, DType
 from .lower import BodyLowering
@@ -162,13 +163,13 @@ def build_kernel(kernels: list, overrides: dict, diag, module: ir.Module) -> Non
                  for (_, kind, dt, shape) in params]
     with ir.Location.file(diag.filename, k.line, k.column), ir.InsertionPoint(module.body):
         fn = func.FuncOp(k.name, ir.FunctionType.get(arg_types, []))
-        fn.attributes["tawa.kernel"] = ir.UnitAttr.get()
-        fn.attributes["tawa.params"] = ir.ArrayAttr.get([_param_attr(p, kind, dt, shape)
+        attrs.KERNEL.set(fn)
+        fn.attributes[attrs.PARAMS.name] = ir.ArrayAttr.get([_param_attr(p, kind, dt, shape)
                                                          for (p, kind, dt, shape) in params])
-        fn.attributes["tawa.grid"] = ir.ArrayAttr.get([ir.StringAttr.get(g) for g in grid_exprs])
-        fn.attributes["tawa.constants"] = ir.DictAttr.get({n: _attr(v) for n, v in constants.items()})
+        fn.attributes[attrs.GRID.name] = ir.ArrayAttr.get([ir.StringAttr.get(g) for g in grid_exprs])
+        fn.attributes[attrs.CONSTANTS.name] = ir.DictAttr.get({n: _attr(v) for n, v in constants.items()})
         if num_warps is not None:
-            fn.attributes["tawa.num_warps"] = i32_attr(num_warps)
+            attrs.NUM_WARPS.set(fn, num_warps)
         entry = fn.add_entry_block()
 
     globals_: dict = dict(constants)

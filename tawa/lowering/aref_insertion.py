@@ -17,7 +17,7 @@ groups (`partition`), so the split itself only moves ops.
 Kernels that cannot be specialized are left untouched (or, with `warp_specialize=True`, rejected with the reason);
 `warp_specialize=False` makes the pass a no-op.
 
-Depth: `options.num_buffers`, else as many slots as fit in Hopper's 227 KiB of shared memory per CTA next to the
+Depth: `options.num_buffers`, else as many slots as fit in Hopper's shared memory per CTA (`tawa.hopper`) next to the
 other tiles the kernel loads and its largest tile stored inside a loop (a store after the loops is staged in
 the drained ring), between 2 and 6.
 """
@@ -25,61 +25,45 @@ from __future__ import annotations
 
 from mlir import ir
 
-from tawa.errors import CompilationError
-from tawa.lowering import ws_analysis, ws_ir
+from tawa import hopper
+from tawa.ir.kernel_info import kernels
+from tawa.ir.ops import (ArefCreateOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get,
+                         create_put)
+from tawa.ir.traversal import ancestor_in_block, backward_slice, enclosing, ops_of, walk
+from tawa.ir.types import tile_bytes
+from tawa.lowering import ws_analysis
 
-SMEM_BYTES = 227 * 1024
-#: Room kept for mbarriers and alignment padding.
-SMEM_RESERVED = 1024
+#: Deepest ring chosen automatically (deeper rings stop paying once TMA latency is covered).
 MAX_AUTO_DEPTH = 6
-
-
-def tile_bytes(t: ir.Type) -> int:
-    t = ir.RankedTensorType(t)
-    n = 1
-    for d in t.shape:
-        n *= d
-    et = t.element_type
-    width = getattr(et, "width", None)
-    if width is None:
-        width = 32
-    return n * max(width, 8) // 8
 
 
 def _other_smem_bytes(func_op, heavy) -> int:
     """Shared memory the rest of the kernel may need next to the ring: tiles loaded outside the ring (a backend
     stages TMA loads through shared memory) and the largest stored tile (it may be staged for a TMA store)."""
     loads, store = 0, 0
-    for op in ws_ir.walk(func_op.operation):
-        if op.name == "tawa.load" and op not in heavy:
-            loads += tile_bytes(op.results[0].type)
-        elif op.name == "tawa.store" and _in_loop(op):
+    for op in walk(func_op.operation):
+        if op.name == LoadOp.NAME and op not in heavy:
+            loads += tile_bytes(LoadOp(op).result.type)
+        elif op.name == StoreOp.NAME and _in_loop(op):
             # A store after the loops is staged in the drained ring (the backend reuses it).
-            store = max(store, tile_bytes(op.operands[1].type))
+            store = max(store, tile_bytes(StoreOp(op).value.type))
     return loads + store
 
 
 def _in_loop(op) -> bool:
-    cur = ws_ir.parent_op(op)
-    while cur is not None and cur.name != "func.func":
-        if cur.name == "scf.for":
-            return True
-        cur = ws_ir.parent_op(cur)
-    return False
+    return enclosing(op, (ForOp.NAME,)) is not None
 
 
 def choose_depth(slot_bytes: int, func_op, options, heavy=()) -> int:
-    if options.num_buffers is not None:
-        if int(options.num_buffers) < 1:
-            raise CompilationError(f"num_buffers must be at least 1, got {options.num_buffers}")
-        return int(options.num_buffers)
-    budget = SMEM_BYTES - SMEM_RESERVED - _other_smem_bytes(func_op, set(heavy))
+    if options.num_buffers is not None:     # validated with the other options
+        return options.num_buffers
+    budget = hopper.SMEM_FOR_TILES - _other_smem_bytes(func_op, set(heavy))
     depth = min(MAX_AUTO_DEPTH, budget // max(slot_bytes, 1))
     if depth >= 2:
         return depth
     # Even two slots do not fit next to the epilogue: give the ring what there is (the backend reports if one
     # slot is still too large).
-    return 2 if 2 * slot_bytes <= SMEM_BYTES - SMEM_RESERVED else 1
+    return 2 if 2 * slot_bytes <= hopper.SMEM_FOR_TILES else 1
 
 
 def _load_names(loads):
@@ -96,33 +80,20 @@ def _load_names(loads):
     return ", ".join(names)
 
 
-def _in_body_slice(loads, block):
-    """Ops of `block` that (transitively) compute the operands of `loads`."""
-    needed, work = set(), [v for ld in loads for v in ld.operands]
-    while work:
-        v = work.pop()
-        op = ws_ir.defining_op(v)
-        if op is None or op.block != block or op in needed:
-            continue
-        needed.add(op)
-        work.extend(op.operands)
-    return needed
-
-
 def insert_for_loop(p: ws_analysis.LoopPlan, depth: int) -> ir.Operation:
     """Rewrite one loop; returns the new aref_create op."""
     loop, loads = p.loop, p.loads
     block = loop.regions[0].blocks[0]
-    types = [ld.results[0].type for ld in loads]
+    types = [LoadOp(ld).result.type for ld in loads]
 
-    create = ws_ir.create_aref(types, depth, loc=loop.location, name=_load_names(loads))
+    create = create_aref(types, depth, loc=loop.location, name=_load_names(loads))
     ir.InsertionPoint(loop).insert(create)
-    aref = create.results[0]
+    aref = ArefCreateOp(create).result
 
     # Hoist the loads and their index math to the top of the body, so one put can hand over the whole slot
     # before any use of any of the loaded tiles.
-    moved = _in_body_slice(loads, block) | set(loads)
-    body_ops = ws_ir.ops_of(block)
+    moved = backward_slice([v for ld in loads for v in ld.operands], block) | set(loads)
+    body_ops = ops_of(block)
     anchor = next(op for op in body_ops if op not in moved)
     for op in body_ops:
         if op in moved:
@@ -132,23 +103,23 @@ def insert_for_loop(p: ws_analysis.LoopPlan, depth: int) -> ir.Operation:
     for ld in loads:
         if last_load.is_before_in_block(ld):
             last_load = ld
-    put = ws_ir.create_put(aref, [ld.results[0] for ld in loads], loc=last_load.location)
-    get = ws_ir.create_get(aref, loc=last_load.location)
+    put = create_put(aref, [LoadOp(ld).result for ld in loads], loc=last_load.location)
+    get = create_get(aref, loc=last_load.location)
     ip = ir.InsertionPoint(anchor)
     ip.insert(put)
     ip.insert(get)
     for ld, val in zip(loads, get.results):
-        ld.results[0].replace_all_uses_except(val, put)
+        LoadOp(ld).result.replace_all_uses_except(val, put)
 
     # Release the slot right after the last op of this iteration that reads a borrowed tile.
     last_user = get
     for val in get.results:
         for use in val.uses:
             user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-            top = ws_ir.ancestor_in_block(user, block)
+            top = ancestor_in_block(user, block)
             if top is not None and last_user.is_before_in_block(top):
                 last_user = top
-    consumed = ws_ir.create_consumed(aref, loc=last_user.location)
+    consumed = create_consumed(aref, loc=last_user.location)
     ir.InsertionPoint.at_block_terminator(block).insert(consumed)
     consumed.move_after(last_user)
     return create
@@ -156,13 +127,13 @@ def insert_for_loop(p: ws_analysis.LoopPlan, depth: int) -> ir.Operation:
 
 def run(module: ir.Module, options) -> ir.Module:
     with module.context, ir.Location.unknown(module.context):
-        for func in ws_ir.kernels(module):
+        for func in kernels(module):
             # Whether to specialize was decided once, by the driver (`tawa.compiler.decide`); this pass only
             # runs when the answer was yes, and here computes how.
             plans = ws_analysis.required_plan(func)
             heavy = [ld for p in plans for ld in p.loads]
             # All rings live at once (they are created up front), so they share the budget.
-            depth = choose_depth(sum(tile_bytes(ld.results[0].type) for ld in heavy), func, options, heavy)
+            depth = choose_depth(sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy), func, options, heavy)
             for p in plans:
                 insert_for_loop(p, depth)
     return module

@@ -26,38 +26,39 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import scf
 
-from tawa.errors import CompilationError
-from tawa.ir.dialect import WARP_GROUP_ATTR
+from tawa.ir.kernel_info import body_block, kernels
+from tawa.ir.location import where
+from tawa.errors import InternalCompilerError
+from tawa.ir import attrs
+from tawa.ir.ops import (WARP_GROUP_REGION, ArefCreateOp, ArefPutOp, DotOp, ForOp, LoadOp, create_put,
+                         warp_group_role)
+from tawa.ir.traversal import backward_slice, defining_op, ops_of, walk
 from tawa.lowering import ws_ir
 
 
 def _loop_has_put(op) -> bool:
-    return op.name == "scf.for" and any(o.name == "tawa.aref_put" for o in ws_ir.ops_of(op.regions[0].blocks[0]))
+    return op.name == ForOp.NAME and any(o.name == ArefPutOp.NAME for o in ops_of(ForOp(op).body))
 
 
 def _acc_rows(loops) -> int:
     rows = 0
     for lp in loops:
-        for op in ws_ir.walk(lp):
-            if op.name == "tawa.dot":
-                shape = ir.RankedTensorType(op.results[0].type).shape
+        for op in walk(lp):
+            if op.name == DotOp.NAME:
+                shape = ir.RankedTensorType(DotOp(op).result.type).shape
                 rows = max(rows, shape[0] if len(shape) >= 2 else 1)
     return rows
 
 
 def num_consumer_groups(loops, options) -> int:
-    if options.num_consumer_groups is not None:
-        n = int(options.num_consumer_groups)
-        if n not in (1, 2):
-            raise CompilationError(f"num_consumer_groups must be 1 or 2, got {n}")
-        return n
+    if options.num_consumer_groups is not None:     # validated with the other options
+        return options.num_consumer_groups
     return 2 if _acc_rows(loops) >= 128 else 1
 
 
-def _new_region(role: str, before: ir.Operation, extra=None) -> tuple:
-    attrs = {WARP_GROUP_ATTR: ir.StringAttr.get(role)}
-    attrs.update(extra or {})
-    op = ir.Operation.create("scf.execute_region", results=[], regions=1, attributes=attrs, loc=before.location)
+def _new_region(role: str, before: ir.Operation) -> tuple:
+    op = ir.Operation.create(WARP_GROUP_REGION, results=[], regions=1, loc=before.location)
+    attrs.WARP_GROUP.set(op, role)
     ir.InsertionPoint(before).insert(op)
     block = op.regions[0].blocks.append()
     with ir.InsertionPoint(block):
@@ -67,33 +68,29 @@ def _new_region(role: str, before: ir.Operation, extra=None) -> tuple:
 
 def _producer_slice(loop):
     """Ops of the loop body the producer needs: the loads that are put, and their index math, in body order."""
-    block = loop.regions[0].blocks[0]
-    puts = [op for op in ws_ir.ops_of(block) if op.name == "tawa.aref_put"]
-    needed, work = set(), [v for p in puts for v in list(p.operands)[1:]]
-    while work:
-        v = work.pop()
-        op = ws_ir.defining_op(v)
-        if op is None or op.block != block or op in needed:
-            continue
-        if op.name != "tawa.load" and not ws_ir.is_scalar_control(op):
-            raise CompilationError(f"internal: '{op.name}' feeds an aref_put{ws_ir.where(op)}")
-        needed.add(op)
-        work.extend(op.operands)
-    return [op for op in ws_ir.ops_of(block) if op in needed], puts
+    block = ForOp(loop).body
+    puts = [op for op in ops_of(block) if op.name == ArefPutOp.NAME]
+
+    def admit(op):
+        if op.name != LoadOp.NAME and not ws_ir.is_scalar_control(op):
+            raise InternalCompilerError(f"'{op.name}' feeds an aref_put{where(op)}", op=op.name)
+        return True
+    needed = backward_slice([v for p in puts for v in ArefPutOp(p).values], block, admit)
+    return [op for op in ops_of(block) if op in needed], puts
 
 
 def _build_producer_loop(loop, ip_top: ir.InsertionPoint, mapping: dict):
-    block = loop.regions[0].blocks[0]
-    iv = block.arguments[0]
+    block = ForOp(loop).body
+    iv = ForOp(loop).iv
     body_ops, puts = _producer_slice(loop)
-    outside = list(loop.operands)[:3]
+    outside = ForOp(loop).bounds
     for op in body_ops:
         for v in op.operands:
-            d = ws_ir.defining_op(v)
+            d = defining_op(v)
             if v != iv and (d is None or d.block != block):
                 outside.append(v)
     ws_ir.clone_slice(outside, ip_top, mapping)
-    lb, ub, step = (mapping.get(v, v) for v in list(loop.operands)[:3])
+    lb, ub, step = (mapping.get(v, v) for v in ForOp(loop).bounds)
     new_loop = scf.ForOp(lb, ub, step, [], loc=loop.location, ip=ip_top)
     local = dict(mapping)
     local[iv] = new_loop.induction_variable
@@ -107,8 +104,8 @@ def _build_producer_loop(loop, ip_top: ir.InsertionPoint, mapping: dict):
             for old_r, new_r in zip(op.results, new.results):
                 local[old_r] = new_r
         for p in puts:
-            ws_ir.create_put(p.operands[0], [local.get(v, v) for v in list(p.operands)[1:]], loc=p.location,
-                             ip=ip_in)
+            put = ArefPutOp(p)
+            create_put(put.aref, [local.get(v, v) for v in put.values], loc=p.location, ip=ip_in)
         scf.YieldOp([])
     return body_ops, puts
 
@@ -120,7 +117,7 @@ def _erase_dead(ops):
     while changed:
         changed = False
         for op in reversed(alive):
-            if (op.name == "tawa.load" or ws_ir.is_scalar_control(op)) and all(
+            if (op.name == LoadOp.NAME or ws_ir.is_scalar_control(op)) and all(
                     next(iter(r.uses), None) is None for r in op.results):
                 alive.remove(op)
                 op.erase()
@@ -128,12 +125,12 @@ def _erase_dead(ops):
 
 
 def partition_kernel(func_op, options):
-    body = ws_ir.body_block(func_op)
-    ops = ws_ir.ops_of(body)
+    body = body_block(func_op)
+    ops = ops_of(body)
     ret = ops[-1]
     ops = ops[:-1]
-    arefs = [op for op in ops if op.name == "tawa.aref_create"]
-    if not arefs or any(ws_ir.warp_group_role(op) for op in ops):
+    arefs = [op for op in ops if op.name == ArefCreateOp.NAME]
+    if not arefs or any(warp_group_role(op) for op in ops):
         return
     loops = [op for op in ops if _loop_has_put(op)]
     n = num_consumer_groups(loops, options)
@@ -141,12 +138,12 @@ def partition_kernel(func_op, options):
     first = ops[0]
     for a in arefs:
         a.move_before(first)
-    i32 = ir.IntegerType.get_signless(32)
-    producer, _, prod_yield = _new_region("producer", ret)
-    consumer, _, cons_yield = _new_region("consumer", ret, {"tawa.num_warp_groups": ir.IntegerAttr.get(i32, n)})
+    producer, _, prod_yield = _new_region(attrs.PRODUCER, ret)
+    consumer, _, cons_yield = _new_region(attrs.CONSUMER, ret)
+    attrs.NUM_WARP_GROUPS.set(consumer, n)
 
     for op in ops:
-        if op.name != "tawa.aref_create":
+        if op.name != ArefCreateOp.NAME:
             op.move_before(cons_yield)
 
     mapping: dict = {}
@@ -156,11 +153,11 @@ def partition_kernel(func_op, options):
         for p in puts:
             p.erase()
         _erase_dead(body_ops)
-    _erase_dead([op for op in ws_ir.ops_of(consumer.regions[0].blocks[0]) if op != cons_yield])
+    _erase_dead([op for op in ops_of(consumer.regions[0].blocks[0]) if op != cons_yield])
 
 
 def run(module: ir.Module, options) -> ir.Module:
     with module.context, ir.Location.unknown(module.context):
-        for func in ws_ir.kernels(module):
+        for func in kernels(module):
             partition_kernel(func, options)
     return module

@@ -22,12 +22,17 @@ from __future__ import annotations
 
 from mlir import ir
 
+from tawa.ir.kernel_info import body_block, kernels
+from tawa.ir.location import source_location, where
+from tawa.ir.ops import AREF_USE_OPS, ArefConsumedOp, ArefCreateOp, ArefGetOp, aref_of, enclosing_warp_group, warp_group_role
+from tawa.ir.traversal import ops_of, parent_op, walk
+from tawa.ir.types import aref_params
 from tawa.errors import CompilationError
 from tawa.lowering import ws_ir
 
 
 def _fail(message: str, op=None):
-    raise CompilationError(message, ws_ir.source_location(op) if op is not None else None)
+    raise CompilationError(message, source_location(op) if op is not None else None)
 
 
 def _user(use):
@@ -39,12 +44,12 @@ def _user(use):
 # Rule 3: mirrored loop nests
 def _loop_path(op, region):
     """The scf.for loops enclosing `op` inside `region` (outermost first), or the first other op in the way."""
-    path, cur = [], ws_ir.parent_op(op)
+    path, cur = [], parent_op(op)
     while cur is not None and cur != region:
         if cur.name != "scf.for":
             return None, cur
         path.append(cur)
-        cur = ws_ir.parent_op(cur)
+        cur = parent_op(cur)
     return list(reversed(path)), None
 
 
@@ -54,7 +59,7 @@ def _groups(ops, region):
     for op in ops:
         path, blocker = _loop_path(op, region)
         if blocker is not None:
-            _fail(f"{op.name} is inside '{blocker.name}'{ws_ir.where(blocker)}; aref puts and gets must run "
+            _fail(f"{op.name} is inside '{blocker.name}'{where(blocker)}; aref puts and gets must run "
                   f"unconditionally, in loops that the other warp group mirrors", op)
         if groups and groups[-1][0] == path:
             groups[-1][1].append(op)
@@ -73,17 +78,17 @@ def _check_mirrored(name, puts, gets, put_region, get_region):
               f"the two sides must mirror each other", gets[0] if len(gg) > len(pg) else puts[0])
     for (ppath, pops), (gpath, gops) in zip(pg, gg):
         if len(ppath) != len(gpath):
-            _fail(f"{name}: aref_put{ws_ir.where(pops[0])} runs inside {len(ppath)} loop(s) but aref_get"
-                  f"{ws_ir.where(gops[0])} inside {len(gpath)}; the two sides must mirror each other", gops[0])
+            _fail(f"{name}: aref_put{where(pops[0])} runs inside {len(ppath)} loop(s) but aref_get"
+                  f"{where(gops[0])} inside {len(gpath)}; the two sides must mirror each other", gops[0])
         for pl, gl in zip(ppath, gpath):
             for i, what in enumerate(_BOUND_NAMES):
                 if not ws_ir.values_equivalent(pl.operands[i], gl.operands[i]):
-                    _fail(f"{name}: the producer's loop{ws_ir.where(pl)} and the consumer's loop"
-                          f"{ws_ir.where(gl)} may run different trip counts ({what} differ); every aref_put must "
+                    _fail(f"{name}: the producer's loop{where(pl)} and the consumer's loop"
+                          f"{where(gl)} may run different trip counts ({what} differ); every aref_put must "
                           f"be matched by one aref_get", gl)
         if len(pops) != len(gops):
-            _fail(f"{name}: {len(pops)} aref_put per iteration{ws_ir.where(pops[0])} but {len(gops)} aref_get "
-                  f"per iteration{ws_ir.where(gops[0])}; the ring's stages and phases would drift apart", gops[0])
+            _fail(f"{name}: {len(pops)} aref_put per iteration{where(pops[0])} but {len(gops)} aref_get "
+                  f"per iteration{where(gops[0])}; the ring's stages and phases would drift apart", gops[0])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -94,26 +99,26 @@ class _Balance:
         self.last_get = {}      # aref Value -> the latest aref_get op seen
 
     def block(self, block, counts):
-        for op in ws_ir.ops_of(block):
+        for op in ops_of(block):
             counts = self.op(op, counts)
         return counts
 
     def op(self, op, counts):
         if op.name == "tawa.aref_get":
-            a = op.operands[0]
+            a = aref_of(op)
             self.last_get[a] = op
             counts = dict(counts)
             counts[a] = counts.get(a, 0) + 1
             return counts
         if op.name == "tawa.aref_consumed":
-            a = op.operands[0]
+            a = aref_of(op)
             counts = dict(counts)
             counts[a] = counts.get(a, 0) - 1
             if counts[a] < 0:
                 _fail(f"{self.names.get(a, 'aref')}: aref_consumed releases a slot that no earlier aref_get of the "
                       f"same iteration took", op)
             return counts
-        if not op.regions or ws_ir.warp_group_role(op):
+        if not op.regions or warp_group_role(op):
             return counts
         if op.name == "scf.if":
             outs = []
@@ -126,7 +131,7 @@ class _Balance:
                 a = _first_diff(outs[0], outs[1])
                 culprit = self._culprit(op, a)
                 _fail(f"{self.names.get(a, 'aref')}: aref_consumed runs on only one branch of the conditional"
-                      f"{ws_ir.where(op)}; every aref_get must be released exactly once on every path", culprit)
+                      f"{where(op)}; every aref_get must be released exactly once on every path", culprit)
             return outs[0]
         # Loops and other regions: each iteration must leave the number of held slots as it found it.
         for region in op.regions:
@@ -135,13 +140,13 @@ class _Balance:
                 if _norm(after) != _norm(counts):
                     a = _first_diff(after, counts)
                     culprit = self.last_get.get(a, op)
-                    _fail(f"{self.names.get(a, 'aref')}: aref_get{ws_ir.where(culprit)} is not matched by exactly "
-                          f"one aref_consumed in the same iteration of the loop{ws_ir.where(op)}", culprit)
+                    _fail(f"{self.names.get(a, 'aref')}: aref_get{where(culprit)} is not matched by exactly "
+                          f"one aref_consumed in the same iteration of the loop{where(op)}", culprit)
         return counts
 
     def _culprit(self, op, a):
-        for inner in ws_ir.walk(op):
-            if inner.name in ("tawa.aref_consumed", "tawa.aref_get") and inner.operands[0] == a:
+        for inner in walk(op):
+            if inner.name in (ArefConsumedOp.NAME, ArefGetOp.NAME) and aref_of(inner) == a:
                 return inner
         return op
 
@@ -163,28 +168,28 @@ def _check_balanced(scope_blocks, names):
         end = bal.block(block, {})
         for a, n in _norm(end).items():
             culprit = bal.last_get.get(a)
-            _fail(f"{names.get(a, 'aref')}: aref_get{ws_ir.where(culprit) if culprit else ''} is never released "
+            _fail(f"{names.get(a, 'aref')}: aref_get{where(culprit) if culprit else ''} is never released "
                   f"by an aref_consumed", culprit)
 
 
 # ----------------------------------------------------------------------------------------------------------
 def check_kernel(func_op):
     func = func_op.operation
-    body = ws_ir.body_block(func)
-    creates = [op for op in ws_ir.walk(func) if op.name == "tawa.aref_create"]
+    body = body_block(func)
+    creates = [op for op in walk(func) if op.name == "tawa.aref_create"]
     if not creates:
         return
-    groups = [op for op in ws_ir.ops_of(body) if ws_ir.warp_group_role(op)]
+    groups = [op for op in ops_of(body) if warp_group_role(op)]
     names = {}
     for i, c in enumerate(creates):
-        names[c.results[0]] = ws_ir.aref_name(c, i)
+        names[c.results[0]] = ArefCreateOp(c).describe(i)
 
     for c in creates:
         name = names[c.results[0]]
         if c.block != body:
-            _fail(f"{name} is created inside '{ws_ir.parent_op(c).name}'; arefs must be created at the top level "
+            _fail(f"{name} is created inside '{parent_op(c).name}'; arefs must be created at the top level "
                   f"of the kernel, where every warp group sees them", c)
-        _types, depth = ws_ir.aref_params(c.results[0].type)
+        _types, depth = aref_params(c.results[0].type)
         if depth < 1:
             _fail(f"{name}: depth must be at least 1", c)
         puts, gets, releases = [], [], []
@@ -192,10 +197,10 @@ def check_kernel(func_op):
             u = _user(use)
             {"tawa.aref_put": puts, "tawa.aref_get": gets, "tawa.aref_consumed": releases}.get(
                 u.name, []).append(u)
-            if u.name not in ws_ir.AREF_USE_OPS:
+            if u.name not in AREF_USE_OPS:
                 _fail(f"{name} is used by '{u.name}'; arefs may only be used by aref_put, aref_get and "
                       f"aref_consumed", u)
-        order = {op: i for i, op in enumerate(ws_ir.walk(func))}
+        order = {op: i for i, op in enumerate(walk(func))}
         puts.sort(key=order.get)
         gets.sort(key=order.get)
         releases.sort(key=order.get)
@@ -209,10 +214,10 @@ def check_kernel(func_op):
             _fail(f"{name} is filled by aref_put but no warp group gets from it: the producer would block once "
                   f"the ring is full", puts[0])
         for op in puts + gets + releases:
-            if ws_ir.enclosing_warp_group(op) is None:
+            if enclosing_warp_group(op) is None:
                 _fail(f"{name}: {op.name} lies outside every warp group of a warp-specialized kernel", op)
-        put_regions = {ws_ir.enclosing_warp_group(op) for op in puts}
-        get_regions = {ws_ir.enclosing_warp_group(op) for op in gets + releases}
+        put_regions = {enclosing_warp_group(op) for op in puts}
+        get_regions = {enclosing_warp_group(op) for op in gets + releases}
         if len(put_regions) > 1:
             _fail(f"{name} is filled by more than one warp group", puts[0])
         if len(get_regions) > 1:
@@ -229,6 +234,6 @@ def check_kernel(func_op):
 
 def run(module: ir.Module, options=None) -> ir.Module:
     with module.context:
-        for func in ws_ir.kernels(module):
+        for func in kernels(module):
             check_kernel(func)
     return module

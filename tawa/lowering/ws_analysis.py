@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 
 from mlir import ir
 
+from tawa.ir.kernel_info import body_block
+from tawa.ir.location import source_location, where
+from tawa.ir.ops import ForOp, warp_group_role
+from tawa.ir.traversal import defining_op, ops_of, parent_op, walk
+from tawa.ir.types import is_tile
 from tawa.errors import CompilationError
 from tawa.ir.dialect import AREF_MAX_VALUES
 from tawa.lowering import ws_ir
@@ -54,16 +59,16 @@ def feeds_dot(load: ir.Operation) -> bool:
                 return True
             if (user.name in _FORWARD_OPS or user.name.startswith(_FORWARD_PREFIXES)) and user not in seen:
                 seen.add(user)
-                work.extend(r for r in user.results if ws_ir.is_tile(r.type))
+                work.extend(r for r in user.results if is_tile(r.type))
     return False
 
 
 def _enclosing_loop(op):
-    cur = ws_ir.parent_op(op)
+    cur = parent_op(op)
     while cur is not None and cur.name != "func.func":
         if cur.name in _LOOPS:
             return cur
-        cur = ws_ir.parent_op(cur)
+        cur = parent_op(cur)
     return None
 
 
@@ -73,23 +78,23 @@ def _check_replicable(v: ir.Value, loop, what: str, load, seen):
     if v in seen:
         return
     seen.add(v)
-    op = ws_ir.defining_op(v)
+    op = defining_op(v)
     if op is None:
         owner = v.owner
         if loop is not None and owner == loop.regions[0].blocks[0]:
             if v == owner.arguments[0]:
                 return  # the induction variable
             raise NotSpecializable(
-                f"the {what}{ws_ir.where(load)} depends on a value carried across iterations of the loop"
-                f"{ws_ir.where(loop)}, which only the consumer warp groups compute", load)
+                f"the {what}{where(load)} depends on a value carried across iterations of the loop"
+                f"{where(loop)}, which only the consumer warp groups compute", load)
         parent = owner.owner.operation if hasattr(owner.owner, "operation") else owner.owner
         if parent.name == "func.func":
             return  # a kernel argument
         raise NotSpecializable(
-            f"the {what}{ws_ir.where(load)} depends on a block argument of '{parent.name}'", load)
+            f"the {what}{where(load)} depends on a block argument of '{parent.name}'", load)
     if not ws_ir.is_scalar_control(op):
         raise NotSpecializable(
-            f"the {what}{ws_ir.where(load)} depends on '{op.name}'{ws_ir.where(op)}, which only the consumer "
+            f"the {what}{where(load)} depends on '{op.name}'{where(op)}, which only the consumer "
             f"warp groups compute (the producer can replicate only scalar control)", load)
     for operand in op.operands:
         _check_replicable(operand, loop, what, load, seen)
@@ -98,12 +103,12 @@ def _check_replicable(v: ir.Value, loop, what: str, load, seen):
 def plan(func_op) -> list:
     """The loops to pipeline and their heavy loads; raises NotSpecializable with the reason."""
     func = func_op.operation
-    body = ws_ir.body_block(func)
-    for op in ws_ir.walk(func):
-        if op.name.startswith("tawa.aref_") or ws_ir.warp_group_role(op):
+    body = body_block(func)
+    for op in walk(func):
+        if op.name.startswith("tawa.aref_") or warp_group_role(op):
             raise NotSpecializable("the kernel already has arefs or warp groups", op)
 
-    heavy = [op for op in ws_ir.walk(func) if op.name == "tawa.load" and feeds_dot(op)]
+    heavy = [op for op in walk(func) if op.name == "tawa.load" and feeds_dot(op)]
     heavy_in_loops = [(ld, _enclosing_loop(ld)) for ld in heavy]
     heavy_in_loops = [(ld, lp) for ld, lp in heavy_in_loops if lp is not None]
     if not heavy_in_loops:
@@ -113,45 +118,45 @@ def plan(func_op) -> list:
     for ld, lp in heavy_in_loops:
         if lp.name != "scf.for":
             raise NotSpecializable(
-                f"the tile load{ws_ir.where(ld)} is inside an '{lp.name}' loop; only scf.for loops with known "
+                f"the tile load{where(ld)} is inside an '{lp.name}' loop; only scf.for loops with known "
                 f"bounds are specialized", ld)
         outer = _enclosing_loop(lp)
         if outer is not None:
             raise NotSpecializable(
-                f"the loop{ws_ir.where(lp)} with tile loads feeding a dot is nested inside another loop"
-                f"{ws_ir.where(outer)}", ld)
+                f"the loop{where(lp)} with tile loads feeding a dot is nested inside another loop"
+                f"{where(outer)}", ld)
         if lp.block != body:
             raise NotSpecializable(
-                f"the loop{ws_ir.where(lp)} with tile loads feeding a dot is inside a conditional or region "
-                f"('{ws_ir.parent_op(lp).name}'); only loops at the top level of the kernel are specialized", ld)
+                f"the loop{where(lp)} with tile loads feeding a dot is inside a conditional or region "
+                f"('{parent_op(lp).name}'); only loops at the top level of the kernel are specialized", ld)
         if ld.block != lp.regions[0].blocks[0]:
             raise NotSpecializable(
-                f"the tile load{ws_ir.where(ld)} is inside a conditional ('{ws_ir.parent_op(ld).name}') in the "
+                f"the tile load{where(ld)} is inside a conditional ('{parent_op(ld).name}') in the "
                 f"loop; the producer must issue the same loads every iteration", ld)
         plans.setdefault(lp, LoopPlan(lp)).loads.append(ld)
 
     result = []
-    for op in ws_ir.ops_of(body):
+    for op in ops_of(body):
         if op not in plans:
             continue
         p = plans[op]
         loop_block = op.regions[0].blocks[0]
-        order = {o: i for i, o in enumerate(ws_ir.ops_of(loop_block))}
+        order = {o: i for i, o in enumerate(ops_of(loop_block))}
         p.loads.sort(key=lambda o: order[o])
         if len(p.loads) > AREF_MAX_VALUES:
             raise NotSpecializable(
-                f"the loop{ws_ir.where(op)} issues {len(p.loads)} tile loads per iteration; at most "
+                f"the loop{where(op)} issues {len(p.loads)} tile loads per iteration; at most "
                 f"{AREF_MAX_VALUES} fit one aref slot", op)
-        for name, v in zip(("lower bound", "upper bound", "step"), list(op.operands)[:3]):
+        for name, v in zip(("lower bound", "upper bound", "step"), ForOp(op).bounds):
             _check_replicable(v, None, f"{name} of the loop", op, set())
         for ld in p.loads:
             for v in ld.operands:
                 _check_replicable(v, op, "tile load", ld, set())
             for use in ld.results[0].uses:
                 user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-                if user.name == "scf.yield" and ws_ir.parent_op(user) == op:
+                if user.name == "scf.yield" and parent_op(user) == op:
                     raise NotSpecializable(
-                        f"the tile loaded{ws_ir.where(ld)} is carried to the next iteration; a borrowed aref slot "
+                        f"the tile loaded{where(ld)} is carried to the next iteration; a borrowed aref slot "
                         f"must be released within its iteration", ld)
         result.append(p)
     return result
@@ -163,7 +168,7 @@ def required_plan(func_op) -> list:
         return plan(func_op)
     except NotSpecializable as e:
         raise CompilationError(f"cannot warp-specialize kernel '{kernel_name(func_op)}': {e.reason}",
-                               ws_ir.source_location(e.op or func_op.operation),
+                               source_location(e.op or func_op.operation),
                                note="compile with warp_specialize=False (or --warp-specialize off) to use the "
                                     "uniform-warp schedule") from None
 
@@ -195,7 +200,7 @@ def decide(func_op, options) -> tuple:
     name = kernel_name(func_op)
     if options.warp_specialize is True:
         raise CompilationError(f"cannot warp-specialize kernel '{name}': {reason}",
-                               ws_ir.source_location(func_op.operation),
+                               source_location(func_op.operation),
                                note="compile with warp_specialize=False (or --warp-specialize off) to use the "
                                     "uniform-warp schedule")
     return False, f"kernel '{name}' uses the uniform-warp schedule: {reason}"

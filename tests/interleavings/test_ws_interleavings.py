@@ -14,10 +14,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tawa.ir.kernel_info import body_block, kernels
+from tawa.ir.ops import warp_group_role
+from tawa.ir.traversal import ops_of, walk
 from tawa.errors import TawaError
 from tawa.frontend import parse_and_lower
 from tawa.ir.convert import to_python
-from tawa.lowering import aref_insertion, partition, protocol_check, ws_ir
+from tawa.lowering import aref_insertion, partition, protocol_check
 from tawa.options import CompileOptions
 from tawa.runtime.grid import bind_numpy_args, eval_grid
 from tawa.runtime.interpreter import InterpreterDeadlock, run_kernel, run_with_interleavings
@@ -40,7 +43,7 @@ def build(name: str, constants: dict, specialize: bool = True, **options):
 
 
 def grid_of(m, args):
-    f = ws_ir.kernels(m)[0]
+    f = kernels(m)[0]
     params = to_python(f.attributes["tawa.params"])
     return eval_grid(to_python(f.attributes["tawa.grid"]), bind_numpy_args(params, args),
                      to_python(f.attributes["tawa.constants"]))
@@ -118,9 +121,9 @@ def test_interleavings_differ_between_seeds():
 def test_broken_trip_count_deadlocks_and_is_rejected_statically():
     consts, make_args, _ = gemm_case(32, 32, 64, 16, 2)
     m = build("gemm", consts, num_buffers=2)
-    producer = [op for op in ws_ir.ops_of(ws_ir.body_block(ws_ir.kernels(m)[0]))
-                if ws_ir.warp_group_role(op) == "producer"][0]
-    loop = [op for op in ws_ir.walk(producer) if op.name == "scf.for"][0]
+    producer = [op for op in ops_of(body_block(kernels(m)[0]))
+                if warp_group_role(op) == "producer"][0]
+    loop = [op for op in walk(producer) if op.name == "scf.for"][0]
     # the producer stops one iteration early: the consumer's last get waits forever
     from mlir import ir
     from mlir.dialects import arith

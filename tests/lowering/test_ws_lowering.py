@@ -7,7 +7,7 @@ import pytest
 from mlir import ir
 
 from tawa.errors import CompilationError
-from tawa.lowering import assign_warp_groups, register_realloc, ws_ir
+from tawa.lowering import assign_warp_groups, register_realloc
 from tawa.options import CompileOptions
 
 from ws_support import example_module, kernel, ops_named, region, run_passes

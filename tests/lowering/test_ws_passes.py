@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import pytest
 
+from tawa.ir.kernel_info import body_block
+from tawa.ir.location import source_location
+from tawa.ir.traversal import ops_of
 from tawa.options import CompileOptions
 
 from tawa.errors import CompilationError
-from tawa.lowering import aref_insertion, partition, protocol_check, ws_ir
+from tawa.ir import attrs
+from tawa.lowering import aref_insertion, partition, protocol_check
 
 from ws_support import check_order, example_module, kernel, ops_named, region, run_passes
 
@@ -54,7 +58,7 @@ def test_gemm_after_partition():
         r'\} \{tawa\.num_warp_groups = 2 : i32, tawa\.warp_group = "consumer"\}',
         r"return",
     ])
-    body = ws_ir.ops_of(ws_ir.body_block(kernel(m)))
+    body = ops_of(body_block(kernel(m)))
     assert [op.name for op in body] == ["tawa.aref_create", "scf.execute_region", "scf.execute_region",
                                         "func.return"]
     # Each region computes its own program ids; nothing but the aref is defined outside them.
@@ -79,9 +83,9 @@ def test_depth_from_option_and_from_shared_memory():
 
 def test_consumer_group_count():
     m = run_passes(example_module("gemm", {"BLOCK_M": 64}))
-    assert ws_ir.ir.IntegerAttr(region(m, "consumer").attributes["tawa.num_warp_groups"]).value == 1
+    assert attrs.NUM_WARP_GROUPS.get(region(m, "consumer")) == 1
     m = run_passes(example_module("gemm"), num_consumer_groups=1)
-    assert ws_ir.ir.IntegerAttr(region(m, "consumer").attributes["tawa.num_warp_groups"]).value == 1
+    assert attrs.NUM_WARP_GROUPS.get(region(m, "consumer")) == 1
     with pytest.raises(CompilationError, match="num_consumer_groups"):
         run_passes(example_module("gemm"), num_consumer_groups=3)
 
@@ -120,7 +124,7 @@ def test_swiglu_three_tiles_per_slot_and_fp8_and_epilogue_kernels():
 def test_locations_survive():
     m = run_passes(example_module("gemm"))
     put = ops_named(region(m, "producer"), "tawa.aref_put")[0]
-    loc = ws_ir.source_location(put)
+    loc = source_location(put)
     assert loc is not None and loc.filename.endswith("gemm.tawa") and loc.line == 14
 
 

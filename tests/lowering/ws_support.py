@@ -7,8 +7,11 @@ import re
 
 from mlir import ir
 
+from tawa.ir.kernel_info import body_block, kernels
+from tawa.ir.ops import warp_group_role
+from tawa.ir.traversal import ops_of, walk
 from tawa.frontend import parse_and_lower
-from tawa.lowering import aref_insertion, partition, protocol_check, ws_ir
+from tawa.lowering import aref_insertion, partition, protocol_check
 from tawa.options import CompileOptions
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
@@ -25,7 +28,7 @@ def source_module(source: str, constants: dict | None = None, filename: str = "k
 
 
 def run_passes(module: ir.Module, passes=WS_PASSES, **options) -> ir.Module:
-    opts = CompileOptions(**options)
+    opts = CompileOptions(**options).validate()
     for p in passes:
         module = p.run(module, opts)
     module.operation.verify()
@@ -52,14 +55,14 @@ def check_order(text: str, patterns: list[str]) -> None:
 
 
 def kernel(module: ir.Module):
-    return ws_ir.kernels(module)[0]
+    return kernels(module)[0]
 
 
 def region(module: ir.Module, role: str) -> ir.Operation:
-    regions = [op for op in ws_ir.ops_of(ws_ir.body_block(kernel(module))) if ws_ir.warp_group_role(op) == role]
+    regions = [op for op in ops_of(body_block(kernel(module))) if warp_group_role(op) == role]
     assert len(regions) == 1, f"expected one {role} region, found {len(regions)}"
     return regions[0]
 
 
 def ops_named(op: ir.Operation, name: str) -> list:
-    return [o for o in ws_ir.walk(op) if o.name == name]
+    return [o for o in walk(op) if o.name == name]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from tawa import hopper
 from tawa.errors import CompilationError
 from tawa.ir.location import where
-from tawa.ir.ops import ArefCreateOp, ArefGetOp, ArefPutOp, ForOp, LoadOp, consumer_warp_groups, warp_group_role
+from tawa.ir.ops import aref_of, ArefCreateOp, ArefGetOp, ArefPutOp, ForOp, LoadOp, consumer_warp_groups, warp_group_role
 from tawa.ir.traversal import parent_op
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
@@ -164,7 +164,7 @@ def lower_aref_get(ctx, op) -> None:
 
 
 def lower_aref_consumed(ctx, op) -> None:
-    ring = ctx.get(op.operands[0])
+    ring = ctx.get(aref_of(op))
     if ctx.schedule.release_slot(ctx, op, ring):
         return
     stage, _ = _stage_phase(ctx, op, ring)
