@@ -58,7 +58,22 @@ def _run(text: str, filename: str, pass_names, options: CompileOptions):
     module = parse_input(text, filename, options)
     for p in passes:
         module = run_pass(p, module, options)
+    if passes:
+        _verify(module, passes[-1].name)
     return module
+
+
+def _verify(module, after: str) -> None:
+    """MLIR's own verifier on the result (as mlir-opt does): a failure is a bug in the last pass."""
+    from mlir import ir
+    from tawa.errors import InternalCompilerError
+
+    try:
+        ok = module.operation.verify()
+    except ir.MLIRError as e:
+        raise InternalCompilerError(f"the IR does not verify: {e}", after) from None
+    if ok is False:
+        raise InternalCompilerError("the IR does not verify", after)
 
 
 def parse_input(text: str, filename: str, options: CompileOptions):

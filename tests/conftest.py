@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(config, items):
 def _verify_each():
     """Every compile in the tests runs the `tawa` verifier after every pass (TAWA_VERIFY_EACH=1, tawa.ir.verify)."""
     patch = pytest.MonkeyPatch()
-    pass  # TMP
+    patch.setenv("TAWA_VERIFY_EACH", "1")
     yield
     patch.undo()
 

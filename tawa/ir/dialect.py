@@ -6,8 +6,9 @@ tiles uses upstream `arith`/`math` ops directly on tensors, control flow uses `s
 what upstream lacks: program ids, block loads/stores, dot, shape ops, reductions, and the asynchronous references
 (arefs) that warp specialization is built on. See docs/ir.md for the semantics of every op.
 
-IRDL checks each op's operand and result *kinds*; the shape and dtype rules live in `tawa.ir.verify`, which the
-pass manager runs after every pass.
+IRDL checks each op's operand and result *kinds*; the rules it cannot express (shapes and dtypes, aref payloads,
+warp-group structure, the kinds of `tawa.*` attributes) live in `tawa.ir.verify`, which the compiler runs after
+every pass when asked (`CompileOptions.verify_each`, `--dump-ir-after-all`, `TAWA_VERIFY_EACH=1`; the tests set it).
 
 Warp groups are `scf.execute_region` ops tagged with `tawa.warp_group` (IRDL ops cannot be region terminators, and
 an execute_region is exactly "a block of code run by one role").

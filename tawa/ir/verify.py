@@ -13,7 +13,7 @@
 - attribute kinds: every `tawa.*` attribute on any op is one of `tawa.ir.attrs.ALL`, with its declared kind.
 
 A violation raises `InternalCompilerError` naming the pass after which the IR broke (`after`), the op, the rule
-(a short name in brackets, such as `[dot-shape]`) and carrying the op's source location. After
+(its name in `RULES`, in brackets, such as `[dot-shape]`) and carrying the op's source location. After
 `convert-to-nvvm` the module holds a `gpu.module` of llvm/nvvm ops and no `tawa` ops: then only MLIR's
 verification (and the kinds of the module's own `tawa.*` attributes) apply.
 
@@ -38,6 +38,50 @@ REDUCE_KINDS = ("sum", "max", "min")
 DOT_OPERAND_TYPES = ("f16", "bf16", "f8E4M3FN", "f8E5M2", "f32")
 DOT_ACC_TYPE = "f32"
 
+#: Every rule, by the name error messages give it in brackets.
+RULES = {
+    # shapes and dtypes
+    "load-offsets": "tawa.load takes one offset per dim of its source",
+    "load-shape": "tawa.load gives a tile of rank 1 to the source's rank",
+    "load-dtype": "tawa.load gives the source's element type",
+    "store-offsets": "tawa.store takes one offset per dim of its destination",
+    "store-shape": "tawa.store writes a tile of rank 1 to the destination's rank",
+    "store-dtype": "tawa.store writes the destination's element type",
+    "dot-shape": "tawa.dot multiplies [M, K] by [K, N] into an [M, N] accumulator of the result's type",
+    "dot-dtype": "tawa.dot operands share one f16/bf16/fp8/f32 element type; accumulator and result are f32",
+    "expand-dims-shape": "tawa.expand_dims inserts an extent-1 dim at an axis in [0, rank]",
+    "broadcast-shape": "tawa.broadcast stretches extent-1 dims, same rank and element type",
+    "trans-shape": "tawa.trans transposes a 2-D tile",
+    "reduce-kind": "tawa.reduce kind is sum, max or min",
+    "reduce-shape": "tawa.reduce drops an axis in range (a 1-D tile gives a scalar), same element type",
+    "splat-type": "tawa.splat makes a tile of its scalar operand's type",
+    "arange-range": "tawa.arange gives tensor<(end - start)xi32>, end > start",
+    "program-axis": "tawa.program_id / tawa.num_programs axis is 0, 1 or 2",
+    "dim-axis": "tawa.dim axis is below the tensor's rank",
+    # arefs
+    "aref-type": "an aref type is !tawa.aref<[types...], depth : i32>",
+    "aref-payload": f"an aref slot holds 1 to {AREF_MAX_VALUES} tiles",
+    "aref-depth": "an aref has at least one slot",
+    "aref-operand": "aref_put / aref_get / aref_consumed use the result of a tawa.aref_create",
+    "aref-put-values": "aref_put values match the aref's payload types",
+    "aref-get-results": "aref_get results match the aref's payload types",
+    "aref-role": "in a partitioned kernel aref_put is in the producer, aref_get / aref_consumed in consumers",
+    # warp groups
+    "warp-group-op": "tawa.warp_group is on scf.execute_region ops",
+    "warp-group-attr": "warp-group attributes are on warp-group regions",
+    "warp-group-role": "a warp group's role is producer or consumer",
+    "warp-group-nesting": "warp groups do not nest",
+    "warp-group-placement": "warp groups sit directly in a kernel's body",
+    "warp-group-count": "a kernel with warp groups has one producer and at least one consumer",
+    "num-warp-groups": "tawa.num_warp_groups is at least 1",
+    "first-warp-group": "tawa.first_warp_group: on all warp groups or none; producer 0, consumers consecutive",
+    "num-warps": "an assigned kernel's tawa.num_warps is 4 x its warp groups",
+    "max-registers": "tawa.max_registers is a multiple of 8 in [24, 256]",
+    # attributes
+    "attr-unknown": "every tawa.* attribute is one of tawa.ir.attrs.ALL",
+    "attr-kind": "every tawa.* attribute has its declared kind",
+}
+
 _BY_NAME = {a.name: a for a in attrs.ALL}
 _WG_ONLY = (attrs.NUM_WARP_GROUPS.name, attrs.FIRST_WARP_GROUP.name, attrs.MAX_REGISTERS.name)
 
@@ -49,6 +93,7 @@ class _Violation(Exception):
 
 
 def _fail(op, rule: str, detail: str):
+    assert rule in RULES, rule
     raise _Violation(op, rule, detail)
 
 
@@ -133,8 +178,9 @@ def _fmt(shape) -> str:
     return "x".join(str(d) for d in shape) if shape else "scalar"
 
 
-def _aref_creator(op, rule: str = "aref-operand"):
+def _aref_creator(op):
     """The aref_create op behind the first operand of an aref op."""
+    rule = "aref-operand"
     if len(op.operands) < 1:
         _fail(op, rule, "expects an aref operand")
     v = op.operands[0]

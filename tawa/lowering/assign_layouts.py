@@ -20,18 +20,87 @@ no register tiles (its `tawa.aref_load` loads are issued by the puts).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from mlir import ir
 
-from tawa.errors import CompilationError
+from tawa.errors import CompilationError, TawaError
 from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernel_function, kernel_num_warps
+from tawa.ir.location import source_location
 from tawa.ir.ops import warp_group_role, warp_groups
 from tawa.ir.traversal import defining_op as owner_op, ops_of, walk_block
+from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 
 from . import layouts as L
 
 NAME = "assign-layouts"
+
+#: Why a tile in shared memory cannot be computed on, and what to do instead (also used by the NVVM conversion).
+SMEM_TILE_NOTE = ("in a warp-specialized kernel the tiles loaded for a dot arrive in shared memory and can only feed "
+                  "dots (optionally through .T); compile with warp_specialize=False to load them into registers "
+                  "(only the A operand of a dot may be computed)")
+
+
+@contextmanager
+def _at(op):
+    """Errors raised while laying out `op` (an unsupported dot shape, say) point at its source."""
+    try:
+        yield
+    except TawaError as e:
+        if e.location is None:
+            e.location = source_location(op)
+        raise
+
+
+def check_dot_tile(t, location) -> None:
+    """Refuse a 2-D tile of type `t` that TMA cannot copy into shared memory for a dot: rows are written as
+    128-byte swizzled boxes, one copy moves at most 256 rows, and the tile must fit in shared memory. Called here
+    for every load feeding dots (both schedules) and by the NVVM conversion for every TMA load it emits."""
+    rows, cols = tile_shape(t)
+    elem = elem_type(t)
+    box_cols = hopper.SWIZZLE_BYTES // elem_bytes(elem)
+    if cols % box_cols:
+        raise CompilationError(
+            f"a tile read by a dot needs rows of a multiple of {hopper.SWIZZLE_BYTES} bytes ({box_cols} {elem} "
+            f"elements), got {cols}", location,
+            note=f"make the loaded tile's last dimension a multiple of {box_cols}: the copy engine writes "
+                 f"{hopper.SWIZZLE_BYTES}-byte swizzled rows (a B tile narrower than that can be loaded as "
+                 f"[BLOCK_N, BLOCK_K] from a K-major tensor and used as b.T)")
+    if rows > 256:
+        raise CompilationError(
+            f"a tile read by a dot may have at most 256 rows, got {rows}", location,
+            note="one copy moves at most 256 rows: make the tile's first dimension at most 256 (BLOCK_M for "
+                 "A, BLOCK_K for a [BLOCK_K, BLOCK_N] B tile)")
+    if tile_bytes(t) > hopper.SMEM_FOR_TILES:
+        raise CompilationError(
+            f"a tile read by a dot takes {tile_bytes(t) // 1024} KiB of shared memory, more than the "
+            f"{hopper.SMEM_FOR_TILES // 1024} KiB a block can use", location,
+            note="use smaller tiles (BLOCK_M, BLOCK_N or BLOCK_K)")
+
+
+def _check_smem_uses(ops: list, smem: set) -> None:
+    """Shared-memory tiles feed dot operands, directly or through `tawa.trans`, and nothing else: refuse any
+    other use (in a warp-specialized consumer every tile an aref delivers lives in shared memory) where it
+    happens, and a dot whose shared-memory operands cannot fit in shared memory at all."""
+    for op in ops:
+        if op.name == "tawa.dot":
+            need = sum(tile_bytes(op.operands[i].type) for i in (0, 1) if op.operands[i] in smem)
+            if need > hopper.SMEM_FOR_TILES:
+                raise CompilationError(
+                    f"the operand tiles of this dot take {need // 1024} KiB of shared memory, more than the "
+                    f"{hopper.SMEM_FOR_TILES // 1024} KiB a block can use", source_location(op),
+                    note="use smaller tiles: the dot reads its [BLOCK_M, BLOCK_K] and [BLOCK_K, BLOCK_N] operand "
+                         "tiles from shared memory (reduce BLOCK_K first)")
+            uses = [v for i, v in enumerate(op.operands) if i >= 2 and v in smem]
+        elif op.name == "tawa.trans":
+            continue
+        else:
+            uses = [v for v in op.operands if v in smem]
+        if uses:
+            raise CompilationError(f"a tile loaded for a dot cannot also be used by `{op.name}`",
+                                   source_location(op), note=SMEM_TILE_NOTE)
 
 
 def _is_tile(v) -> bool:
@@ -69,10 +138,16 @@ def run(module: ir.Module, options=None) -> ir.Module:
     body = body_block(func)
     groups = warp_groups(func)
     if not groups:
-        _assign(walk_block(body), kernel_num_warps(func, options), module.context)
+        num_warps = kernel_num_warps(func, options)
+        with _at(func):
+            L.blocked((1,), num_warps)    # refuses, at the kernel, a warp count no layout can use
+        _assign(walk_block(body), num_warps, module.context)
         return module
     # Warp-specialized: each consumer region is laid out over its own warps; the producer holds no register
-    # tiles (its loads are issued by the aref puts).
+    # tiles (its loads are issued by the aref puts, as TMA copies).
+    for op in walk_block(body):
+        if op.name == "tawa.load" and attrs.AREF_LOAD.get(op) and len(tile_shape(op.results[0].type)) == 2:
+            check_dot_tile(op.results[0].type, source_location(op))
     for g in groups:
         if warp_group_role(g) == attrs.CONSUMER:
             _assign(walk_block(g.regions[0].blocks[0]), hopper.WARPS_PER_GROUP * attrs.NUM_WARP_GROUPS.get(g),
@@ -90,14 +165,17 @@ def _assign(ops: list, W: int, ctx) -> None:
         elif op.name == "tawa.load" and not attrs.AREF_LOAD.get(op) and _feeds_dots_only(op.results[0]):
             attrs.SMEM.set(op)
             smem.add(op.results[0])
+            check_dot_tile(op.results[0].type, source_location(op))
     for op in ops:
         if op.name == "tawa.trans" and op.operands[0] in smem:
             attrs.SMEM.set(op)
             smem.add(op.results[0])
+    _check_smem_uses(ops, smem)
 
     def mma_for(op):
         m, n = _shape(op.results[0])
-        return L.mma(m, n, W)
+        with _at(op):
+            return L.mma(m, n, W)
 
     # Forward: layouts forced by dots, carried through loops, elementwise ops, reductions and expansions.
     anchor: dict = {}
@@ -130,7 +208,8 @@ def _assign(ops: list, W: int, ctx) -> None:
             want.setdefault(op.operands[2], mma_for(op))
             if op.operands[0] not in smem:      # A from registers: the accumulator-like fragment layout
                 m, k = _shape(op.operands[0])
-                want.setdefault(op.operands[0], L.mma(m, k, W))
+                with _at(op):
+                    want.setdefault(op.operands[0], L.mma(m, k, W))
         elif _elementwise(op):
             w = want.get(op.results[0]) or anchor.get(op.results[0])
             if w is not None:

@@ -11,13 +11,41 @@ import json
 
 from mlir import ir
 
+from tawa import hopper
 from tawa.abi import AbiParam, CompiledKernel
+from tawa.errors import CompilationError, InternalCompilerError, TawaError
 
 from . import emit_ptx
 
+#: The name this step goes by in internal errors (it runs after the pipeline, outside `compiler.run_pass`).
+NAME = "build-kernel"
+
+
 def build_kernel(module: ir.Module, ptxas: bool = True) -> CompiledKernel:
-    """PTX (and a cubin when ptxas is installed) of a module that went through `lower-to-llvm`."""
-    info = json.loads(module.operation.attributes["tawa.kernel_info"].value)
+    """PTX (and a cubin when ptxas is installed) of a module that went through `lower-to-llvm`.
+
+    Like a pass run by `compiler.run_pass`: errors the user can act on pass through, anything else becomes an
+    InternalCompilerError naming the step."""
+    try:
+        return _build_kernel(module, ptxas)
+    except TawaError:
+        raise
+    except Exception as e:  # a bug: say where, keep the traceback chained for developers
+        raise InternalCompilerError(f"{type(e).__name__}: {e}", NAME) from e
+
+
+def _build_kernel(module: ir.Module, ptxas: bool) -> CompiledKernel:
+    attr = module.operation.attributes
+    if "tawa.kernel_info" not in attr:
+        raise InternalCompilerError("the module has no tawa.kernel_info: it did not go through convert-to-nvvm",
+                                    NAME)
+    info = json.loads(attr["tawa.kernel_info"].value)
+    if info["shared_bytes"] > hopper.SMEM_PER_BLOCK:
+        raise CompilationError(
+            f"the kernel needs {info['shared_bytes']} bytes of shared memory, more than the "
+            f"{hopper.SMEM_PER_BLOCK} bytes ({hopper.SMEM_PER_BLOCK // 1024} KiB) a Hopper block can use",
+            note="use smaller tiles (BLOCK_M, BLOCK_N, BLOCK_K) or fewer pipeline stages (num_stages, "
+                 "num_buffers)")
     ptx = emit_ptx.emit_ptx(module)
     cubin, notes = None, []
     if ptxas and emit_ptx.find_ptxas():

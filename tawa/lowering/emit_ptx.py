@@ -26,25 +26,31 @@ LLVM_PIPELINE = (
 )
 
 
-def run_mlir_pipeline(module: ir.Module, pipeline: str, what: str) -> None:
-    """Run an upstream pass pipeline; a failure there is the compiler's fault (it built the IR)."""
+#: The names the two steps after the pipeline go by in internal errors (they run outside `compiler.run_pass`).
+EMIT_PTX = "emit-ptx"
+PTXAS = "ptxas"
+
+
+def run_mlir_pipeline(module: ir.Module, pipeline: str, what: str, pass_name: str | None = None) -> None:
+    """Run an upstream pass pipeline; a failure there is the compiler's fault (it built the IR). `pass_name`:
+    for a caller outside `compiler.run_pass` (which names the pass itself)."""
     with module.context:
         pm = passmanager.PassManager.parse(pipeline)
         try:
             pm.run(module.operation)
         except ir.MLIRError as e:
-            raise InternalCompilerError(f"{what} failed: {e}") from None
+            raise InternalCompilerError(f"{what} failed: {e}", pass_name) from None
 
 
 def emit_ptx(module: ir.Module) -> str:
     """PTX of the (LLVM-dialect) kernel module. Works on a clone: the module itself stays printable."""
     clone = ir.Module.parse(str(module), module.context)
-    run_mlir_pipeline(clone, "builtin.module(gpu-module-to-binary{format=isa})", "NVPTX code generation")
+    run_mlir_pipeline(clone, "builtin.module(gpu-module-to-binary{format=isa})", "NVPTX code generation", EMIT_PTX)
     for op in clone.body.operations:
         if op.name == "gpu.binary":
             obj = gpu.ObjectAttr(op.attributes["objects"][0]).object
             return obj.decode() if isinstance(obj, (bytes, bytearray)) else str(obj)
-    raise InternalCompilerError("NVPTX produced no gpu.binary")
+    raise InternalCompilerError("NVPTX produced no gpu.binary", EMIT_PTX)
 
 
 def find_ptxas() -> str | None:
@@ -94,17 +100,24 @@ def parse_ptxas_report(text: str) -> PtxasReport:
 
 
 def assemble(ptx: str, ptxas: str | None = None) -> tuple[bytes, PtxasReport]:
-    """ptxas the PTX for sm_90a; returns (cubin, report). Raises CompilationError on a ptxas failure."""
+    """ptxas the PTX for sm_90a; returns (cubin, report). Raises CompilationError when ptxas cannot be run,
+    InternalCompilerError when it rejects the PTX (the compiler generated it)."""
     ptxas = ptxas or find_ptxas()
     if ptxas is None:
-        raise CompilationError("ptxas was not found (install nvidia-cuda-nvcc or set TAWA_PTXAS)")
+        raise CompilationError("ptxas was not found",
+                               note="install the CUDA compiler wheel (pip install nvidia-cuda-nvcc-cu12) or set "
+                                    "TAWA_PTXAS to the ptxas binary")
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "k.ptx")
         out = os.path.join(d, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        proc = subprocess.run([ptxas, f"-arch={CHIP}", "-v", "-o", out, src], capture_output=True, text=True)
+        try:
+            proc = subprocess.run([ptxas, f"-arch={CHIP}", "-v", "-o", out, src], capture_output=True, text=True)
+        except OSError as e:
+            raise CompilationError(f"could not run ptxas ({ptxas}): {e.strerror or e}",
+                                   note="set TAWA_PTXAS to a working ptxas binary") from None
         if proc.returncode != 0:
-            raise InternalCompilerError(f"ptxas rejected the generated PTX:\n{proc.stderr.strip()}")
+            raise InternalCompilerError(f"ptxas rejected the generated PTX:\n{proc.stderr.strip()}", PTXAS)
         with open(out, "rb") as f:
             return f.read(), parse_ptxas_report(proc.stderr + proc.stdout)

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from tawa.errors import CompilationError
+from tawa.errors import CompilationError, InternalCompilerError
 
 WARP_SIZE = 32
 
@@ -53,8 +53,16 @@ def _zero(rank):
 
 def _log2(x: int) -> int:
     if x <= 0 or x & (x - 1):
-        raise CompilationError(f"tile extent {x} is not a power of two")
+        raise CompilationError(f"tile extent {x} is not a power of two",
+                               note="tile dimensions must be powers of two (e.g. 64, 128, 256)")
     return x.bit_length() - 1
+
+
+def _warp_bits(num_warps: int) -> int:
+    if num_warps <= 0 or num_warps & (num_warps - 1):
+        raise CompilationError(f"a kernel of {num_warps} warps is not supported by the GPU backend: the number of "
+                               f"warps must be a power of two", note="use @num_warps(4) or @num_warps(8)")
+    return num_warps.bit_length() - 1
 
 
 def mma(m: int, n: int, num_warps: int) -> Layout:
@@ -65,15 +73,20 @@ def mma(m: int, n: int, num_warps: int) -> Layout:
     """
     groups = max(num_warps // 4, 1)
     if num_warps % 4:
-        raise CompilationError(f"a dot needs a multiple of 4 warps, got {num_warps}")
+        raise CompilationError(f"a dot needs a multiple of 4 warps, got {num_warps}",
+                               note="a dot runs on whole warp groups of 4 warps: use @num_warps(4) or @num_warps(8)")
+    _warp_bits(num_warps)
     if m % (64 * groups):
-        raise CompilationError(f"dot tile M={m} is not a multiple of 64 x {groups} warp group(s)")
+        raise CompilationError(f"dot tile M={m} is not a multiple of 64 x {groups} warp group(s)",
+                               note=f"choose BLOCK_M as a multiple of {64 * groups} (each of the {groups} warp "
+                                    f"group(s) computes 64-row slabs)"
+                                    + (", or use 4 warps" if groups > 1 else ""))
     regs = []
     for s in range(m // (64 * groups)):
         for i in range(n // 2):
             regs.append((64 * groups * s + 8 * ((i // 2) % 2), 8 * (i // 4) + (i % 2)))
     lanes = ((0, 2), (0, 4), (1, 0), (2, 0), (4, 0))
-    warps = [(16, 0), (32, 0)] + [(64 * (1 << b), 0) for b in range(_log2(groups))]
+    warps = [(16, 0), (32, 0)] + [(64 * (1 << b), 0) for b in range(_warp_bits(num_warps) - 2)]
     return Layout((m, n), tuple(regs), lanes, tuple(warps), f"mma<{m}x{n},w={num_warps}>")
 
 
@@ -96,7 +109,7 @@ def blocked(shape: tuple, num_warps: int) -> Layout:
     for b in range(vec):
         regs_bases.append(basis(rank - 1, used[rank - 1]))
         used[rank - 1] += 1
-    for target, count in ((lanes, 5), (warps, _log2(num_warps))):
+    for target, count in ((lanes, 5), (warps, _warp_bits(num_warps))):
         for _ in range(count):
             for d in reversed(range(rank)):
                 if used[d] < bits[d]:
@@ -167,6 +180,14 @@ _TOKEN = re.compile(r"\s*(mma|blocked|slice|expand|trans|<|>|,|x|w=|\d+)")
 
 @lru_cache(maxsize=None)
 def parse(text: str) -> Layout:
+    """The layout a `tawa.layout` string describes (written by assign-layouts: a malformed one is a bug)."""
+    try:
+        return _parse(text)
+    except (IndexError, ValueError):
+        raise InternalCompilerError(f"malformed layout {text!r}") from None
+
+
+def _parse(text: str) -> Layout:
     tokens = _TOKEN.findall(text)
     pos = 0
 
@@ -175,7 +196,7 @@ def parse(text: str) -> Layout:
         tok = tokens[pos]
         pos += 1
         if expect is not None and tok != expect:
-            raise CompilationError(f"malformed layout {text!r}")
+            raise InternalCompilerError(f"malformed layout {text!r}")
         return tok
 
     def dims():
@@ -206,7 +227,7 @@ def parse(text: str) -> Layout:
         elif kind == "trans":
             lay = transpose(node())
         else:
-            raise CompilationError(f"malformed layout {text!r}")
+            raise InternalCompilerError(f"malformed layout {text!r}")
         take(">")
         return lay
 

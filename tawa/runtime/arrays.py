@@ -37,12 +37,6 @@ def dtype_matches(actual: str, expected: str) -> bool:
     return actual == expected or expected in _RAW_MATCHES.get(actual, ())
 
 
-def is_array(obj) -> bool:
-    """True when `obj` looks like an array this module can read (device or host)."""
-    return (_torch_tensor_type(obj) or hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__")
-            or hasattr(obj, "__array_interface__"))
-
-
 def array_info(obj, name: str, stream: Optional[int] = None) -> Optional[ArrayInfo]:
     """Read `obj` as an array, or None when it is not one. `stream` is the launch stream, handed to DLPack
     producers so they can order their pending work before it."""

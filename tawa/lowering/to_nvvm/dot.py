@@ -16,12 +16,13 @@ Descriptors (PTX ISA "matrix descriptor"; CUTLASS's canonical GMMA layouts):
 """
 from __future__ import annotations
 
-from tawa.errors import CompilationError
+from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
 from . import sync
 from .builder import Builder, V
 from tawa.ir import attrs
+from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes
 
 from .context import Ctx, SmemTile, Tile, SWIZZLE_BYTES
@@ -58,8 +59,8 @@ def wgmma(b: Builder, acc: list, desc_a, desc_b: V, scale_d: V, n: int, k: int, 
     if in_type in ("bf16", "f16"):
         tail = f"p, 1, 1, {1 if trans_b else 0}" if reg_a else f"p, 1, 1, 0, {1 if trans_b else 0}"
     else:
-        if trans_b:
-            raise CompilationError("fp8 wgmma needs a K-major B operand (load B as [N, K] and transpose it)")
+        if trans_b:   # lower_dot refuses an MN-major fp8 B before emitting anything
+            raise InternalCompilerError("an fp8 wgmma was emitted with an MN-major B operand")
         tail = "p, 1, 1"
     asm = (f"{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, ${isd}, 0;\\0A"
            f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t} {{{outs}}}, {a_text}, ${ib}, {tail};\\0A}}")
@@ -75,8 +76,8 @@ def wgmma(b: Builder, acc: list, desc_a, desc_b: V, scale_d: V, n: int, k: int, 
 
 def _operand_a(ctx: Ctx, a: SmemTile, row0: V, kk: int, ksz: int) -> V:
     """Descriptor of A rows [row0, row0+64), k-step `kk` (A is K-major: rows of K)."""
-    if a.transposed:
-        raise CompilationError("a transposed A operand is not supported by the dot lowering")
+    if a.transposed:   # lower_dot refuses it before emitting anything
+        raise InternalCompilerError("a wgmma descriptor was requested for a transposed A operand")
     b = ctx.b
     es = elem_bytes(a.elem)
     kbyte = kk * ksz * es
@@ -100,29 +101,72 @@ def _operand_b(ctx: Ctx, bt: SmemTile, kk: int, ksz: int) -> tuple:
     return smem_desc(b, ctx.smem_addr(off), bt.rows * SWIZZLE_BYTES, 1024), True
 
 
+#: The element types wgmma takes from registers (A operand only).
+_REGISTER_A_TYPES = ("bf16", "f16")
+
+
+def _check_operands(op, a, bt) -> None:
+    """Refuse, before anything is emitted, the dots the tensor cores cannot run as written; each refusal says
+    what to change. `a` is a shared-memory or register tile, `bt` the B operand as lowered."""
+    loc = source_location(op)
+    if not isinstance(bt, SmemTile):
+        raise CompilationError(
+            "the B operand of a dot must come straight from a load (optionally transposed with .T)", loc,
+            note="the tensor cores read B from shared memory exactly as it was loaded: load B from a tensor that "
+                 "already holds the values (only the A operand may be computed in registers)")
+    if not isinstance(a, (Tile, SmemTile)):
+        raise InternalCompilerError("the A operand of a dot is neither a shared-memory nor a register tile",
+                                    op=op.name, location=loc)
+    if a.elem != bt.elem:   # the frontend and the verifier (`dot-dtype`) guarantee equal operand types
+        raise InternalCompilerError(f"dot operands have different types ({a.elem}, {bt.elem})", op=op.name,
+                                    location=loc)
+    if a.elem not in _PTX_TYPE:
+        raise CompilationError(
+            f"dot on {a.elem} operands is not supported on the GPU", loc,
+            note="the tensor cores take bf16, f16 or fp8 (f8e4m3, f8e5m2) operands: store A and B as bf16 or f16 "
+                 "tensors (the accumulator stays f32), or compile with target='cpu'")
+    m, kdim = a.shape
+    n = bt.shape[1]
+    if n > 256 or n % 8:
+        raise CompilationError(f"dot tile N={n} must be a multiple of 8 and at most 256", loc,
+                               note="choose BLOCK_N in 8..256, a multiple of 8 (wgmma computes N = 8..256 "
+                                    "columns per instruction)")
+    if isinstance(a, Tile):
+        if a.elem not in _REGISTER_A_TYPES:
+            raise CompilationError(
+                "a dot with A in registers needs 16-bit operands", loc,
+                note=f"the tensor cores read an {a.elem} A operand from shared memory only: pass the loaded tile "
+                     f"to the dot unchanged (apply the computation before A is stored), or use bf16/f16 operands")
+        ksz = 16
+    else:
+        if a.transposed:
+            raise CompilationError(
+                "a transposed A operand is not supported by the GPU backend", loc,
+                note="store A as [M, K] (K contiguous) and load [BLOCK_M, BLOCK_K] tiles: the tensor cores read A "
+                     "from shared memory K-major only")
+        if a.elem not in _REGISTER_A_TYPES and not bt.transposed:
+            raise CompilationError(
+                "an fp8 dot needs a K-major B operand", loc,
+                note="store B as [N, K] (K contiguous), load [BLOCK_N, BLOCK_K] tiles and use b.T in the dot "
+                     "(as examples/gemm_fp8.tawa does)")
+        ksz = 32 // elem_bytes(a.elem)
+    if kdim % ksz:
+        raise CompilationError(f"dot tile K={kdim} must be a multiple of {ksz}", loc,
+                               note=f"choose BLOCK_K as a multiple of {ksz} for {a.elem} operands (one wgmma "
+                                    f"step reads 32 bytes of K)")
+
+
 def lower_dot(ctx: Ctx, op) -> None:
     from .shape import convert
     a, bt, acc = (ctx.get(v) for v in op.operands)
-    if not isinstance(bt, SmemTile):
-        raise CompilationError("the B operand of a dot must come straight from tawa.load (optionally through "
-                               "tawa.trans)")
+    _check_operands(op, a, bt)
     if isinstance(a, Tile):
         return _lower_dot_register_a(ctx, op, a, bt, acc)
-    if not isinstance(a, SmemTile):
-        raise CompilationError("the A operand of a dot must be a loaded tile or a register tile")
-    if a.elem != bt.elem:
-        raise CompilationError(f"dot operands have different types ({a.elem}, {bt.elem})")
-    if a.elem not in _PTX_TYPE:
-        raise CompilationError(f"dot on {a.elem} operands is not supported on the GPU")
     m, kdim = a.shape
     kdim2, n = bt.shape
     layout = L.parse(attrs.LAYOUT.get(op))
     acc = convert(ctx, acc, layout)
-    if n > 256 or n % 8:
-        raise CompilationError(f"dot tile N={n} must be a multiple of 8 and at most 256")
     ksz = 32 // elem_bytes(a.elem)
-    if kdim % ksz:
-        raise CompilationError(f"dot tile K={kdim} must be a multiple of {ksz}")
     b = ctx.b
     groups = max(ctx.num_warps // 4, 1)
     slabs = m // (64 * groups)
@@ -168,10 +212,6 @@ def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
     columns 2(l%4) (+1) (+8) -- the accumulator layout of a 16-column chunk -- so an `mma<M x K>` tile feeds
     wgmma with no data movement: registers 8kk .. 8kk+7 of each slab, packed in pairs."""
     from .shape import convert
-    if a.elem not in ("bf16", "f16"):
-        raise CompilationError("a dot with A in registers needs 16-bit operands")
-    if a.elem != bt.elem:
-        raise CompilationError(f"dot operands have different types ({a.elem}, {bt.elem})")
     m, kdim = a.shape
     kdim2, n = bt.shape
     a = convert(ctx, a, L.mma(m, kdim, ctx.num_warps))

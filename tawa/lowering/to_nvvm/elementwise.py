@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from mlir import ir
 
+from tawa.errors import CompilationError
+from tawa.ir.location import source_location
+
 from .builder import Builder, V
 from tawa.ir.types import elem_type, is_tile
 
@@ -71,18 +74,16 @@ def lower_constant(ctx: Ctx, op) -> None:
         from .shape import layout_of
         dense = ir.DenseElementsAttr(value)
         if not dense.is_splat:
-            raise lower_error(op, "non-splat constant tiles are not supported")
+            raise CompilationError("a constant tile must hold one value in every element (a splat)",
+                                   source_location(op),
+                                   note="build tiles that vary from arange() and arithmetic on it, or load them "
+                                        "from a tensor")
         elem = elem_type(t)
         scalar = ctx.b.op(f"arith.constant {dense.get_splat_value()} : {elem}", elem)
         layout = layout_of(op)
         ctx.set(op.results[0], Tile([scalar] * len(layout.regs), layout, elem))
         return
     ctx.set(op.results[0], ctx.b.op(f"arith.constant {value}", str(t)))
-
-
-def lower_error(op, msg):
-    from tawa.errors import CompilationError
-    return CompilationError(f"{op.name}: {msg}")
 
 
 def lower_elementwise(ctx: Ctx, op) -> None:
@@ -96,7 +97,7 @@ def lower_elementwise(ctx: Ctx, op) -> None:
         ctx.set(result, _scalar_op(b, name, props, operands, str(result.type)))
         return
     layout = layout_of(op)
-    tiles = [as_tile(ctx, ctx.get(v), layout, elem_type(v.type)) for v in op.operands]
+    tiles = [as_tile(ctx, ctx.get(v), layout, elem_type(v.type), op) for v in op.operands]
     rtype = elem_type(result.type)
     regs = [_scalar_op(b, name, props, [t.regs[i] for t in tiles], rtype) for i in range(len(layout.regs))]
     ctx.set(result, Tile(regs, layout, rtype))

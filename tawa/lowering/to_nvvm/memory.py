@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from mlir import ir
 
-from tawa.errors import CompilationError, InternalCompilerError
+from tawa.errors import InternalCompilerError
 
 from .. import layouts as L
+from ..assign_layouts import check_dot_tile
 from . import sync
 from .builder import V, is_float
 from tawa.ir import attrs
+from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .context import Ctx, SmemTile, Tile, SWIZZLE_BYTES
@@ -32,17 +34,15 @@ class TmaLoad:
         self.arg = ctx.params.arg_index(src)
         self.src_rank = ir.MemRefType(src.type).rank
         shape = tile_shape(op.results[0].type)
-        if len(shape) != 2:
-            raise CompilationError("a tile read by a dot must be 2-D")
+        loc = source_location(op)
+        if len(shape) != 2:   # dot operands are 2-D (verifier rule `dot-shape`), and so is their transpose
+            raise InternalCompilerError(f"a tile read by a dot is not 2-D: {op.results[0].type}", op=op.name,
+                                        location=loc)
+        check_dot_tile(op.results[0].type, loc)    # assign-layouts checked the loads it saw; this is the rest
         self.rows, self.cols = shape
         self.elem = elem_type(op.results[0].type)
         es = elem_bytes(self.elem)
         self.box_cols = SWIZZLE_BYTES // es
-        if self.cols % self.box_cols:
-            raise CompilationError(f"a tile read by a dot needs rows of a multiple of {SWIZZLE_BYTES} bytes "
-                                   f"({self.box_cols} {self.elem} elements), got {self.cols}")
-        if self.rows > 256:
-            raise CompilationError("a tile read by a dot may have at most 256 rows")
         self.nbox = self.cols // self.box_cols
         self.box_bytes = self.rows * SWIZZLE_BYTES
         self.bytes = self.nbox * self.box_bytes
@@ -79,7 +79,8 @@ def lower_load(ctx: Ctx, op) -> None:
             ctx.set(op.results[0], ctx.schedule.current_tile(op))
             return
         if ctx.loop_depth:
-            raise InternalCompilerError("a dot operand load inside a loop was not software-pipelined", op=op.name)
+            raise InternalCompilerError("a dot operand load inside a loop was not software-pipelined", op=op.name,
+                                        location=source_location(op))
         load = TmaLoad(ctx, op)
         off = ctx.smem.alloc(load.bytes)
         bar = ctx.smem_ptr(ctx.alloc_barriers(1, 1))
@@ -141,13 +142,12 @@ def lower_register_load(ctx: Ctx, op) -> None:
 
 
 def lower_store(ctx: Ctx, op) -> None:
-    from .shape import as_tile
-    value = ctx.get(op.operands[1])
-    if not isinstance(value, Tile):
-        raise CompilationError("only register tiles can be stored")
+    from .shape import register_tile
+    value = register_tile(ctx.get(op.operands[1]), op)
     elem = elem_type(op.operands[0].type)
-    if value.elem != elem:
-        raise CompilationError(f"storing a {value.elem} tile into a {elem} tensor")
+    if value.elem != elem:   # the frontend and the verifier (`store-dtype`) guarantee equal element types
+        raise InternalCompilerError(f"storing a {value.elem} tile into a {elem} tensor", op=op.name,
+                                    location=source_location(op))
     offsets = [ctx.get(v) for v in list(op.operands)[2:]]
     if value.layout.desc.startswith("mma<") and value.layout.rank == 2 and \
             (value.shape[1] * elem_bytes(elem)) % SWIZZLE_BYTES == 0:

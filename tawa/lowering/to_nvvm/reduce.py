@@ -6,14 +6,16 @@ bits, warps through a small shared-memory scratch. The result has the slice layo
 """
 from __future__ import annotations
 
-from tawa.errors import CompilationError
+from tawa.errors import InternalCompilerError
 
 from .. import layouts as L
 from . import sync
 from .builder import Builder, V, is_float
+from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes
 
 from .context import Ctx, Tile
+from .shape import register_tile
 
 
 def _combine(b: Builder, kind: str, x: V, y: V) -> V:
@@ -25,13 +27,11 @@ def _combine(b: Builder, kind: str, x: V, y: V) -> V:
 
 def lower_reduce(ctx: Ctx, op) -> None:
     b = ctx.b
-    src = ctx.get(op.operands[0])
-    if not isinstance(src, Tile):
-        raise CompilationError("reduce needs a register tile")
+    src = register_tile(ctx.get(op.operands[0]), op)
     axis = op.attributes["axis"].value
     kind = op.attributes["kind"].value
-    if kind not in ("sum", "max", "min"):
-        raise CompilationError(f"unknown reduction kind {kind!r}")
+    if kind not in ("sum", "max", "min"):   # the frontend and the verifier (REDUCE_KINDS) allow no other
+        raise InternalCompilerError(f"unknown reduction kind {kind!r}", op=op.name, location=source_location(op))
     lay = src.layout
     out_lay = L.slice_(lay, axis)
     elem = src.elem

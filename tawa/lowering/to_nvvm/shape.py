@@ -11,12 +11,26 @@ from __future__ import annotations
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
+from ..assign_layouts import SMEM_TILE_NOTE
 from . import sync
 from .builder import V, is_float
 from tawa.ir import attrs
+from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .context import Ctx, SmemTile, Tile
+
+
+def register_tile(value, op) -> Tile:
+    """`value` as a register tile for `op`, which computes on it; a tile that lives in shared memory (a dot
+    operand loaded by TMA or delivered by an aref) is refused with a located error."""
+    if isinstance(value, Tile):
+        return value
+    if isinstance(value, SmemTile):
+        raise CompilationError(f"a tile loaded for a dot cannot also be used by `{op.name}`", source_location(op),
+                               note=SMEM_TILE_NOTE)
+    raise InternalCompilerError(f"expected a register tile, got {type(value).__name__}", op=op.name,
+                                location=source_location(op))
 
 
 def layout_of(op, index: int = 0) -> L.Layout:
@@ -26,15 +40,23 @@ def layout_of(op, index: int = 0) -> L.Layout:
     return L.parse(attr[index].value)
 
 
-def as_tile(ctx: Ctx, value, layout: L.Layout, elem: str) -> Tile:
-    """A scalar used where a tile is expected is splatted."""
+def as_tile(ctx: Ctx, value, layout: L.Layout, elem: str, op=None) -> Tile:
+    """A scalar used where a tile is expected is splatted. `op`: the op using the value, for errors."""
     if isinstance(value, Tile):
         return convert(ctx, value, layout)
+    if isinstance(value, SmemTile):
+        if op is not None:
+            register_tile(value, op)
+        raise CompilationError("a tile loaded for a dot cannot also be computed on", note=SMEM_TILE_NOTE)
     return Tile([value] * len(layout.regs), layout, elem)
 
 
 def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
     """Redistribute a register tile to another layout through shared memory (a barrier on each side)."""
+    if not isinstance(tile, Tile):
+        if isinstance(tile, SmemTile):
+            raise CompilationError("a tile loaded for a dot cannot also be computed on", note=SMEM_TILE_NOTE)
+        raise InternalCompilerError(f"a layout conversion of a {type(tile).__name__}, not a register tile")
     if tile.layout.same_mapping(layout):
         return tile if tile.layout.desc == layout.desc else Tile(tile.regs, layout, tile.elem)
     if tile.shape != layout.shape:
@@ -83,9 +105,7 @@ def lower_arange(ctx: Ctx, op) -> None:
 
 
 def lower_expand_dims(ctx: Ctx, op) -> None:
-    src = ctx.get(op.operands[0])
-    if not isinstance(src, Tile):
-        raise CompilationError("expand_dims of a shared-memory tile is not supported")
+    src = register_tile(ctx.get(op.operands[0]), op)
     lay = L.expand(src.layout, op.attributes["axis"].value)
     out = Tile(src.regs, lay, src.elem)
     want = layout_of(op)
@@ -93,7 +113,7 @@ def lower_expand_dims(ctx: Ctx, op) -> None:
 
 
 def lower_broadcast(ctx: Ctx, op) -> None:
-    src = ctx.get(op.operands[0])
+    src = register_tile(ctx.get(op.operands[0]), op)
     layout = layout_of(op)
     src_shape = tile_shape(op.operands[0].type)
     need = L.collapse(layout, src_shape)

@@ -31,7 +31,3 @@ def op_location(op) -> Optional[SourceLocation]:
     return source_location(op)
 
 
-def op_text(op: ir.Operation, limit: int = 160) -> str:
-    """The op printed on one line (for messages), shortened."""
-    text = " ".join(str(op).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
