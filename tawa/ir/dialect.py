@@ -149,16 +149,9 @@ irdl.dialect @tawa {
 }
 """
 
-#: Names of the ops this dialect defines (used by verifiers and tests).
-OPS = ("program_id", "num_programs", "dim", "load", "store", "splat", "arange", "dot", "expand_dims",
-       "broadcast", "trans", "reduce", "aref_create", "aref_put", "aref_get", "aref_consumed")
-
 #: Most values one aref slot holds (`aref_put` operands / `aref_get` results after the aref).
 AREF_MAX_VALUES = 8
 
-#: Attribute names that mark kernel functions and warp groups.
-KERNEL_ATTR = "tawa.kernel"
-WARP_GROUP_ATTR = "tawa.warp_group"
 
 
 def load_dialect(context: ir.Context) -> None:

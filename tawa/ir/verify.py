@@ -28,7 +28,9 @@ from mlir import ir
 from tawa import hopper
 from tawa.errors import InternalCompilerError
 from tawa.ir import attrs
-from tawa.ir.dialect import AREF_MAX_VALUES, KERNEL_ATTR, WARP_GROUP_ATTR
+from tawa.ir.dialect import AREF_MAX_VALUES
+from tawa.ir.ops import (ArefPutOp, BroadcastOp, DimOp, DotOp, ExpandDimsOp, LoadOp, ReduceOp, SplatOp, StoreOp,
+                         TransOp, WARP_GROUP_REGION, aref_of)
 from tawa.ir.location import source_location
 from tawa.ir.types import aref_params, is_aref
 
@@ -183,8 +185,7 @@ def _aref_creator(op):
     rule = "aref-operand"
     if len(op.operands) < 1:
         _fail(op, rule, "expects an aref operand")
-    v = op.operands[0]
-    owner = v.owner
+    owner = aref_of(op).owner
     if isinstance(owner, ir.Block) or owner.operation.name != "tawa.aref_create":
         src = "a block argument" if isinstance(owner, ir.Block) else f"'{owner.operation.name}'"
         _fail(op, rule, f"the aref operand must be the result of a 'tawa.aref_create', got {src}")
@@ -199,16 +200,16 @@ def _program_axis(op):
 
 
 def _dim(op):
-    rank = ir.MemRefType(op.operands[0].type).rank
+    rank = ir.MemRefType(DimOp(op).tensor.type).rank
     axis = _int_attr(op, "axis", "dim-axis")
     if not 0 <= axis < rank:
         _fail(op, "dim-axis", f"axis {axis} is out of range for a rank-{rank} tensor")
 
 
 def _load(op):
-    src = ir.MemRefType(op.operands[0].type)
-    res = _tensor(op, op.results[0], "load-shape", "the result")
-    offsets = len(op.operands) - 1
+    src = ir.MemRefType(LoadOp(op).src.type)
+    res = _tensor(op, LoadOp(op).result, "load-shape", "the result")
+    offsets = len(LoadOp(op).offsets)
     if offsets != src.rank:
         _fail(op, "load-offsets", f"a rank-{src.rank} source takes {src.rank} offsets, got {offsets}")
     if not 1 <= res.rank <= src.rank:
@@ -219,9 +220,9 @@ def _load(op):
 
 
 def _store(op):
-    dst = ir.MemRefType(op.operands[0].type)
-    val = _tensor(op, op.operands[1], "store-shape", "the stored value")
-    offsets = len(op.operands) - 2
+    dst = ir.MemRefType(StoreOp(op).dst.type)
+    val = _tensor(op, StoreOp(op).value, "store-shape", "the stored value")
+    offsets = len(StoreOp(op).offsets)
     if offsets != dst.rank:
         _fail(op, "store-offsets", f"a rank-{dst.rank} destination takes {dst.rank} offsets, got {offsets}")
     if not 1 <= val.rank <= dst.rank:
@@ -233,7 +234,7 @@ def _store(op):
 
 def _splat(op):
     res = _tensor(op, op.results[0], "splat-type", "the result")
-    src = op.operands[0].type
+    src = SplatOp(op).value.type
     if isinstance(src, (ir.RankedTensorType, ir.UnrankedTensorType, ir.MemRefType)):
         _fail(op, "splat-type", f"the operand must be a scalar, got {src}")
     if str(res.element_type) != str(src):
@@ -251,9 +252,10 @@ def _arange(op):
 
 
 def _dot(op):
-    a = _tensor(op, op.operands[0], "dot-shape", "operand a")
-    b = _tensor(op, op.operands[1], "dot-shape", "operand b")
-    acc = _tensor(op, op.operands[2], "dot-shape", "the accumulator")
+    dot = DotOp(op)
+    a = _tensor(op, dot.a, "dot-shape", "operand a")
+    b = _tensor(op, dot.b, "dot-shape", "operand b")
+    acc = _tensor(op, dot.acc, "dot-shape", "the accumulator")
     res = _tensor(op, op.results[0], "dot-shape", "the result")
     if a.rank != 2 or b.rank != 2 or acc.rank != 2 or res.rank != 2:
         _fail(op, "dot-shape", f"operands and result must be 2-D, got {a}, {b}, {acc} -> {res}")
@@ -278,7 +280,7 @@ def _same_elem(op, src, res, rule):
 
 
 def _expand_dims(op):
-    src = _tensor(op, op.operands[0], "expand-dims-shape", "the operand")
+    src = _tensor(op, ExpandDimsOp(op).src, "expand-dims-shape", "the operand")
     res = _tensor(op, op.results[0], "expand-dims-shape", "the result")
     axis = _int_attr(op, "axis", "expand-dims-shape")
     if not 0 <= axis <= src.rank:
@@ -291,7 +293,7 @@ def _expand_dims(op):
 
 
 def _broadcast(op):
-    src = _tensor(op, op.operands[0], "broadcast-shape", "the operand")
+    src = _tensor(op, BroadcastOp(op).src, "broadcast-shape", "the operand")
     res = _tensor(op, op.results[0], "broadcast-shape", "the result")
     if src.rank != res.rank or any(s != r and s != 1 for s, r in zip(src.shape, res.shape)):
         _fail(op, "broadcast-shape", f"cannot broadcast {_fmt(src.shape)} to {_fmt(res.shape)} (same rank, "
@@ -300,7 +302,7 @@ def _broadcast(op):
 
 
 def _trans(op):
-    src = _tensor(op, op.operands[0], "trans-shape", "the operand")
+    src = _tensor(op, TransOp(op).src, "trans-shape", "the operand")
     res = _tensor(op, op.results[0], "trans-shape", "the result")
     if src.rank != 2 or list(res.shape) != list(reversed(src.shape)):
         _fail(op, "trans-shape", f"a 2-D transpose of {_fmt(src.shape)} cannot give {_fmt(res.shape)}")
@@ -308,7 +310,7 @@ def _trans(op):
 
 
 def _reduce(op):
-    src = _tensor(op, op.operands[0], "reduce-shape", "the operand")
+    src = _tensor(op, ReduceOp(op).src, "reduce-shape", "the operand")
     kind = op.attributes["kind"] if "kind" in op.attributes else None
     if not isinstance(kind, ir.StringAttr) or kind.value not in REDUCE_KINDS:
         _fail(op, "reduce-kind", f"kind must be one of {', '.join(REDUCE_KINDS)}, got {kind}")
@@ -367,13 +369,13 @@ class _Verifier:
         names = list(op.attributes)
         if names:
             _check_attrs(op, names)
-        if WARP_GROUP_ATTR in names:
+        if attrs.WARP_GROUP.name in names:
             role = self._warp_group(op, kernel, role, top)
         else:
             for n in _WG_ONLY:
                 if n in names:
                     _fail(op, "warp-group-attr", f"'{n}' belongs on a warp-group region (an "
-                                                 f"'scf.execute_region' with '{WARP_GROUP_ATTR}')")
+                                                 f"'scf.execute_region' with '{attrs.WARP_GROUP.name}')")
         if name.startswith("tawa."):
             rule = _SHAPE_RULES.get(name)
             if rule is not None:
@@ -381,7 +383,7 @@ class _Verifier:
             else:
                 self._aref_op(op, kernel, role)
         elif name == "func.func":
-            if KERNEL_ATTR in names:
+            if attrs.KERNEL.name in names:
                 self._kernel(op)
                 return
             kernel, role = None, None
@@ -398,7 +400,7 @@ class _Verifier:
             return
         body = blocks[0]
         groups = [op.operation for op in body.operations
-                  if op.operation.name == "scf.execute_region" and WARP_GROUP_ATTR in op.operation.attributes]
+                  if op.operation.name == WARP_GROUP_REGION and attrs.WARP_GROUP.name in op.operation.attributes]
         kernel = _Kernel(func, groups)
         for i, block in enumerate(blocks):
             self._block(block, kernel, None, i == 0)
@@ -406,8 +408,8 @@ class _Verifier:
             self._kernel_groups(kernel)
 
     def _warp_group(self, op, kernel, role, top) -> str:
-        if op.name != "scf.execute_region":
-            _fail(op, "warp-group-op", f"'{WARP_GROUP_ATTR}' belongs on an 'scf.execute_region'")
+        if op.name != WARP_GROUP_REGION:
+            _fail(op, "warp-group-op", f"'{attrs.WARP_GROUP.name}' belongs on an 'scf.execute_region'")
         new_role = attrs.WARP_GROUP.get(op)
         if new_role not in (attrs.PRODUCER, attrs.CONSUMER):
             _fail(op, "warp-group-role", f"role must be '{attrs.PRODUCER}' or '{attrs.CONSUMER}', got "
@@ -492,7 +494,7 @@ class _Verifier:
         create = _aref_creator(op)
         payload, _ = self._payload(create, create.results[0].type)
         if name == "tawa.aref_put":
-            got = [v.type for v in list(op.operands)[1:]]
+            got = [v.type for v in ArefPutOp(op).values]
             if len(got) != len(payload) or any(str(a) != str(b) for a, b in zip(got, payload)):
                 _fail(op, "aref-put-values", f"the values ({', '.join(map(str, got))}) do not match the aref's "
                                              f"payload ({', '.join(map(str, payload))})")

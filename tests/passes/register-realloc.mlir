@@ -15,7 +15,8 @@
 // CUSTOM:         } {tawa.max_registers = 24 : i32, tawa.warp_group = "producer"}
 // CUSTOM:         } {tawa.max_registers = 240 : i32, tawa.num_warp_groups = 2 : i32, tawa.warp_group = "consumer"}
 
-// TOO-MANY: error: register budgets exceed the register file: 128 x (40 + 2 x 240) = 66560 > 65536; lower consumer_registers to at most 232
+// TOO-MANY: error: register budgets exceed the register file: 128 x (40 + 2 x 240) = 66560 > 65536
+// TOO-MANY: lower consumer_registers to at most 232
 // TOO-MANY-NOT: func.func
 
 !R = !tawa.aref<[tensor<128x64xbf16>], 2 : i32>
