@@ -83,7 +83,11 @@ def parse_input(text: str, filename: str, options: CompileOptions):
     context = make_context()
     if filename.endswith(".tawa"):
         from tawa.frontend import parse_and_lower
-        return parse_and_lower(text, filename, dict(options.constants), context=context)
+        module = parse_and_lower(text, filename, dict(options.constants), context=context)
+        if options.dump_ir_after_all:
+            print("// -----// IR Dump After frontend //----- //", file=sys.stderr)
+            print(module, file=sys.stderr)
+        return module
     return parse_mlir(text, filename, context)
 
 
@@ -179,8 +183,8 @@ def _converter(name: str, tp):
             table = _TRI if optional else _BOOL
             if t.lower() in table:
                 return table[t.lower()]
-            raise UsageError(f"option {name} expects one of {'/'.join(('auto', 'on', 'off') if optional else ('on', 'off'))}, "
-                             f"got '{text}'")
+            choices = "auto/on/off" if optional else "on/off"
+            raise UsageError(f"option {name} expects one of {choices}, got '{text}'")
         if base is int:
             try:
                 return int(t, 0)
@@ -210,7 +214,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog=PROG, description="Run passes of the Tawa compiler on an MLIR (or .tawa) file and print the IR.",
-        epilog=f"passes: {', '.join(PASSES)}")
+        epilog="passes (tawa.compiler.PIPELINE):\n  " + "\n  ".join(PASSES),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="input: .mlir (tawa dialect) or .tawa (lowered by the frontend first); - for stdin")
     p.add_argument("--passes", action="append", default=[], metavar="A,B,...",
                    help="comma-separated pass names, run in the order given")

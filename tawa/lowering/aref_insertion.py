@@ -14,8 +14,9 @@ The program is still sequential and still computes the same result (a put is imm
 depth >= 1 works). Why: it makes the producer/consumer hand-off explicit before the kernel is split into warp
 groups (`partition`), so the split itself only moves ops.
 
-Kernels that cannot be specialized are left untouched (or, with `warp_specialize=True`, rejected with the reason);
-`warp_specialize=False` makes the pass a no-op.
+Whether a kernel is specialized is decided once, by the driver (`tawa.compiler.decide`), which only runs this pass
+when the answer is yes; run by hand (`tawa.opt`) on a kernel that cannot be specialized, the pass rejects it with
+the located reason.
 
 Depth: `options.num_buffers`, else as many slots as fit in Hopper's shared memory per CTA (`tawa.hopper`) next to the
 other tiles the kernel loads and its largest tile stored inside a loop (a store after the loops is staged in

@@ -37,10 +37,14 @@ from . import layouts as L
 
 NAME = "assign-layouts"
 
-#: Why a tile in shared memory cannot be computed on, and what to do instead (also used by the NVVM conversion).
-SMEM_TILE_NOTE = ("in a warp-specialized kernel the tiles loaded for a dot arrive in shared memory and can only feed "
-                  "dots (optionally through .T); compile with warp_specialize=False to load them into registers "
-                  "(only the A operand of a dot may be computed)")
+#: A tile in shared memory used by anything but a dot (only warp-specialized kernels have such tiles, from arefs):
+#: the message, and what to do instead (also used by the NVVM conversion).
+SMEM_TILE_MESSAGE = "a tile loaded for a dot can only feed dots in a warp-specialized kernel, not `{op}`"
+SMEM_TILE_NOTE = ("the producer warps deliver it in shared memory; compile with warp_specialize=False to load it into "
+                  "registers (only the A operand of a dot may be computed)")
+#: ... when the tile is used transposed: a transposed A operand computed in registers is no workaround yet.
+SMEM_TRANSPOSED_NOTE = ("the producer warps deliver it in shared memory; for a transposed A operand store A as "
+                        "[M, K] (K contiguous) and load [BLOCK_M, BLOCK_K] tiles")
 
 
 @contextmanager
@@ -99,8 +103,9 @@ def _check_smem_uses(ops: list, smem: set) -> None:
         else:
             uses = [v for v in op.operands if v in smem]
         if uses:
-            raise CompilationError(f"a tile loaded for a dot cannot also be used by `{op.name}`",
-                                   source_location(op), note=SMEM_TILE_NOTE)
+            transposed = any(owner_op(v) is not None and owner_op(v).name == "tawa.trans" for v in uses)
+            raise CompilationError(SMEM_TILE_MESSAGE.format(op=op.name), source_location(op),
+                                   note=SMEM_TRANSPOSED_NOTE if transposed else SMEM_TILE_NOTE)
 
 
 def _is_tile(v) -> bool:

@@ -1,27 +1,13 @@
-"""Helpers for the frontend tests: FileCheck-like matching on printed IR and kernel attributes as Python."""
+"""Helpers for the frontend tests: kernel attributes as Python values. (Checks of the printed IR are FileCheck
+tests: tests/passes/frontend/.)"""
 from __future__ import annotations
 
 import pathlib
-import re
 
 from mlir import ir
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-
-
-def check_order(text: str, patterns: list) -> None:
-    """Each pattern (a regex) must match, in order, each after the previous match (like FileCheck CHECK:)."""
-    pos = 0
-    for p in patterns:
-        m = re.compile(p).search(text, pos)
-        assert m, f"pattern {p!r} not found after position {pos} in:\n{text}"
-        pos = m.end()
-
-
-def check_not(text: str, patterns: list) -> None:
-    for p in patterns:
-        assert not re.search(p, text), f"pattern {p!r} unexpectedly found in:\n{text}"
 
 
 def kernel_op(module: ir.Module) -> ir.Operation:
@@ -47,7 +33,3 @@ def to_python(attr):
 def kernel_attrs(module: ir.Module) -> dict:
     op = kernel_op(module)
     return {k: to_python(op.attributes[k]) for k in ("tawa.params", "tawa.grid", "tawa.constants")}
-
-
-def count(text: str, pattern: str) -> int:
-    return len(re.findall(pattern, text))

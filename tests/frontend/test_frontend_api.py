@@ -8,7 +8,7 @@ from tawa.errors import CompilationError
 from tawa.frontend import parse_and_lower, read_source
 from tawa.ir.dialect import make_context
 
-from frontend_checks import EXAMPLES, check_order, check_not, kernel_attrs
+from frontend_checks import EXAMPLES, kernel_attrs, kernel_op
 
 SCALE = """
 @grid(cdiv(N, BLOCK))
@@ -22,10 +22,19 @@ def scale(X: f32[N], Y: f32[N], alpha: f32, BLOCK: const = 256):
 def test_python_string():
     m = parse_and_lower(SCALE)
     m.operation.verify()
-    text = str(m)
-    check_order(text, [r"func.func @scale\(%arg0: memref<\?xf32>, %arg1: memref<\?xf32>, %arg2: f32\)",
-                       r'"tawa.load".*-> tensor<256xf32>', r'"tawa.splat"\(%arg2\)', r"arith.mulf",
-                       r'"tawa.store"'])
+    f = kernel_op(m)
+    assert ir.StringAttr(f.attributes["sym_name"]).value == "scale"
+    ftype = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
+    assert [str(t) for t in ftype.inputs] == ["memref<?xf32>", "memref<?xf32>", "f32"]
+    block = f.regions[0].blocks[0]
+    ops = [op.operation for op in block.operations]
+    names = [op.name for op in ops]
+    load, splat, mul, store = (ops[names.index(n)] for n in ("tawa.load", "tawa.splat", "arith.mulf", "tawa.store"))
+    assert names.index("tawa.load") < names.index("tawa.splat") < names.index("arith.mulf") < names.index("tawa.store")
+    assert str(load.results[0].type) == "tensor<256xf32>"
+    assert splat.operands[0] == block.arguments[2]                       # alpha, splatted
+    assert list(mul.operands) == [load.results[0], splat.results[0]]     # x * alpha
+    assert store.operands[0] == block.arguments[1] and store.operands[1] == mul.results[0]
     assert kernel_attrs(m)["tawa.grid"] == ["cdiv(N, 256)"]
 
 
@@ -61,8 +70,8 @@ def test_constant_override_changes_ir():
 
 def test_causal_constant_adds_the_mask():
     src, name = read_source(str(EXAMPLES / "flash_attention.tawa"))
+    # the mask and the loop bound in the IR: tests/passes/frontend/flash_attention.mlir (CAUSAL)
     text = str(parse_and_lower(src, name, constants={"CAUSAL": 1, "HEAD_DIM": 64}))
-    check_order(text, [r"memref<\?x\?x\?x\?xbf16>", r"arith.minsi", r"scf.for", r"arith.cmpi sle", r"arith.andi"])
     assert "tensor<128x64xbf16>" in text
     attrs = kernel_attrs(parse_and_lower(src, name, constants={"CAUSAL": 1, "HEAD_DIM": 64}))
     assert attrs["tawa.constants"]["CAUSAL"] == 1 and attrs["tawa.params"][0]["shape"][-1] == 64
@@ -104,26 +113,7 @@ def k(A: f32[M, N, Z], BLOCK: const = 256, X: const = 7):
     assert kernel_attrs(parse_and_lower(src))["tawa.grid"] == ["cdiv(M * N, 256) + 0", "max(Z, 2)", "3"]
 
 
-def test_comments_continuations_and_trailing_commas():
-    src = """# leading comment
-
-@grid(
-    1,
-)
-def k(X: f32[N, ],   # a comment inside the parameter list
-      BLOCK: const = 64,
-      ):
-    # comment line
-    x = load(X,
-             0,       # coordinate
-             BLOCK)   # shape
-
-    store(X, (0,), x + \\
-          1.0)
-    return
-"""
-    text = str(parse_and_lower(src))
-    check_order(text, [r'"tawa.load"', r"arith.addf", r'"tawa.store"'])
+# Comments, continuations and trailing commas: tests/passes/frontend/syntax.tawa.
 
 
 def test_import_is_cheap():

@@ -1,9 +1,8 @@
-"""Shared helpers of the warp-specialization tests: compile an example through the WS passes, FileCheck-style
-ordered matching on the printed IR, and access to the warp-group regions."""
+"""Shared helpers of the warp-specialization tests: compile an example through the WS passes and access the
+warp-group regions. Checks of the printed IR are FileCheck tests in tests/passes/."""
 from __future__ import annotations
 
 import pathlib
-import re
 
 from mlir import ir
 
@@ -33,25 +32,6 @@ def run_passes(module: ir.Module, passes=WS_PASSES, **options) -> ir.Module:
         module = p.run(module, opts)
     module.operation.verify()
     return module
-
-
-def check_order(text: str, patterns: list[str]) -> None:
-    """Like FileCheck CHECK lines: each pattern (a regex) must match after the previous match. A pattern
-    starting with 'NOT:' must not match between the previous and the next positive match."""
-    pos, pending_not = 0, []
-    for pat in patterns:
-        if pat.startswith("NOT:"):
-            pending_not.append(pat[4:].strip())
-            continue
-        m = re.compile(pat).search(text, pos)
-        assert m, f"pattern {pat!r} not found after offset {pos} in:\n{text}"
-        for neg in pending_not:
-            n = re.compile(neg).search(text, pos, m.start())
-            assert not n, f"pattern {neg!r} found before {pat!r}: {text[n.start():n.start() + 120]!r}"
-        pending_not, pos = [], m.end()
-    for neg in pending_not:
-        n = re.compile(neg).search(text, pos)
-        assert not n, f"pattern {neg!r} found at the end: {text[n.start():n.start() + 120]!r}"
 
 
 def kernel(module: ir.Module):

@@ -70,7 +70,6 @@ def test_file(path, tmp_path):
     assert commands, f"{path.relative_to(ROOT)} has no RUN lines"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                NO_COLOR="1")
-    env.pop("TAWA_VERIFY_EACH", None)
     for original in commands:
         command = substitute(original, path, tmp_path / "t")
         proc = subprocess.run(["bash", "-c", PRELUDE + command], cwd=ROOT, env=env, capture_output=True,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
-from ..assign_layouts import SMEM_TILE_NOTE
+from ..assign_layouts import SMEM_TILE_MESSAGE, SMEM_TILE_NOTE
 from . import sync
 from .builder import V, is_float
 from tawa.ir import attrs
@@ -27,8 +27,7 @@ def register_tile(value, op) -> Tile:
     if isinstance(value, Tile):
         return value
     if isinstance(value, SmemTile):
-        raise CompilationError(f"a tile loaded for a dot cannot also be used by `{op.name}`", source_location(op),
-                               note=SMEM_TILE_NOTE)
+        raise CompilationError(SMEM_TILE_MESSAGE.format(op=op.name), source_location(op), note=SMEM_TILE_NOTE)
     raise InternalCompilerError(f"expected a register tile, got {type(value).__name__}", op=op.name,
                                 location=source_location(op))
 
@@ -47,15 +46,13 @@ def as_tile(ctx: Ctx, value, layout: L.Layout, elem: str, op=None) -> Tile:
     if isinstance(value, SmemTile):
         if op is not None:
             register_tile(value, op)
-        raise CompilationError("a tile loaded for a dot cannot also be computed on", note=SMEM_TILE_NOTE)
+        raise InternalCompilerError("a shared-memory tile reached register code")
     return Tile([value] * len(layout.regs), layout, elem)
 
 
 def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
     """Redistribute a register tile to another layout through shared memory (a barrier on each side)."""
-    if not isinstance(tile, Tile):
-        if isinstance(tile, SmemTile):
-            raise CompilationError("a tile loaded for a dot cannot also be computed on", note=SMEM_TILE_NOTE)
+    if not isinstance(tile, Tile):   # callers pass register tiles (`register_tile` refuses the others)
         raise InternalCompilerError(f"a layout conversion of a {type(tile).__name__}, not a register tile")
     if tile.layout.same_mapping(layout):
         return tile if tile.layout.desc == layout.desc else Tile(tile.regs, layout, tile.elem)
