@@ -66,3 +66,28 @@ def test_gemm_sass_has_hgmma_and_tma(tmp_path):
     sass = subprocess.run([cuobjdump, "-sass", str(path)], capture_output=True, text=True, env=env, check=True).stdout
     assert "HGMMA" in sass and "UTMALDG" in sass
     assert "STL" not in sass and "LDL" not in sass         # no local-memory spills
+
+
+SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("ws", [None, False], ids=["auto", "uniform"])
+@pytest.mark.parametrize("causal", [0, 1], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_attention_wgmma_is_never_serialized(head_dim, causal, ws):
+    """ptxas pipelines every wgmma of attention (no C7519 'wgmma.mma_async instructions are serialized' or any
+    other serialization note), for both head dims, causal or not, specialized or not; and nothing spills."""
+    kernel = tawa.compile(str(EXAMPLES / "flash_attention.tawa"), warp_specialize=ws, cache=False,
+                          HEAD_DIM=head_dim, CAUSAL=causal)
+    report = [n for n in kernel.notes if n.startswith("ptxas")]
+    assert report and not any(SERIALIZED.search(n) for n in report), report
+    assert spills(kernel) == 0
+
+
+def test_register_a_operand_is_not_serialized():
+    """A dot whose A operand is computed in registers inside a pipelined loop (its fragments are packed before
+    wgmma.fence)."""
+    path = pathlib.Path(__file__).resolve().parent / "e2e" / "kernels" / "gemm_register_a.tawa"
+    kernel = tawa.compile(str(path), warp_specialize=False, cache=False)
+    report = [n for n in kernel.notes if n.startswith("ptxas")]
+    assert report and not any(SERIALIZED.search(n) for n in report), report

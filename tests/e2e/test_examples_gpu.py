@@ -113,3 +113,23 @@ def test_flash_attention(shape, causal, ws):
     ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
                                                            is_causal=bool(causal), scale=scale)
     assert rel_err(o, ref) < 2e-2
+
+
+KERNELS = __import__("pathlib").Path(__file__).resolve().parent / "kernels"
+
+
+@pytest.mark.parametrize("shape", [(256, 256, 512), (1000, 3000, 712), (129, 72, 88)], ids=lambda s: "x".join(map(str, s)))
+def test_gemm_with_register_a_operand(shape):
+    """A computed in registers feeds wgmma inside the software-pipelined loop (several K iterations): the wgmma
+    must not stay in flight while the next iteration rewrites those registers."""
+    kernel = compiled(str(KERNELS / "gemm_register_a.tawa"), warp_specialize=False)
+    import torch
+    torch.manual_seed(sum(shape))
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    c = poisoned(torch, (m, n), torch.bfloat16)
+    kernel(a, b, c)
+    torch.cuda.synchronize()
+    assert not c.isnan().any()
+    assert rel_err(c, 2.0 * (a.double() @ b.double())) < 1e-2

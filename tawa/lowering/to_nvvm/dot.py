@@ -210,7 +210,11 @@ def _pack2(b: Builder, x: V, y: V) -> V:
 def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
     """A from registers (e.g. attention's P): the m64k16 A fragment of thread (w, l) holds rows 16w + l/4 (+8),
     columns 2(l%4) (+1) (+8) -- the accumulator layout of a 16-column chunk -- so an `mma<M x K>` tile feeds
-    wgmma with no data movement: registers 8kk .. 8kk+7 of each slab, packed in pairs."""
+    wgmma with no data movement: registers 8kk .. 8kk+7 of each slab, packed in pairs.
+
+    Every fragment is packed before `wgmma.fence` and passed through `fence_registers`: a register written
+    between the fence and the wgmma that reads it makes ptxas insert a warp-group arrive there and serialize
+    every wgmma of the kernel (note C7519), and LLVM would otherwise sink the packing next to its use."""
     from .shape import convert
     m, kdim = a.shape
     kdim2, n = bt.shape
@@ -222,14 +226,19 @@ def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
     slabs = m // (64 * groups)
     per_slab, a_per_slab = n // 2, kdim // 2
     scale_d = ctx.schedule.scale_d(ctx, op)
+    steps = [(s, kk) for s in range(slabs) for kk in range(kdim // 16)]
+    packed = []
+    for s, kk in steps:
+        r = a.regs[s * a_per_slab + 8 * kk: s * a_per_slab + 8 * kk + 8]
+        packed.extend(_pack2(b, r[2 * j], r[2 * j + 1]) for j in range(4))
+    packed = sync.fence_registers(b, packed)
+    frags = {step: packed[4 * i:4 * i + 4] for i, step in enumerate(steps)}
     sync.wgmma_fence(b)
     regs = list(acc.regs)
     for s in range(slabs):
         chunk = regs[s * per_slab:(s + 1) * per_slab]
         for kk in range(kdim // 16):
-            r = a.regs[s * a_per_slab + 8 * kk: s * a_per_slab + 8 * kk + 8]
-            frag = [_pack2(b, r[2 * j], r[2 * j + 1]) for j in range(4)]
             db, trans_b = _operand_b(ctx, bt, kk, 16)
-            chunk = wgmma(b, chunk, frag, db, scale_d if kk == 0 else b.i32(1), n, 16, a.elem, trans_b)
+            chunk = wgmma(b, chunk, frags[(s, kk)], db, scale_d if kk == 0 else b.i32(1), n, 16, a.elem, trans_b)
         regs[s * per_slab:(s + 1) * per_slab] = chunk
     _finish(ctx, op, regs, layout)

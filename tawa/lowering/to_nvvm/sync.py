@@ -114,19 +114,21 @@ def fence_registers(b: Builder, regs: list) -> list:
     LLVM sees no data dependence between `wgmma.wait_group` and the accumulator registers the wgmma wrote, so
     it may move reads of them (a conversion, a phi copy) above the wait; ptxas then serializes every wgmma
     (C7514) or, worse, the read races the tensor cores. Uses of the returned values are ordered after the
-    asm, and the asm after the wait (both have side effects)."""
-    f32 = [i for i, r in enumerate(regs) if r.type == "f32"]
-    if not f32:
+    asm, and the asm after the wait (both have side effects). The same pins register operands of a wgmma (i32
+    fragments) before its `wgmma.fence`. Registers of other types pass through unchanged."""
+    constraint = {"f32": "=f", "i32": "=r"}
+    fenced = [i for i, r in enumerate(regs) if r.type in constraint]
+    if not fenced:
         return list(regs)
-    ins = [regs[i] for i in f32]
+    ins = [regs[i] for i in fenced]
     n = len(ins)
-    cons = ",".join(["=f"] * n + [str(i) for i in range(n)])
-    struct = f"!llvm.struct<({', '.join(['f32'] * n)})>"
+    cons = ",".join([constraint[v.type] for v in ins] + [str(i) for i in range(n)])
+    struct = f"!llvm.struct<({', '.join(v.type for v in ins)})>"
     res = b.op(f'"llvm.inline_asm"({", ".join(v.name for v in ins)}) <{{asm_string = "", constraints = "{cons}", '
                f'has_side_effects}}> : ({", ".join(v.type for v in ins)}) -> {struct}', struct)
     out = list(regs)
-    for j, i in enumerate(f32):
-        out[i] = b.op(f"llvm.extractvalue {res}[{j}] : {struct}", "f32")
+    for j, i in enumerate(fenced):
+        out[i] = b.op(f"llvm.extractvalue {res}[{j}] : {struct}", ins[j].type)
     return out
 
 
