@@ -55,6 +55,10 @@ class CompileOptions:
     num_consumer_groups: Optional[int] = _opt(
         None, choices=CONSUMER_GROUPS,
         help="consumer warp groups of a specialized kernel (1 or 2; default: 2 for accumulators of 128+ rows)")
+    consumer_pingpong: Optional[bool] = _opt(
+        None, help="order the tensor-core phases of two consumer warp groups with named barriers, so that one "
+                   "group's math (a softmax) runs under the other's wgmma (auto: when the consumer loop does math "
+                   "on a dot's result)")
     num_buffers: Optional[int] = _opt(
         None, help="aref ring depth of a specialized kernel (default: as many as fit in shared memory)")
     num_stages: int = _opt(3, help="loads in flight in the uniform-warp software pipeline (default 3)")
@@ -92,6 +96,8 @@ class CompileOptions:
             bad("target", self.target, " or ".join(repr(t) for t in TARGETS))
         if self.warp_specialize is not None and not is_bool(self.warp_specialize):
             bad("warp_specialize", self.warp_specialize, "True, False or None (auto)")
+        if self.consumer_pingpong is not None and not is_bool(self.consumer_pingpong):
+            bad("consumer_pingpong", self.consumer_pingpong, "True, False or None (auto)")
         if self.num_consumer_groups is not None and (not is_int(self.num_consumer_groups)
                                                      or self.num_consumer_groups not in CONSUMER_GROUPS):
             bad("num_consumer_groups", self.num_consumer_groups, "1 or 2 (or None: chosen by the compiler)")

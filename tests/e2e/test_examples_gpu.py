@@ -98,18 +98,26 @@ def test_gemm_fp8(ws):
     assert rel_err(c, ref) < 1e-2
 
 
-@pytest.mark.parametrize("ws", SCHEDULES)
+ATTENTION_SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"consumer_pingpong": False}, id="ws-no-pingpong"),
+                       pytest.param({"warp_specialize": False}, id="uniform")]
+# (batch, heads, S, head dim): S ragged against every block, smaller than one block, and 1.
+ATTENTION_SHAPES = [(2, 4, 1000, 128), (1, 2, 256, 128), (1, 3, 77, 64), (2, 2, 1, 128), (1, 2, 129, 64),
+                    (2, 2, 640, 64)]
+
+
+@pytest.mark.parametrize("options", ATTENTION_SCHEDULES)
 @pytest.mark.parametrize("causal", [0, 1])
-@pytest.mark.parametrize("shape", [(2, 4, 1000, 128), (1, 2, 256, 128)], ids=lambda s: "x".join(map(str, s)))
-def test_flash_attention(shape, causal, ws):
-    kernel = compiled("flash_attention.tawa", CAUSAL=causal, warp_specialize=ws)
+@pytest.mark.parametrize("shape", ATTENTION_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_flash_attention(shape, causal, options):
+    kernel = compiled("flash_attention.tawa", CAUSAL=causal, HEAD_DIM=shape[-1], **options)
     import torch
-    torch.manual_seed(5)
+    torch.manual_seed(5 + sum(shape))
     q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     o = poisoned(torch, shape, torch.bfloat16)
     scale = 1 / math.sqrt(shape[-1])
     kernel(q, k, v, o, scale)
     torch.cuda.synchronize()
+    assert not o.isnan().any()
     ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
                                                            is_causal=bool(causal), scale=scale)
     assert rel_err(o, ref) < 2e-2

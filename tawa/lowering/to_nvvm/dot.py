@@ -172,6 +172,7 @@ def lower_dot(ctx: Ctx, op) -> None:
     slabs = m // (64 * groups)
     per_slab = n // 2
     scale_d = ctx.schedule.scale_d(ctx, op)
+    ctx.schedule.before_dot_issue(ctx, op)
     sync.wgmma_fence(b)
     regs = list(acc.regs)
     for s in range(slabs):
@@ -192,6 +193,7 @@ def _finish(ctx: Ctx, op, regs: list, layout) -> None:
     accumulators so that nothing reads them early."""
     b = ctx.b
     sync.wgmma_commit(b)
+    ctx.schedule.after_dot_issue(ctx, op)
     pending = 1 if ctx.schedule.keeps_dot_async(op) else 0
     sync.wgmma_wait(b, pending)
     if not pending:
@@ -233,6 +235,7 @@ def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
         packed.extend(_pack2(b, r[2 * j], r[2 * j + 1]) for j in range(4))
     packed = sync.fence_registers(b, packed)
     frags = {step: packed[4 * i:4 * i + 4] for i, step in enumerate(steps)}
+    ctx.schedule.before_dot_issue(ctx, op)
     sync.wgmma_fence(b)
     regs = list(acc.regs)
     for s in range(slabs):

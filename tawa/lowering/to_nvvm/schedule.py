@@ -81,6 +81,12 @@ class LoopSchedule:
         """The wgmma accumulate flag of the dot's first k-step (0: overwrite a zero-started accumulator)."""
         return ctx.b.i32(1)
 
+    def before_dot_issue(self, ctx, dot_op) -> None:
+        """Called right before the dot's wgmmas are issued (after its operands are ready)."""
+
+    def after_dot_issue(self, ctx, dot_op) -> None:
+        """Called after the dot's wgmma group is committed, before any wait for it."""
+
     def iteration_index(self, ctx, for_op):
         """The 0-based iteration index of `for_op` if this schedule computes it, else None."""
         return None

@@ -31,6 +31,18 @@ def named_barrier(b: Builder, barrier_id: int, num_threads: int) -> None:
            f'array<i32: 1, 1, 0>}}> : (i32, i32) -> ()')
 
 
+def named_barrier_sync(b: Builder, barrier_id: V, num_threads: int) -> None:
+    """`bar.sync id, n` with a run-time barrier id (the same for every thread of a warp)."""
+    b.line(f'"nvvm.barrier"({barrier_id}, {b.i32(num_threads)}) <{{operandSegmentSizes = '
+           f'array<i32: 1, 1, 0>}}> : (i32, i32) -> ()')
+
+
+def named_barrier_arrive(b: Builder, barrier_id: V, num_threads: int) -> None:
+    """`bar.arrive id, n`: count this warp's threads toward the barrier's `n` without waiting."""
+    b.line(f'"llvm.inline_asm"({barrier_id}, {b.i32(num_threads)}) <{{asm_string = "bar.arrive $0, $1;", '
+           f'constraints = "r,r", has_side_effects}}> : (i32, i32) -> ()')
+
+
 def mbarrier_init(b: Builder, bar: V, count: int) -> None:
     b.generic("nvvm.mbarrier.init", [bar, b.i32(count)])
 

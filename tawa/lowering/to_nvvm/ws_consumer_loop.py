@@ -9,15 +9,38 @@ pending and `aref_consumed` releases the *previous* iteration's slot, whose wgmm
 loop all groups are awaited and the last slot is released. That needs a ring of at least 2 slots (the consumer
 holds two at once). Otherwise every dot completes before its slot is released. After the loop the rings it
 drained are dead shared memory, which the epilogue's TMA-store staging may reuse.
+
+Ping-pong (the region carries `tawa.pingpong`: two consumer warp groups whose loop does math on a dot's result,
+as attention's softmax): the two groups take turns issuing the iteration's first dot, ordered by two named
+barriers of 256 threads. Group g waits on barrier `PINGPONG_BARRIERS[g]` before issuing and, once the wgmmas are
+committed, arrives on the other group's barrier; group 0 skips its wait in iteration 0 and group 1 its arrive in
+the last iteration, so every arrive meets exactly one wait. The groups then run a tensor-core phase apart: one
+group's softmax executes while the other's wgmmas occupy the tensor cores.
 """
 from __future__ import annotations
 
-from tawa.ir.ops import ArefGetOp, ArefPutOp, DotOp, ForOp, TransOp, aref_of
+from tawa import hopper
+from tawa.ir import attrs
+from tawa.ir.ops import ArefGetOp, ArefPutOp, DotOp, ForOp, TransOp, aref_of, enclosing_warp_group
 from tawa.ir.traversal import is_ancestor, ops_of, parent_op, users
 
 from . import sync
 from .arefs import release, stage_of
 from .schedule import LoopSchedule, dot_only_accumulates, scale_d_for, zero_started_accumulators
+
+#: The named barriers of the two consumer groups' ping-pong (the highest ids; region barriers use the lowest).
+PINGPONG_BARRIERS = (hopper.NAMED_BARRIERS - 2, hopper.NAMED_BARRIERS - 1)
+
+
+def pingpong_waits(group: int, k: int) -> bool:
+    """Whether consumer group `group` waits for its turn before the first dot of iteration `k` (the rule the
+    emitted `bar.sync` condition implements)."""
+    return group != 0 or k > 0
+
+
+def pingpong_arrives(group: int, k: int, trips: int) -> bool:
+    """Whether group `group` hands the turn to the other group after issuing iteration `k`'s first dot."""
+    return group == 0 or k < trips - 1
 
 
 class WarpSpecializedConsumerLoop(LoopSchedule):
@@ -39,6 +62,11 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
             ctx.get(aref_of(g)).depth >= 2 and all(self._feeds_async_dots(r) for r in ArefGetOp(g).values)
             for g in gets)
         self.released: list = []
+        region = enclosing_warp_group(for_op)
+        dots = [o for o in ops if o.name == DotOp.NAME]
+        self.pingpong_dot = dots[0] if dots and region is not None and attrs.PINGPONG.get(region) \
+            and ctx.num_warps == 2 * hopper.WARPS_PER_GROUP and not self.deferred else None
+        self.trips = None
 
     def _feeds_async_dots(self, value) -> bool:
         for u in users(value):
@@ -57,7 +85,10 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
     def begin_iteration(self, ctx, iv, extra: list) -> None:
         loop = ForOp(self.for_op)
         b = ctx.b
-        self.k = b.binary("divsi", b.sub(iv, ctx.get(loop.lower)), ctx.get(loop.step))
+        lb, ub, step = (ctx.get(v) for v in loop.bounds)
+        self.k = b.binary("divsi", b.sub(iv, lb), step)
+        if self.pingpong_dot is not None:
+            self.trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
 
     def after_loop(self, ctx, results: list) -> list:
         """Wait for the dots still in flight and release the slot of the last iteration; then the rings this loop
@@ -88,6 +119,25 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
 
     def scale_d(self, ctx, op):
         return scale_d_for(ctx, self.for_op, op, self._zero_acc, self.k)
+
+    def before_dot_issue(self, ctx, op) -> None:
+        """`bar.sync` on the group's own barrier when `pingpong_waits(group, k)`."""
+        if self.pingpong_dot is None or op != self.pingpong_dot:
+            return
+        b = ctx.b
+        group = ctx.warp_group()
+        with b.if_(b.or_(b.cmpi("ne", group, 0), b.cmpi("sgt", self.k, 0))):
+            sync.named_barrier_sync(b, b.add(group, PINGPONG_BARRIERS[0]), 2 * hopper.THREADS_PER_WARP_GROUP)
+
+    def after_dot_issue(self, ctx, op) -> None:
+        """`bar.arrive` on the other group's barrier when `pingpong_arrives(group, k, trips)`."""
+        if self.pingpong_dot is None or op != self.pingpong_dot:
+            return
+        b = ctx.b
+        group = ctx.warp_group()
+        with b.if_(b.or_(b.cmpi("eq", group, 0), b.cmpi("slt", self.k, b.sub(self.trips, 1)))):
+            other = b.sub(b.i32(PINGPONG_BARRIERS[1]), group)
+            sync.named_barrier_arrive(b, other, 2 * hopper.THREADS_PER_WARP_GROUP)
 
     def iteration_index(self, ctx, for_op):
         return self.k if for_op == self.for_op else None

@@ -1,0 +1,19 @@
+// RUN: tawa-opt %examples/flash_attention.tawa --passes aref-insertion,partition,protocol-check,register-realloc,assign-warp-groups | FileCheck %s --check-prefix=ATTN
+// RUN: tawa-opt %examples/flash_attention.tawa --consumer-pingpong off --passes aref-insertion,partition,protocol-check,register-realloc,assign-warp-groups | FileCheck %s --check-prefix=OFF
+// RUN: tawa-opt %examples/gemm.tawa --passes aref-insertion,partition,protocol-check,register-realloc,assign-warp-groups | FileCheck %s --check-prefix=GEMM
+// RUN: tawac %examples/flash_attention.tawa --emit ptx | FileCheck %s --check-prefix=PTX
+
+// Attention's consumer loop does math (the softmax) on a dot's result, and its two consumer warp groups get the
+// ping-pong schedule; `consumer_pingpong=False` turns it off; a GEMM main loop (dots that only accumulate) never
+// gets it.
+// ATTN: tawa.num_warp_groups = 2 : i32, tawa.pingpong, tawa.warp_group = "consumer"
+// OFF-NOT: tawa.pingpong
+// GEMM-NOT: tawa.pingpong
+
+// In the PTX each consumer group waits for its turn on its named barrier (id 14 + group, 256 threads) before the
+// loop's first dot, issues it, and arrives on the other group's barrier once the wgmma group is committed.
+// PTX:      bar.sync{{.*}}%r{{[0-9]+}}, 256;
+// PTX:      wgmma.fence.sync.aligned;
+// PTX:      wgmma.mma_async.sync.aligned.m64n64k16
+// PTX:      wgmma.commit_group.sync.aligned;
+// PTX:      bar.arrive
