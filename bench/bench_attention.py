@@ -44,8 +44,9 @@ HEAD_DIMS = (64, 128)
 TOL = 2e-2
 
 
-def variant_name(d: int, causal: int, block_n: int, ws: bool) -> str:
-    return f"fa_d{d}_c{causal}_n{block_n}_{'ws' if ws else 'uni'}"
+def variant_name(d: int, causal: int, block_n: int, ws) -> str:
+    kind = ws if isinstance(ws, str) else ("ws" if ws else "uni")
+    return f"fa_d{d}_c{causal}_n{block_n}_{kind}"
 
 
 #: name -> (constants, compile options). "ws": warp_specialize=None (auto; specializes: 1 producer + 2 consumer warp
@@ -59,13 +60,18 @@ for _d in HEAD_DIMS:
                 VARIANTS[variant_name(_d, _c, _n, _ws)] = (
                     {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
                     {"warp_specialize": None} if _ws else {"warp_specialize": False, "num_warps": 8})
+            # Ablation: warp specialized with the consumer ping-pong turned off ("nopp").
+            VARIANTS[variant_name(_d, _c, _n, "nopp")] = (
+                {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
+                {"warp_specialize": None, "consumer_pingpong": False})
 
 #: Timed shapes (B, H, S, D); each is run non-causal and causal.
 SHAPES = [(4, 16, 4096, 128), (2, 16, 8192, 128), (8, 16, 2048, 64)]
 #: Correctness-only shapes (ragged S, tiny S, odd head counts); each non-causal and causal.
 RAGGED = [(1, 2, 1000, 128), (1, 3, 77, 64), (2, 1, 1, 128), (1, 1, 129, 64)]
 #: The Tawa columns of the tables, per (shape, causal): the variant of that head dim and causal setting.
-TAWA_COLS = [("WS n64", 64, True), ("WS n128", 128, True), ("uni n64", 64, False), ("uni n128", 128, False)]
+TAWA_COLS = [("WS n64", 64, True), ("WS n128", 128, True), ("uni n64", 64, False), ("uni n128", 128, False),
+             ("WS-nopp n64", 64, "nopp"), ("WS-nopp n128", 128, "nopp")]
 ANCHORS = ["cudnn", "fa2", "triton"]
 ANCHOR_LABEL = {"cudnn": "cuDNN", "fa2": "FA2", "triton": "Triton"}
 #: Problems with at most this many score elements (B * H * S * S) get the float64 reference.
@@ -82,8 +88,8 @@ def select(regex):
 
 
 def parse_name(name):
-    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni)", name)
-    return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) == "ws"
+    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni|nopp)", name)
+    return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) != "uni"
 
 
 # -- build -------------------------------------------------------------------------------------------------------
@@ -514,17 +520,19 @@ def markdown_tables(results, failed=None, excluded=None, rounds=None, reps=None)
                  + " | ".join(_fmt(_geomean(ratios[c]), 2) for c in rcols) + " |")
 
     lines += ["", "### Ablation (ratios of TFLOP/s)", "",
-              "| B×H×S×D | causal | WS/uni (n64) | WS/uni (n128) | n128/n64 (WS) | n128/n64 (uni) |",
-              "|---|---|---:|---:|---:|---:|"]
-    abl = {i: [] for i in range(4)}
+              "| B×H×S×D | causal | WS/uni (n64) | WS/uni (n128) | n128/n64 (WS) | n128/n64 (uni) | "
+              "ping-pong on/off (n64) | ping-pong on/off (n128) |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    abl = {i: [] for i in range(6)}
     for key in keys:
         row = _row(results, key)
         vals = [_ratio(row["WS n64"], row["uni n64"]), _ratio(row["WS n128"], row["uni n128"]),
-                _ratio(row["WS n128"], row["WS n64"]), _ratio(row["uni n128"], row["uni n64"])]
+                _ratio(row["WS n128"], row["WS n64"]), _ratio(row["uni n128"], row["uni n64"]),
+                _ratio(row["WS n64"], row["WS-nopp n64"]), _ratio(row["WS n128"], row["WS-nopp n128"])]
         for i, x in enumerate(vals):
             abl[i].append(x)
         lines.append(f"| {'×'.join(map(str, key[0]))} | {key[1]} | " + " | ".join(_fmt(x, 2) for x in vals) + " |")
-    lines.append("| geomean | | " + " | ".join(_fmt(_geomean(abl[i]), 2) for i in range(4)) + " |")
+    lines.append("| geomean | | " + " | ".join(_fmt(_geomean(abl[i]), 2) for i in range(6)) + " |")
     if failed:
         lines += ["", "Variants excluded (failed a check or did not load):", ""]
         lines += [f"- `{n}`: {why}" for n, why in failed.items()]
@@ -549,7 +557,7 @@ def write_plot(results, path) -> None:
         return
     series = [c for c, _, _ in TAWA_COLS] + ["FA2", "Triton", "cuDNN"]
     width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(keys)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(9, 1.6 * len(keys)), 5))
     for i, s in enumerate(series):
         ys = []
         for key in keys:
@@ -563,7 +571,7 @@ def write_plot(results, path) -> None:
                        fontsize=8)
     ax.set_ylabel("TFLOP/s / cuDNN")
     ax.set_title("FlashAttention forward (bf16): throughput relative to cuDNN SDPA")
-    ax.legend(fontsize=8, ncol=4)
+    ax.legend(fontsize=8, ncol=len(series), loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from mlir import ir
 
-from tawa.ir.ops import DotOp, ForOp, SplatOp
+from tawa.ir import attrs
+from tawa.ir.ops import ArefGetOp, DotOp, ForOp, SplatOp
 from tawa.ir.traversal import defining_op
 
 
@@ -123,9 +124,20 @@ def scale_d_for(ctx, for_op, dot_op, zero_started: set, iteration):
     return ctx.b.i32(1)
 
 
+def a_from_shared(dot_op) -> bool:
+    """Whether the dot's A operand is a shared-memory tile (a TMA-loaded tile, possibly transposed, or an aref
+    slot), as opposed to registers computed by the program."""
+    owner = defining_op(DotOp(dot_op).a)
+    return owner is not None and (attrs.SMEM.get(owner) or owner.name == ArefGetOp.NAME)
+
+
 def dot_only_accumulates(for_op, op) -> bool:
-    """A dot may stay in flight across the iteration only if its result just flows, through the loop's yield,
-    into the accumulator of a dot of the next iteration (reading it earlier would race)."""
+    """A dot may stay in flight across the iteration only if its A operand is in shared memory (wgmma reads
+    register operands asynchronously: registers the next iteration rewrites would race it) and its result just
+    flows, through the loop's yield, into the accumulator of a dot of the next iteration (reading it earlier would
+    race)."""
+    if not a_from_shared(op):
+        return False
     loop = ForOp(for_op)
     yield_op = loop.yield_op
     for use in DotOp(op).result.uses:
