@@ -60,10 +60,14 @@ for _d in HEAD_DIMS:
                 VARIANTS[variant_name(_d, _c, _n, _ws)] = (
                     {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
                     {"warp_specialize": None} if _ws else {"warp_specialize": False, "num_warps": 8})
-            # Ablation: warp specialized with the consumer ping-pong turned off ("nopp").
+            # Ablations: warp specialized with the consumer ping-pong ("nopp") or the intra-warpgroup overlap
+            # ("nola": no lookahead) turned off.
             VARIANTS[variant_name(_d, _c, _n, "nopp")] = (
                 {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
                 {"warp_specialize": None, "consumer_pingpong": False})
+            VARIANTS[variant_name(_d, _c, _n, "nola")] = (
+                {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
+                {"warp_specialize": None, "consumer_lookahead": False})
 
 #: Timed shapes (B, H, S, D); each is run non-causal and causal.
 SHAPES = [(4, 16, 4096, 128), (2, 16, 8192, 128), (8, 16, 2048, 64)]
@@ -71,7 +75,8 @@ SHAPES = [(4, 16, 4096, 128), (2, 16, 8192, 128), (8, 16, 2048, 64)]
 RAGGED = [(1, 2, 1000, 128), (1, 3, 77, 64), (2, 1, 1, 128), (1, 1, 129, 64)]
 #: The Tawa columns of the tables, per (shape, causal): the variant of that head dim and causal setting.
 TAWA_COLS = [("WS n64", 64, True), ("WS n128", 128, True), ("uni n64", 64, False), ("uni n128", 128, False),
-             ("WS-nopp n64", 64, "nopp"), ("WS-nopp n128", 128, "nopp")]
+             ("WS-nopp n64", 64, "nopp"), ("WS-nopp n128", 128, "nopp"),
+             ("WS-nola n64", 64, "nola"), ("WS-nola n128", 128, "nola")]
 ANCHORS = ["cudnn", "fa2", "triton"]
 ANCHOR_LABEL = {"cudnn": "cuDNN", "fa2": "FA2", "triton": "Triton"}
 #: Problems with at most this many score elements (B * H * S * S) get the float64 reference.
@@ -88,7 +93,7 @@ def select(regex):
 
 
 def parse_name(name):
-    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni|nopp)", name)
+    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni|nopp|nola)", name)
     return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) != "uni"
 
 
@@ -521,18 +526,19 @@ def markdown_tables(results, failed=None, excluded=None, rounds=None, reps=None)
 
     lines += ["", "### Ablation (ratios of TFLOP/s)", "",
               "| B×H×S×D | causal | WS/uni (n64) | WS/uni (n128) | n128/n64 (WS) | n128/n64 (uni) | "
-              "ping-pong on/off (n64) | ping-pong on/off (n128) |",
-              "|---|---|---:|---:|---:|---:|---:|---:|"]
-    abl = {i: [] for i in range(6)}
+              "ping-pong on/off (n64) | ping-pong on/off (n128) | overlap on/off (n64) | overlap on/off (n128) |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    abl = {i: [] for i in range(8)}
     for key in keys:
         row = _row(results, key)
         vals = [_ratio(row["WS n64"], row["uni n64"]), _ratio(row["WS n128"], row["uni n128"]),
                 _ratio(row["WS n128"], row["WS n64"]), _ratio(row["uni n128"], row["uni n64"]),
-                _ratio(row["WS n64"], row["WS-nopp n64"]), _ratio(row["WS n128"], row["WS-nopp n128"])]
+                _ratio(row["WS n64"], row["WS-nopp n64"]), _ratio(row["WS n128"], row["WS-nopp n128"]),
+                _ratio(row["WS n64"], row["WS-nola n64"]), _ratio(row["WS n128"], row["WS-nola n128"])]
         for i, x in enumerate(vals):
             abl[i].append(x)
         lines.append(f"| {'×'.join(map(str, key[0]))} | {key[1]} | " + " | ".join(_fmt(x, 2) for x in vals) + " |")
-    lines.append("| geomean | | " + " | ".join(_fmt(_geomean(abl[i]), 2) for i in range(6)) + " |")
+    lines.append("| geomean | | " + " | ".join(_fmt(_geomean(abl[i]), 2) for i in range(8)) + " |")
     if failed:
         lines += ["", "Variants excluded (failed a check or did not load):", ""]
         lines += [f"- `{n}`: {why}" for n, why in failed.items()]

@@ -59,6 +59,10 @@ class CompileOptions:
         None, help="order the tensor-core phases of two consumer warp groups with named barriers, so that one "
                    "group's math (a softmax) runs under the other's wgmma (auto: when the consumer loop does math "
                    "on a dot's result)")
+    consumer_lookahead: Optional[bool] = _opt(
+        None, help="inside each consumer warp group, issue the next iteration's first dot (attention's Q K^T) "
+                   "before this iteration's math on the current one, so the two overlap (auto: where the dot's "
+                   "operands allow it)")
     num_buffers: Optional[int] = _opt(
         None, help="aref ring depth of a specialized kernel (default: as many as fit in shared memory)")
     num_stages: int = _opt(3, help="loads in flight in the uniform-warp software pipeline (default 3)")
@@ -96,6 +100,8 @@ class CompileOptions:
             bad("target", self.target, " or ".join(repr(t) for t in TARGETS))
         if self.warp_specialize is not None and not is_bool(self.warp_specialize):
             bad("warp_specialize", self.warp_specialize, "True, False or None (auto)")
+        if self.consumer_lookahead is not None and not is_bool(self.consumer_lookahead):
+            bad("consumer_lookahead", self.consumer_lookahead, "True, False or None (auto)")
         if self.consumer_pingpong is not None and not is_bool(self.consumer_pingpong):
             bad("consumer_pingpong", self.consumer_pingpong, "True, False or None (auto)")
         if self.num_consumer_groups is not None and (not is_int(self.num_consumer_groups)

@@ -15,6 +15,7 @@ or `LAYOUT.set(op, desc)`. Who sets each attribute and who reads it:
 | `tawa.aref_name` (str) | `tawa.aref_create` | aref-insertion | diagnostics |
 | `tawa.aref_load` (unit) | `tawa.load` | assign-warp-groups | layouts, conversion (the put issues it) |
 | `tawa.pingpong` (unit) | consumer region of 2+ warp groups | assign-warp-groups | conversion (named-barrier ping-pong) |
+| `tawa.lookahead` (unit) | a consumer's `scf.for` | assign-warp-groups | conversion (next iteration's first dot issued early) |
 | `tawa.smem` (unit) | `tawa.load`, `tawa.trans` | assign-layouts, assign-warp-groups | software-pipeline, conversion |
 | `tawa.layout` (str) | op with a tile result | assign-layouts | conversion |
 | `tawa.layouts` (array of str) | `scf.for`, `scf.if` | assign-layouts | conversion |
@@ -114,6 +115,7 @@ MAX_REGISTERS = I32Attr("tawa.max_registers", None)
 AREF_NAME = StrAttr("tawa.aref_name", None)
 AREF_LOAD = UnitAttr("tawa.aref_load")
 PINGPONG = UnitAttr("tawa.pingpong")
+LOOKAHEAD = UnitAttr("tawa.lookahead")
 
 #: Warp-group roles.
 PRODUCER, CONSUMER = "producer", "consumer"
@@ -128,4 +130,4 @@ KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 
 #: Every `tawa.*` attribute, for the verifier and the docs.
 ALL = (KERNEL, PARAMS, GRID, CONSTANTS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
-       AREF_NAME, AREF_LOAD, PINGPONG, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED, KERNEL_INFO)
+       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED, KERNEL_INFO)

@@ -9,7 +9,12 @@ Takes: a partitioned kernel after `register-realloc` (one producer region, consu
 - `tawa.pingpong` on a consumer region of two warp groups whose loop does math on a dot's result (attention's
   softmax), unless `consumer_pingpong=False`: the conversion then orders the groups' tensor-core phases with named
   barriers, so that one group's math runs while the other's wgmmas occupy the tensor cores (FlashAttention-3's
-  ping-pong). A GEMM main loop, whose dots only accumulate, gains nothing from it and is left alone.
+  ping-pong). A GEMM main loop, whose dots only accumulate, gains nothing from it and is left alone;
+- `tawa.lookahead` on a consumer loop whose first dot can be issued one iteration early, unless
+  `consumer_lookahead=False`: its A operand is a tile loaded before the loop, its B operand an aref slot's tile
+  (or its transpose), its accumulator zero, and the ring has at least two slots. The conversion then issues
+  iteration j+1's dot before iteration j's math on the result of iteration j's (FlashAttention-3's
+  intra-warpgroup overlap: attention's Q K^T for the next key block runs under the current block's softmax).
 Why: these are the facts the NVVM conversion needs to lower regions and arefs (`tawa.lowering.to_nvvm.warp_groups`
 and `.arefs`), decided at tile level where a dump shows them.
 """
@@ -21,8 +26,9 @@ from tawa import hopper
 from tawa.errors import CompilationError
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
-from tawa.ir.ops import ArefPutOp, DotOp, ForOp, LoadOp, warp_group_role, warp_groups
-from tawa.ir.traversal import parent_op, users, walk
+from tawa.ir.ops import (ArefCreateOp, ArefGetOp, ArefPutOp, DotOp, ForOp, LoadOp, SplatOp, TransOp,
+                         warp_group_role, warp_groups)
+from tawa.ir.traversal import defining_op, is_ancestor, ops_of, parent_op, users, walk
 
 
 def _does_math_on_dots(region) -> bool:
@@ -33,6 +39,42 @@ def _does_math_on_dots(region) -> bool:
         if any(u.name not in ("scf.yield", DotOp.NAME) for u in users(DotOp(op).result)):
             return True
     return False
+
+
+def _zero_splat(value) -> bool:
+    op = defining_op(value)
+    if op is None or op.name != SplatOp.NAME:
+        return False
+    src = defining_op(SplatOp(op).value)
+    try:
+        return src is not None and src.name == "arith.constant" and \
+            float(ir.FloatAttr(src.attributes["value"]).value) == 0.0
+    except (ValueError, TypeError):
+        return False
+
+
+def lookahead_dot(loop):
+    """The first dot of a consumer loop if it can be issued one iteration ahead (see the module docstring)."""
+    body = ForOp(loop).body
+    gets = [op for op in ops_of(body) if op.name == ArefGetOp.NAME]
+    dots = [op for op in ops_of(body) if op.name == DotOp.NAME]
+    if len(gets) != 1 or not dots or any(op.regions for op in ops_of(body)):
+        return None
+    get, dot = gets[0], DotOp(dots[0])
+    if ArefCreateOp(defining_op(ArefGetOp(get).aref)).depth < 2:
+        return None
+    a = defining_op(dot.a)
+    if a is None or a.name != LoadOp.NAME or is_ancestor(loop, a) or \
+            any(u.name != DotOp.NAME for u in users(LoadOp(a).result)):
+        return None
+    b = defining_op(dot.b)
+    if b is not None and b.name == TransOp.NAME and b.block == body:
+        b = defining_op(TransOp(b).src)
+    if b != get or not _zero_splat(dot.acc):
+        return None
+    if all(u.name in ("scf.yield", DotOp.NAME) for u in users(dot.result)):
+        return None     # only accumulates: the GEMM schedule keeps such dots in flight instead
+    return dots[0]
 
 
 def annotate_kernel(func, options=None) -> None:
@@ -53,6 +95,13 @@ def annotate_kernel(func, options=None) -> None:
         if warp_group_role(g) == attrs.CONSUMER and attrs.NUM_WARP_GROUPS.get(g) == 2 and want is not False \
                 and (want or _does_math_on_dots(g)):
             attrs.PINGPONG.set(g)
+    if getattr(options, "consumer_lookahead", None) is not False:
+        for g in groups:
+            if warp_group_role(g) != attrs.CONSUMER:
+                continue
+            for loop in ops_of(g.regions[0].blocks[0]):
+                if loop.name == ForOp.NAME and lookahead_dot(loop) is not None:
+                    attrs.LOOKAHEAD.set(loop)
     for op in walk(producers[0]):
         if op.name == LoadOp.NAME:
             used_by = users(LoadOp(op).result)

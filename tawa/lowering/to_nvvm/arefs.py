@@ -156,7 +156,8 @@ def lower_aref_get(ctx, op) -> None:
     get = ArefGetOp(op)
     ring = ctx.get(get.aref)
     stage, phase = _stage_phase(ctx, op, ring)
-    sync.mbarrier_wait(b, barrier_ptr(ctx, ring.full, stage), phase)
+    if not ctx.schedule.slot_acquired(op):
+        sync.mbarrier_wait(b, barrier_ptr(ctx, ring.full, stage), phase)
     slot = b.add(b.mul(stage, ring.slot_bytes), ring.base)
     for r, off in zip(get.values, ring.value_offsets):
         rows, cols, elem, _ = slot_tile(r.type, op)

@@ -19,9 +19,10 @@ from .context import Ctx, SmemTile, Tile
 from .schedule import LoopSchedule
 from .uniform_pipeline import UniformPipeline
 from .ws_consumer_loop import WarpSpecializedConsumerLoop
+from .ws_lookahead_loop import LookaheadConsumerLoop
 
 #: Loop schedules in priority order (see schedule.py).
-LOOP_SCHEDULES = [UniformPipeline, WarpSpecializedConsumerLoop]
+LOOP_SCHEDULES = [UniformPipeline, LookaheadConsumerLoop, WarpSpecializedConsumerLoop]
 
 
 def select_schedule(ctx: Ctx, for_op) -> LoopSchedule:

@@ -158,23 +158,35 @@ def _check_operands(op, a, bt) -> None:
 
 def lower_dot(ctx: Ctx, op) -> None:
     from .shape import convert
+    precomputed = ctx.schedule.precomputed_dot(ctx, op)
+    if precomputed is not None:     # the loop's schedule issued this dot ahead, in the previous iteration
+        ctx.set(op.results[0], precomputed)
+        return
     a, bt, acc = (ctx.get(v) for v in op.operands)
     _check_operands(op, a, bt)
     if isinstance(a, Tile):
         return _lower_dot_register_a(ctx, op, a, bt, acc)
-    m, kdim = a.shape
-    kdim2, n = bt.shape
     layout = L.parse(attrs.LAYOUT.get(op))
     acc = convert(ctx, acc, layout)
+    scale_d = ctx.schedule.scale_d(ctx, op)
+    ctx.schedule.before_dot_issue(ctx, op)
+    regs = issue_shared(ctx, a, bt, list(acc.regs), scale_d)
+    _finish(ctx, op, regs, layout)
+
+
+def issue_shared(ctx: Ctx, a: SmemTile, bt: SmemTile, regs: list, scale_d) -> list:
+    """Issue the wgmmas of `acc + a @ bt` with both operands in shared memory, and commit them as one group (no
+    wait): `wgmma.fence`, then per 64-row slab of each warp group and per k-step one wgmma. Returns the new
+    accumulator registers, which are in flight until a `wgmma.wait_group` covers the group."""
+    m, kdim = a.shape
+    n = bt.shape[1]
     ksz = 32 // elem_bytes(a.elem)
     b = ctx.b
     groups = max(ctx.num_warps // 4, 1)
     slabs = m // (64 * groups)
     per_slab = n // 2
-    scale_d = ctx.schedule.scale_d(ctx, op)
-    ctx.schedule.before_dot_issue(ctx, op)
     sync.wgmma_fence(b)
-    regs = list(acc.regs)
+    regs = list(regs)
     for s in range(slabs):
         # Rows of this warp group's slab s: 64 * (s * groups + warp_group).
         row0 = b.mul(b.add(ctx.warp_group(), s * groups), 64) if groups > 1 else b.i32(64 * s)
@@ -184,15 +196,15 @@ def lower_dot(ctx: Ctx, op) -> None:
             db, trans_b = _operand_b(ctx, bt, kk, ksz)
             chunk = wgmma(b, chunk, da, db, scale_d if kk == 0 else b.i32(1), n, ksz, a.elem, trans_b)
         regs[s * per_slab:(s + 1) * per_slab] = chunk
-    _finish(ctx, op, regs, layout)
+    sync.wgmma_commit(b)
+    return regs
 
 
 def _finish(ctx: Ctx, op, regs: list, layout) -> None:
-    """The wgmma wait policy, written once: commit the group; a dot the loop's schedule keeps in flight leaves one
+    """The wgmma wait policy, written once (the group is committed): a dot the loop's schedule keeps in flight leaves one
     group pending (the schedule waits for it later), any other dot waits for completion and fences its
     accumulators so that nothing reads them early."""
     b = ctx.b
-    sync.wgmma_commit(b)
     ctx.schedule.after_dot_issue(ctx, op)
     pending = 1 if ctx.schedule.keeps_dot_async(op) else 0
     sync.wgmma_wait(b, pending)
@@ -244,4 +256,5 @@ def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
             db, trans_b = _operand_b(ctx, bt, kk, 16)
             chunk = wgmma(b, chunk, frags[(s, kk)], db, scale_d if kk == 0 else b.i32(1), n, 16, a.elem, trans_b)
         regs[s * per_slab:(s + 1) * per_slab] = chunk
+    sync.wgmma_commit(b)
     _finish(ctx, op, regs, layout)

@@ -82,6 +82,14 @@ class LoopSchedule:
         """The wgmma accumulate flag of the dot's first k-step (0: overwrite a zero-started accumulator)."""
         return ctx.b.i32(1)
 
+    def precomputed_dot(self, ctx, dot_op):
+        """The dot's result as a register tile if the schedule already issued it (and waited for it), else None."""
+        return None
+
+    def slot_acquired(self, get_op) -> bool:
+        """Whether the schedule already waited for the slot this `aref_get` takes."""
+        return False
+
     def before_dot_issue(self, ctx, dot_op) -> None:
         """Called right before the dot's wgmmas are issued (after its operands are ready)."""
 

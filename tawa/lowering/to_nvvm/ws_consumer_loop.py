@@ -13,8 +13,9 @@ drained are dead shared memory, which the epilogue's TMA-store staging may reuse
 Ping-pong (the region carries `tawa.pingpong`: two consumer warp groups whose loop does math on a dot's result,
 as attention's softmax): the two groups take turns issuing the iteration's first dot, ordered by two named
 barriers of 256 threads. Group g waits on barrier `PINGPONG_BARRIERS[g]` before issuing and, once the wgmmas are
-committed, arrives on the other group's barrier; group 0 skips its wait in iteration 0 and group 1 its arrive in
-the last iteration, so every arrive meets exactly one wait. The groups then run a tensor-core phase apart: one
+committed, arrives on the other group's barrier (unconditionally: a branch while wgmmas are in flight would make
+ptxas serialize them); group 0 skips its wait in iteration 0 and waits once more after the loop, so every arrive
+meets exactly one wait. The groups then run a tensor-core phase apart: one
 group's softmax executes while the other's wgmmas occupy the tensor cores.
 """
 from __future__ import annotations
@@ -40,7 +41,12 @@ def pingpong_waits(group: int, k: int) -> bool:
 
 def pingpong_arrives(group: int, k: int, trips: int) -> bool:
     """Whether group `group` hands the turn to the other group after issuing iteration `k`'s first dot."""
-    return group == 0 or k < trips - 1
+    return True
+
+
+def pingpong_final_wait(group: int, trips: int) -> bool:
+    """Whether group `group` waits on its barrier once more after the loop (taking the other's last arrive)."""
+    return group == 0 and trips > 0
 
 
 class WarpSpecializedConsumerLoop(LoopSchedule):
@@ -82,13 +88,16 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
     def opaque_inits(self) -> bool:
         return True
 
+    def before_loop(self, ctx, lb, ub, step) -> None:
+        if self.pingpong_dot is not None:
+            b = ctx.b
+            self.trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+
     def begin_iteration(self, ctx, iv, extra: list) -> None:
         loop = ForOp(self.for_op)
         b = ctx.b
-        lb, ub, step = (ctx.get(v) for v in loop.bounds)
+        lb, step = ctx.get(loop.lower), ctx.get(loop.step)
         self.k = b.binary("divsi", b.sub(iv, lb), step)
-        if self.pingpong_dot is not None:
-            self.trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
 
     def after_loop(self, ctx, results: list) -> list:
         """Wait for the dots still in flight and release the slot of the last iteration; then the rings this loop
@@ -111,6 +120,9 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
                     ctx.dead_smem.append((ring.base, ring.depth * ring.slot_bytes))
         if self.deferred:
             results = sync.fence_registers(b, results)
+        if self.pingpong_dot is not None:
+            with b.if_(b.and_(b.cmpi("eq", ctx.warp_group(), 0), b.cmpi("sgt", self.trips, 0))):
+                sync.named_barrier_sync(b, b.i32(PINGPONG_BARRIERS[0]), 2 * hopper.THREADS_PER_WARP_GROUP)
         return results
 
     # ---- queries ------------------------------------------------------------------------------------------
@@ -134,10 +146,8 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
         if self.pingpong_dot is None or op != self.pingpong_dot:
             return
         b = ctx.b
-        group = ctx.warp_group()
-        with b.if_(b.or_(b.cmpi("eq", group, 0), b.cmpi("slt", self.k, b.sub(self.trips, 1)))):
-            other = b.sub(b.i32(PINGPONG_BARRIERS[1]), group)
-            sync.named_barrier_arrive(b, other, 2 * hopper.THREADS_PER_WARP_GROUP)
+        other = b.sub(b.i32(PINGPONG_BARRIERS[1]), ctx.warp_group())
+        sync.named_barrier_arrive(b, other, 2 * hopper.THREADS_PER_WARP_GROUP)
 
     def iteration_index(self, ctx, for_op):
         return self.k if for_op == self.for_op else None

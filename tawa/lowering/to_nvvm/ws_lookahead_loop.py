@@ -1,0 +1,126 @@
+"""The lookahead consumer loop: a warp-specialized consumer loop that issues the next iteration's first dot early.
+
+Applies to a consumer `scf.for` marked `tawa.lookahead` by assign-warp-groups: its first dot reads a tile loaded
+before the loop (A) and an aref slot's tile or its transpose (B) into a zero accumulator, and the iteration does
+math on the result (attention: S = Q K^T, then the softmax). Iteration j then runs
+
+    wait full[j+1] (if j+1 < n); issue S_{j+1} = A @ B(slot j+1)      -- a wgmma group left in flight
+    wgmma.wait_group 1                                                -- S_j (issued one iteration earlier) is done
+    <the body, with S_j for the first dot and slot j already acquired>   -- the softmax runs under S_{j+1}
+    ...the other dots wait for completion as usual (which also completes S_{j+1})
+
+with S_0 issued before the loop, and the S registers carried to the next iteration as loop arguments. This is
+FlashAttention-3's intra-warpgroup overlap: the tensor cores compute the next block's scores while the warp group
+does the exponentials of the current one. At j = n - 1 the early issue reads a slot nobody fills any more and its
+result is discarded; the loop waits for it before its registers can be reused. With the consumer ping-pong, the
+early issue is the tensor-core phase the two warp groups take turns on (see `ws_consumer_loop`).
+"""
+from __future__ import annotations
+
+from tawa import hopper
+from tawa.errors import InternalCompilerError
+from tawa.ir import attrs
+from tawa.ir.ops import ArefGetOp, DotOp, ForOp, TransOp, aref_of
+from tawa.ir.traversal import defining_op, ops_of
+
+from .. import layouts as L
+from . import sync
+from .arefs import barrier_ptr, slot_tile, stage_of
+from .context import SmemTile, Tile
+from .dot import issue_shared
+from .ws_consumer_loop import PINGPONG_BARRIERS, WarpSpecializedConsumerLoop
+
+
+class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
+
+    @classmethod
+    def applies(cls, ctx, for_op) -> bool:
+        return attrs.LOOKAHEAD.get(for_op) and super().applies(ctx, for_op)
+
+    def __init__(self, ctx, for_op):
+        super().__init__(ctx, for_op)
+        body = ForOp(for_op).body
+        self.get = next(o for o in ops_of(body) if o.name == ArefGetOp.NAME)
+        self.dot = next(o for o in ops_of(body) if o.name == DotOp.NAME)
+        dot = DotOp(self.dot)
+        b = defining_op(dot.b)
+        self.transposed = b is not None and b.name == TransOp.NAME
+        src = TransOp(b).src if self.transposed else dot.b
+        values = ArefGetOp(self.get).values
+        self.index = next(i for i, v in enumerate(values) if v == src)
+        self.b_type = values[self.index].type
+        self.ring = ctx.get(aref_of(self.get))
+        self.a = ctx.get(dot.a)
+        if not isinstance(self.a, SmemTile):
+            raise InternalCompilerError("the lookahead dot's A operand is not in shared memory", op=dot.op.name)
+        self.layout = L.parse(attrs.LAYOUT.get(self.dot))
+        # The ping-pong orders the early issue here; the body's dot is never issued, so the base hooks stay idle.
+        self.pingpong = self.pingpong_dot is not None
+        self.pingpong_dot = None
+        self.trips = self.s_cur = self.s_next = None
+
+    # ---- the early issue ------------------------------------------------------------------------------------
+    def _issue(self, ctx, stage) -> list:
+        b = ctx.b
+        rows, cols, elem, _ = slot_tile(self.b_type)
+        offset = b.add(b.mul(stage, self.ring.slot_bytes), self.ring.base)
+        if self.ring.value_offsets[self.index]:
+            offset = b.add(offset, self.ring.value_offsets[self.index])
+        bt = SmemTile(offset, rows, cols, elem, self.transposed)
+        zeros = [b.const(0.0, "f32")] * len(self.layout.regs)
+        return issue_shared(ctx, self.a, bt, zeros, b.i32(0))
+
+    def _wait_full(self, ctx, k) -> None:
+        b = ctx.b
+        stage, phase = stage_of(ctx, self.ring, k)
+        with b.if_(b.cmpi("slt", k, self.trips)):
+            sync.mbarrier_wait(b, barrier_ptr(ctx, self.ring.full, stage), phase)
+        return stage
+
+    # ---- hooks --------------------------------------------------------------------------------------------
+    def before_loop(self, ctx, lb, ub, step) -> None:
+        b = ctx.b
+        self.trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+        stage = self._wait_full(ctx, b.i32(0))
+        # S_0 completes before the loop: a wgmma in flight across the branch that skips an empty loop would make
+        # ptxas serialize every wgmma (C7518). Later S_j are complete at the top of iteration j: the other dots
+        # of iteration j-1 waited for every group.
+        self.s_next = sync.fence_registers(b, self._issue(ctx, stage))
+        sync.wgmma_wait(b, 0)
+
+    def extra_iter_args(self, ctx) -> list:
+        return [(r, "f32") for r in self.s_next]
+
+    def begin_iteration(self, ctx, iv, extra: list) -> None:
+        super().begin_iteration(ctx, iv, [])
+        b = ctx.b
+        stage = self._wait_full(ctx, b.add(self.k, 1))
+        group = ctx.warp_group()
+        threads = 2 * hopper.THREADS_PER_WARP_GROUP
+        if self.pingpong:
+            with b.if_(b.or_(b.cmpi("ne", group, 0), b.cmpi("sgt", self.k, 0))):
+                sync.named_barrier_sync(b, b.add(group, PINGPONG_BARRIERS[0]), threads)
+        self.s_cur = sync.fence_registers(b, list(extra))
+        self.s_next = self._issue(ctx, stage)
+        if self.pingpong:
+            # Unconditional while the group is in flight (a branch around it would serialize the wgmmas).
+            sync.named_barrier_arrive(b, b.sub(b.i32(PINGPONG_BARRIERS[1]), group), threads)
+
+    def end_iteration(self, ctx, iv, lb, ub, step) -> list:
+        return list(self.s_next)
+
+    def after_loop(self, ctx, results: list) -> list:
+        b = ctx.b
+        sync.wgmma_wait(b, 0)      # the last early issue (discarded) must not write registers reused later
+        if self.pingpong:
+            # Group 0 takes group 1's last turn-passing, so that no arrival is left on the barrier.
+            with b.if_(b.and_(b.cmpi("eq", ctx.warp_group(), 0), b.cmpi("sgt", self.trips, 0))):
+                sync.named_barrier_sync(b, b.i32(PINGPONG_BARRIERS[0]), 2 * hopper.THREADS_PER_WARP_GROUP)
+        return super().after_loop(ctx, results)
+
+    # ---- queries ------------------------------------------------------------------------------------------
+    def precomputed_dot(self, ctx, op):
+        return Tile(self.s_cur, self.layout, "f32") if op == self.dot else None
+
+    def slot_acquired(self, get_op) -> bool:
+        return get_op == self.get
