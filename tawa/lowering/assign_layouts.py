@@ -30,7 +30,7 @@ from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernel_function, kernel_num_warps
 from tawa.ir.location import source_location
 from tawa.ir.ops import warp_group_role, warp_groups
-from tawa.ir.traversal import defining_op as owner_op, ops_of, walk_block
+from tawa.ir.traversal import defining_op as owner_op, ops_of, walk, walk_block
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 
 from . import layouts as L
@@ -138,12 +138,35 @@ def _elementwise(op) -> bool:
         _is_tile(op.results[0])
 
 
+#: Accumulator registers per thread a uniform-warp kernel may carry through a loop before it is given a second warp
+#: group (above it, 4 warps spill and ptxas serializes the wgmmas).
+ACCUMULATOR_REGISTER_LIMIT = 160
+
+
+def _uniform_num_warps(func, options) -> int:
+    """Warps of a uniform-warp kernel: as declared (`@num_warps`, `num_warps=`), else one warp group, or two when
+    the f32 dot results live in one loop iteration would take more than ACCUMULATOR_REGISTER_LIMIT registers per
+    thread of one warp group (attention's scores plus output accumulator with 128x128 tiles). Recorded on the
+    kernel, so the conversion launches as many."""
+    if attrs.NUM_WARPS.get(func) is not None or getattr(options, "num_warps", None):
+        return kernel_num_warps(func, options)
+    for loop in walk(func):
+        if loop.name != "scf.for":
+            continue
+        elems = sum(_shape(op.results[0])[0] * _shape(op.results[0])[1] for op in ops_of(loop.regions[0].blocks[0])
+                    if op.name == "tawa.dot" and len(_shape(op.results[0])) == 2)
+        if elems // hopper.THREADS_PER_WARP_GROUP > ACCUMULATOR_REGISTER_LIMIT:
+            attrs.NUM_WARPS.set(func, 2 * hopper.WARPS_PER_GROUP)
+            return 2 * hopper.WARPS_PER_GROUP
+    return kernel_num_warps(func, options)
+
+
 def run(module: ir.Module, options=None) -> ir.Module:
     func = kernel_function(module)
     body = body_block(func)
     groups = warp_groups(func)
     if not groups:
-        num_warps = kernel_num_warps(func, options)
+        num_warps = _uniform_num_warps(func, options)
         with _at(func):
             L.blocked((1,), num_warps)    # refuses, at the kernel, a warp count no layout can use
         _assign(walk_block(body), num_warps, module.context)

@@ -100,7 +100,7 @@ def test_gemm_fp8(ws):
 
 ATTENTION_SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"consumer_pingpong": False}, id="ws-no-pingpong"),
                        pytest.param({"consumer_lookahead": False}, id="ws-no-lookahead"),
-                       pytest.param({"BLOCK_N": 128}, id="auto-n128"),
+                       pytest.param({"BLOCK_N": 64}, id="auto-n64"),
                        pytest.param({"warp_specialize": False}, id="uniform")]
 # (batch, heads, S, head dim): S ragged against every block, smaller than one block, and 1.
 ATTENTION_SHAPES = [(2, 4, 1000, 128), (1, 2, 256, 128), (1, 3, 77, 64), (2, 2, 1, 128), (1, 2, 129, 64),

@@ -14,6 +14,6 @@
 // loop's first dot, issues it, and arrives on the other group's barrier once the wgmma group is committed.
 // PTX:      bar.sync{{.*}}%r{{[0-9]+}}, 256;
 // PTX:      wgmma.fence.sync.aligned;
-// PTX:      wgmma.mma_async.sync.aligned.m64n64k16
+// PTX:      wgmma.mma_async.sync.aligned.m64n128k16
 // PTX:      wgmma.commit_group.sync.aligned;
 // PTX:      bar.arrive

@@ -3,7 +3,7 @@
 // Causal flash attention specialized: K and V share one slot; Q is loaded once, by the consumer, before the loop;
 // the loop bound (the min of two cdivs of the program id) is replicated in the producer.
 
-// CHECK:      %[[R:[0-9]+]] = "tawa.aref_create"() : () -> !tawa.aref<[tensor<64x128xbf16>, tensor<64x128xbf16>]
+// CHECK:      %[[R:[0-9]+]] = "tawa.aref_create"() : () -> !tawa.aref<[tensor<128x128xbf16>, tensor<128x128xbf16>]
 // CHECK:        arith.minsi
 // CHECK:        "tawa.load"(%arg1
 // CHECK:        "tawa.load"(%arg2

@@ -11,12 +11,12 @@
 // CHECK:       "tawa.load"(%arg0, %{{[0-9]+}}, %{{[0-9]+}}, %{{[0-9]+}}, %{{[a-z0-9_]+}}) : (memref<?x?x?x?xbf16>, i32, i32, i32, i32) -> tensor<128x128xbf16>
 // CHECK:       scf.for {{.*}} -> (tensor<128xf32>, tensor<128x128xf32>, tensor<128xf32>)
 // CHECK:         "tawa.trans"
-// CHECK:         "tawa.dot"{{.*}}-> tensor<128x64xf32>
+// CHECK:         "tawa.dot"{{.*}}-> tensor<128x128xf32>
 // CHECK:         arith.select
 // CHECK:         kind = "max"
 // CHECK:         math.exp2
 // CHECK:         kind = "sum"
-// CHECK:         "tawa.dot"{{.*}}(tensor<128x64xbf16>, tensor<64x128xbf16>, tensor<128x128xf32>)
+// CHECK:         "tawa.dot"{{.*}}(tensor<128x128xbf16>, tensor<128x128xbf16>, tensor<128x128xf32>)
 // CHECK:         scf.yield
 // CHECK:       arith.divf
 // CHECK:       "tawa.store"(%arg3,
