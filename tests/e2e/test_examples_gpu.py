@@ -125,6 +125,30 @@ def test_flash_attention(shape, causal, options):
     assert rel_err(o, ref) < 2e-2
 
 
+# (batch, query heads, key/value heads, S, head dim): Llama-style groups of 4 and 8, multi-query, ragged S.
+GQA_SHAPES = [(2, 32, 8, 1000, 128), (1, 16, 2, 129, 128), (2, 8, 1, 300, 64), (1, 4, 4, 77, 64), (1, 8, 2, 1, 128)]
+
+
+@pytest.mark.parametrize("ws", SCHEDULES)
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("shape", GQA_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gqa_attention(shape, causal, ws):
+    z, h, hkv, s, d = shape
+    kernel = compiled("gqa_attention.tawa", CAUSAL=causal, HEAD_DIM=d, warp_specialize=ws)
+    import torch
+    torch.manual_seed(sum(shape) + causal)
+    q = torch.randn(z, h, s, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(z, hkv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    o = poisoned(torch, (z, h, s, d), torch.bfloat16)
+    scale = 1 / math.sqrt(d)
+    kernel(q, k, v, o, scale)
+    torch.cuda.synchronize()
+    assert not o.isnan().any()
+    kk, vv = (x.double().repeat_interleave(h // hkv, dim=1) for x in (k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), kk, vv, is_causal=bool(causal), scale=scale)
+    assert rel_err(o, ref) < 2e-2
+
+
 KERNELS = __import__("pathlib").Path(__file__).resolve().parent / "kernels"
 
 

@@ -190,3 +190,22 @@ def test_flash_attention_interleavings(causal, S, depth):
     run_all_seeds("flash_attention", {"HEAD_DIM": D, "BLOCK_M": 32, "BLOCK_N": 16, "CAUSAL": causal},
                   lambda: [q.copy(), k.copy(), v.copy(), np.zeros((Z, H, S, D), BF16), scale], 3, ref, 3e-2,
                   num_buffers=depth)
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_gqa_attention_interleavings(causal):
+    """Grouped-query attention (8 query heads over 2 key/value heads), specialized, under random interleavings."""
+    Z, H, HKV, S, D = 1, 8, 2, 37, 32
+    rng = np.random.default_rng(11 + causal)
+    q = rng.standard_normal((Z, H, S, D)).astype(BF16)
+    k, v = (rng.standard_normal((Z, HKV, S, D)).astype(BF16) for _ in range(2))
+    scale = np.float32(1.0 / np.sqrt(D))
+    kk, vv = (np.repeat(x.astype(np.float32), H // HKV, axis=1) for x in (k, v))
+    s = np.einsum("zhqd,zhkd->zhqk", q.astype(np.float32), kk) * scale
+    if causal:
+        s = np.where(np.tril(np.ones((S, S), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    ref = np.einsum("zhqk,zhkd->zhqd", p / p.sum(-1, keepdims=True), vv)
+    run_all_seeds("gqa_attention", {"HEAD_DIM": D, "BLOCK_M": 32, "BLOCK_N": 16, "CAUSAL": causal},
+                  lambda: [q.copy(), k.copy(), v.copy(), np.zeros((Z, H, S, D), BF16), scale], 3, ref, 3e-2,
+                  num_buffers=2)

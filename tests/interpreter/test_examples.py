@@ -95,3 +95,26 @@ def test_flash_attention_example(causal):
     p = np.exp(logits - logits.max(-1, keepdims=True))
     ref = np.einsum("zhqk,zhkd->zhqd", p / p.sum(-1, keepdims=True), f32(v))
     np.testing.assert_allclose(f32(o), ref, rtol=3e-2, atol=3e-2)
+
+
+def _gqa_reference(q, k, v, scale, causal):
+    group = q.shape[1] // k.shape[1]
+    kk, vv = np.repeat(f32(k), group, axis=1), np.repeat(f32(v), group, axis=1)
+    logits = np.einsum("zhqd,zhkd->zhqk", f32(q), kk) * scale
+    if causal:
+        s = q.shape[2]
+        logits = np.where(np.tril(np.ones((s, s), bool)), logits, -np.inf)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    return np.einsum("zhqk,zhkd->zhqd", p / p.sum(-1, keepdims=True), vv)
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(8, 2), (4, 1), (3, 3)], ids=["gqa", "mqa", "mha"])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_gqa_attention_example(heads, kv_heads, causal):
+    z, s, d = 2, 45, 32
+    q = rand(z, heads, s, d, dtype=BF16)
+    k, v = (rand(z, kv_heads, s, d, dtype=BF16) for _ in range(2))
+    o = np.full((z, heads, s, d), np.nan, BF16)
+    scale = 1 / math.sqrt(d)
+    launch("gqa_attention", [q, k, v, o, scale], HEAD_DIM=d, BLOCK_M=32, BLOCK_N=16, CAUSAL=causal)
+    np.testing.assert_allclose(f32(o), _gqa_reference(q, k, v, scale, causal), rtol=3e-2, atol=3e-2)
