@@ -60,11 +60,11 @@ for _d in HEAD_DIMS:
                 VARIANTS[variant_name(_d, _c, _n, _ws)] = (
                     {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
                     {"warp_specialize": None} if _ws else {"warp_specialize": False, "num_warps": 8})
-            # Ablations: warp specialized with the consumer ping-pong ("nopp") or the intra-warpgroup overlap
-            # ("nola": no lookahead) turned off.
-            VARIANTS[variant_name(_d, _c, _n, "nopp")] = (
+            # Ablations: warp specialized with the consumer ping-pong turned on ("pp"), or the intra-warpgroup
+            # overlap turned off ("nola": no lookahead).
+            VARIANTS[variant_name(_d, _c, _n, "pp")] = (
                 {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
-                {"warp_specialize": None, "consumer_pingpong": False})
+                {"warp_specialize": None, "consumer_pingpong": True})
             VARIANTS[variant_name(_d, _c, _n, "nola")] = (
                 {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
                 {"warp_specialize": None, "consumer_lookahead": False})
@@ -75,7 +75,7 @@ SHAPES = [(4, 16, 4096, 128), (2, 16, 8192, 128), (8, 16, 2048, 64)]
 RAGGED = [(1, 2, 1000, 128), (1, 3, 77, 64), (2, 1, 1, 128), (1, 1, 129, 64)]
 #: The Tawa columns of the tables, per (shape, causal): the variant of that head dim and causal setting.
 TAWA_COLS = [("WS n64", 64, True), ("WS n128", 128, True), ("uni n64", 64, False), ("uni n128", 128, False),
-             ("WS-nopp n64", 64, "nopp"), ("WS-nopp n128", 128, "nopp"),
+             ("WS+pp n64", 64, "pp"), ("WS+pp n128", 128, "pp"),
              ("WS-nola n64", 64, "nola"), ("WS-nola n128", 128, "nola")]
 ANCHORS = ["cudnn", "fa2", "triton"]
 ANCHOR_LABEL = {"cudnn": "cuDNN", "fa2": "FA2", "triton": "Triton"}
@@ -93,7 +93,7 @@ def select(regex):
 
 
 def parse_name(name):
-    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni|nopp|nola)", name)
+    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni|pp|nola)", name)
     return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) != "uni"
 
 
@@ -533,7 +533,7 @@ def markdown_tables(results, failed=None, excluded=None, rounds=None, reps=None)
         row = _row(results, key)
         vals = [_ratio(row["WS n64"], row["uni n64"]), _ratio(row["WS n128"], row["uni n128"]),
                 _ratio(row["WS n128"], row["WS n64"]), _ratio(row["uni n128"], row["uni n64"]),
-                _ratio(row["WS n64"], row["WS-nopp n64"]), _ratio(row["WS n128"], row["WS-nopp n128"]),
+                _ratio(row["WS+pp n64"], row["WS n64"]), _ratio(row["WS+pp n128"], row["WS n128"]),
                 _ratio(row["WS n64"], row["WS-nola n64"]), _ratio(row["WS n128"], row["WS-nola n128"])]
         for i, x in enumerate(vals):
             abl[i].append(x)
@@ -561,9 +561,10 @@ def write_plot(results, path) -> None:
     if not keys:
         print("no plot (no results)")
         return
-    series = [c for c, _, _ in TAWA_COLS] + ["FA2", "Triton", "cuDNN"]
+    # The default schedule and its ablations, the uniform-warp schedule, and the anchors.
+    series = ["WS n128", "WS+pp n128", "WS-nola n128", "WS n64", "uni n64", "FA2", "Triton", "cuDNN"]
     width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(max(9, 1.6 * len(keys)), 5))
+    fig, ax = plt.subplots(figsize=(max(11, 1.9 * len(keys)), 5))
     for i, s in enumerate(series):
         ys = []
         for key in keys:
@@ -573,11 +574,10 @@ def write_plot(results, path) -> None:
         ax.bar(xs, ys, width, label=("Tawa " + s) if s not in ("FA2", "Triton", "cuDNN") else s)
     ax.axhline(1.0, color="k", linewidth=0.8)
     ax.set_xticks(range(len(keys)))
-    ax.set_xticklabels([f"{'x'.join(map(str, k[0]))}\n{'causal' if k[1] else 'non-causal'}" for k in keys],
-                       fontsize=8)
+    ax.set_xticklabels([f"{'x'.join(map(str, k[0]))}\n{'causal' if k[1] else 'full'}" for k in keys], fontsize=8)
     ax.set_ylabel("TFLOP/s / cuDNN")
     ax.set_title("FlashAttention forward (bf16): throughput relative to cuDNN SDPA")
-    ax.legend(fontsize=8, ncol=len(series), loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -587,7 +587,8 @@ def write_plot(results, path) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("step", nargs="?", default="all", choices=["build", "run", "all"])
+    ap.add_argument("step", nargs="?", default="all", choices=["build", "run", "all", "plot"],
+                    help="plot: redraw the plot from a --json file of an earlier run")
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry"), help="kernel directory (default .carry/)")
     ap.add_argument("--variants", default=None, help="regex: build / run only the variants whose name matches")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and repetitions")
@@ -598,3 +599,10 @@ if __name__ == "__main__":
         build(ns.out, ns.variants)
     if ns.step in ("run", "all"):
         run(ns.out, ns.variants, ns.quick, ns.json, ns.plot)
+    if ns.step == "plot":
+        with open(ns.json) as f:
+            raw = json.load(f)["results"]
+        table: dict = {}
+        for r in raw:
+            table.setdefault((tuple(r["shape"]), r["causal"]), {})[r["impl"]] = r["tflops"]
+        write_plot(table, ns.plot or os.path.join(ns.out, "attention.png"))

@@ -57,8 +57,8 @@ class CompileOptions:
         help="consumer warp groups of a specialized kernel (1 or 2; default: 2 for accumulators of 128+ rows)")
     consumer_pingpong: Optional[bool] = _opt(
         None, help="order the tensor-core phases of two consumer warp groups with named barriers, so that one "
-                   "group's math (a softmax) runs under the other's wgmma (auto: when the consumer loop does math "
-                   "on a dot's result)")
+                   "group's math (a softmax) runs under the other's wgmma, where the consumer loop does math on a "
+                   "dot's result (auto: off, measured slower today)")
     consumer_lookahead: Optional[bool] = _opt(
         None, help="inside each consumer warp group, issue the next iteration's first dot (attention's Q K^T) "
                    "before this iteration's math on the current one, so the two overlap (auto: where the dot's "

@@ -7,9 +7,11 @@ Takes: a partitioned kernel after `register-realloc` (one producer region, consu
 - `tawa.aref_load` (and `tawa.smem`) on every producer `tawa.load` whose tile only goes into `aref_put`s: the put
   issues its TMA copy into the ring slot, the load itself emits nothing;
 - `tawa.pingpong` on a consumer region of two warp groups whose loop does math on a dot's result (attention's
-  softmax), unless `consumer_pingpong=False`: the conversion then orders the groups' tensor-core phases with named
+  softmax), when `consumer_pingpong=True`: the conversion then orders the groups' tensor-core phases with named
   barriers, so that one group's math runs while the other's wgmmas occupy the tensor cores (FlashAttention-3's
-  ping-pong). A GEMM main loop, whose dots only accumulate, gains nothing from it and is left alone;
+  ping-pong). It is off by default: measured on attention with the lookahead below, it costs 2-4% as long as
+  each group still waits for its P.V wgmma every iteration (docs/performance.md). A GEMM main loop, whose dots
+  only accumulate, gains nothing from it and never gets it;
 - `tawa.lookahead` on a consumer loop whose first dot can be issued one iteration early, unless
   `consumer_lookahead=False`: its A operand is a tile loaded before the loop, its B operand an aref slot's tile
   (or its transpose), its accumulator zero, and the ring has at least two slots. The conversion then issues
@@ -90,11 +92,10 @@ def annotate_kernel(func, options=None) -> None:
         attrs.FIRST_WARP_GROUP.set(g, first)
         first += attrs.NUM_WARP_GROUPS.get(g)
     attrs.NUM_WARPS.set(func, hopper.WARPS_PER_GROUP * first)
-    want = getattr(options, "consumer_pingpong", None)
-    for g in groups:
-        if warp_group_role(g) == attrs.CONSUMER and attrs.NUM_WARP_GROUPS.get(g) == 2 and want is not False \
-                and (want or _does_math_on_dots(g)):
-            attrs.PINGPONG.set(g)
+    if getattr(options, "consumer_pingpong", None):
+        for g in groups:
+            if warp_group_role(g) == attrs.CONSUMER and attrs.NUM_WARP_GROUPS.get(g) == 2 and _does_math_on_dots(g):
+                attrs.PINGPONG.set(g)
     if getattr(options, "consumer_lookahead", None) is not False:
         for g in groups:
             if warp_group_role(g) != attrs.CONSUMER:
