@@ -197,6 +197,12 @@ class ForOp(OpView):
         return ops_of(self.body)[-1]
 
 
+class IfOp(OpView):
+    """`scf.if %cond`: a then region and an optional else region."""
+    NAME = "scf.if"
+    condition = property(lambda self: self.op.operands[0])
+
+
 WARP_GROUP_REGION = "scf.execute_region"
 
 

@@ -29,7 +29,8 @@ from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernel_function, kernel_num_warps
 from tawa.ir.location import source_location
-from tawa.ir.ops import warp_group_role, warp_groups
+from tawa.ir.ops import (BroadcastOp, DotOp, ExpandDimsOp, ForOp, ReduceOp, TransOp, warp_group_role,
+                         warp_groups)
 from tawa.ir.traversal import defining_op as owner_op, ops_of, walk, walk_block
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 
@@ -195,7 +196,7 @@ def _assign(ops: list, W: int, ctx) -> None:
             smem.add(op.results[0])
             check_dot_tile(op.results[0].type, source_location(op))
     for op in ops:
-        if op.name == "tawa.trans" and op.operands[0] in smem:
+        if op.name == TransOp.NAME and TransOp(op).src in smem:
             attrs.SMEM.set(op)
             smem.add(op.results[0])
     _check_smem_uses(ops, smem)
@@ -216,28 +217,29 @@ def _assign(ops: list, W: int, ctx) -> None:
                 if v in anchor and _is_tile(v) and anchor[v].shape == _shape(op.results[0]):
                     anchor[op.results[0]] = anchor[v]
                     break
-        elif name == "tawa.reduce" and op.operands[0] in anchor and _shape(op.operands[0]) and \
-                len(_shape(op.operands[0])) > 1:
-            anchor[op.results[0]] = L.slice_(anchor[op.operands[0]], op.attributes["axis"].value)
-        elif name == "tawa.expand_dims" and op.operands[0] in anchor:
-            anchor[op.results[0]] = L.expand(anchor[op.operands[0]], op.attributes["axis"].value)
-        elif name == "scf.for":
-            body = op.regions[0].blocks[0]
+        elif name == ReduceOp.NAME and ReduceOp(op).src in anchor and _shape(ReduceOp(op).src) and \
+                len(_shape(ReduceOp(op).src)) > 1:
+            anchor[op.results[0]] = L.slice_(anchor[ReduceOp(op).src], ReduceOp(op).axis)
+        elif name == ExpandDimsOp.NAME and ExpandDimsOp(op).src in anchor:
+            anchor[op.results[0]] = L.expand(anchor[ExpandDimsOp(op).src], ExpandDimsOp(op).axis)
+        elif name == ForOp.NAME:
+            loop = ForOp(op)
             for j, res in enumerate(op.results):
-                producer = owner_op(ops_of(body)[-1].operands[j])
-                if producer is not None and producer.name == "tawa.dot":
-                    anchor[res] = anchor[list(body.arguments)[j + 1]] = mma_for(producer)
+                producer = owner_op(loop.yield_op.operands[j])
+                if producer is not None and producer.name == DotOp.NAME:
+                    anchor[res] = anchor[loop.iter_args[j]] = mma_for(producer)
 
     # Backward: what layout do users want?
     want: dict = {}
     for op in reversed(ops):
         name = op.name
-        if name == "tawa.dot":
-            want.setdefault(op.operands[2], mma_for(op))
-            if op.operands[0] not in smem:      # A from registers: the accumulator-like fragment layout
-                m, k = _shape(op.operands[0])
+        if name == DotOp.NAME:
+            dot = DotOp(op)
+            want.setdefault(dot.acc, mma_for(op))
+            if dot.a not in smem:      # A from registers: the accumulator-like fragment layout
+                m, k = _shape(dot.a)
                 with _at(op):
-                    want.setdefault(op.operands[0], L.mma(m, k, W))
+                    want.setdefault(dot.a, L.mma(m, k, W))
         elif _elementwise(op):
             w = want.get(op.results[0]) or anchor.get(op.results[0])
             if w is not None:
@@ -247,15 +249,15 @@ def _assign(ops: list, W: int, ctx) -> None:
         elif name == "tawa.broadcast":
             w = want.get(op.results[0])
             if w is not None:
-                want.setdefault(op.operands[0], L.collapse(w, _shape(op.operands[0])))
+                want.setdefault(BroadcastOp(op).src, L.collapse(w, _shape(BroadcastOp(op).src)))
         elif name == "tawa.expand_dims":
             w = want.get(op.results[0])
             if w is not None:
-                want.setdefault(op.operands[0], L.slice_(w, op.attributes["axis"].value))
+                want.setdefault(ExpandDimsOp(op).src, L.slice_(w, ExpandDimsOp(op).axis))
         elif name == "scf.for":
             body = op.regions[0].blocks[0]
             yield_op = ops_of(body)[-1]
-            for j, (res, barg, init) in enumerate(zip(op.results, list(body.arguments)[1:], list(op.operands)[3:])):
+            for j, (res, barg, init) in enumerate(zip(op.results, ForOp(op).iter_args, ForOp(op).inits)):
                 w = want.get(barg) or want.get(res)
                 if w is None and _is_tile(res):
                     # The loop-carried value's producer inside the body decides (a dot's accumulator).
@@ -288,7 +290,7 @@ def _assign(ops: list, W: int, ctx) -> None:
         if name == "scf.for":
             body = op.regions[0].blocks[0]
             descs = []
-            for res_j, barg, init in zip(op.results, list(body.arguments)[1:], list(op.operands)[3:]):
+            for res_j, barg, init in zip(op.results, ForOp(op).iter_args, ForOp(op).inits):
                 if _is_tile(res_j):
                     lay = want.get(barg) or lay_of(init) or default(res_j)
                     layout[barg] = layout[res_j] = lay
@@ -306,12 +308,12 @@ def _assign(ops: list, W: int, ctx) -> None:
         if name == "tawa.dot":
             put(op, mma_for(op))
         elif name == "tawa.reduce":
-            src = lay_of(op.operands[0])
-            put(op, L.slice_(src, op.attributes["axis"].value))
-        elif name == "tawa.expand_dims":
-            put(op, L.expand(lay_of(op.operands[0]), op.attributes["axis"].value))
-        elif name == "tawa.trans":
-            put(op, L.transpose(lay_of(op.operands[0])))
+            src = lay_of(ReduceOp(op).src)
+            put(op, L.slice_(src, ReduceOp(op).axis))
+        elif name == ExpandDimsOp.NAME:
+            put(op, L.expand(lay_of(ExpandDimsOp(op).src), ExpandDimsOp(op).axis))
+        elif name == TransOp.NAME:
+            put(op, L.transpose(lay_of(TransOp(op).src)))
         elif _elementwise(op) and name != "arith.constant":
             w = want.get(res)
             if w is None:

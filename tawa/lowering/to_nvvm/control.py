@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tawa.errors import InternalCompilerError
 from tawa.ir import attrs
-from tawa.ir.ops import ForOp
+from tawa.ir.ops import ForOp, IfOp
 from tawa.ir.traversal import ops_of
 from tawa.ir.types import elem_type
 
@@ -133,7 +133,7 @@ def lower_for(ctx: Ctx, op) -> None:
 
 def lower_if(ctx: Ctx, op) -> None:
     b = ctx.b
-    cond = ctx.get(op.operands[0])
+    cond = ctx.get(IfOp(op).condition)
     layouts = _iter_layouts(op)
     types = _types(op.results, layouts)
 

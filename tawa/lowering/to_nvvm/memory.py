@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from mlir import ir
 
+from tawa.ir.ops import DimOp, LoadOp, StoreOp
 from tawa.errors import InternalCompilerError
 
 from .. import layouts as L
@@ -30,7 +31,7 @@ class TmaLoad:
 
     def __init__(self, ctx: Ctx, op):
         self.op = op
-        src = op.operands[0]
+        src = LoadOp(op).src
         self.arg = ctx.params.arg_index(src)
         self.src_rank = ir.MemRefType(src.type).rank
         shape = tile_shape(op.results[0].type)
@@ -70,7 +71,7 @@ def issue_elected(ctx: Ctx, pred: V | None, body) -> None:
 
 
 def offsets_of(ctx: Ctx, op) -> list:
-    return [ctx.get(v) for v in list(op.operands)[1:]]
+    return [ctx.get(v) for v in LoadOp(op).offsets]
 
 
 def lower_load(ctx: Ctx, op) -> None:
@@ -131,7 +132,7 @@ def _addressing(ctx: Ctx, op, src: ir.Value, offsets: list, layout: L.Layout):
 def lower_register_load(ctx: Ctx, op) -> None:
     b = ctx.b
     layout = L.parse(attrs.LAYOUT.get(op))
-    addrs, elem = _addressing(ctx, op, op.operands[0], offsets_of(ctx, op), layout)
+    addrs, elem = _addressing(ctx, op, LoadOp(op).src, offsets_of(ctx, op), layout)
     zero = b.const(0.0 if is_float(elem) else 0, elem)
     regs = []
     for ptr, pred in addrs:
@@ -143,18 +144,18 @@ def lower_register_load(ctx: Ctx, op) -> None:
 
 def lower_store(ctx: Ctx, op) -> None:
     from .shape import register_tile
-    value = register_tile(ctx.get(op.operands[1]), op)
-    elem = elem_type(op.operands[0].type)
+    value = register_tile(ctx.get(StoreOp(op).value), op)
+    elem = elem_type(StoreOp(op).dst.type)
     if value.elem != elem:   # the frontend and the verifier (`store-dtype`) guarantee equal element types
         raise InternalCompilerError(f"storing a {value.elem} tile into a {elem} tensor", op=op.name,
                                     location=source_location(op))
-    offsets = [ctx.get(v) for v in list(op.operands)[2:]]
+    offsets = [ctx.get(v) for v in StoreOp(op).offsets]
     if value.layout.desc.startswith("mma<") and value.layout.rank == 2 and \
             (value.shape[1] * elem_bytes(elem)) % SWIZZLE_BYTES == 0:
         tma_store_tile(ctx, op, value, offsets)
         return
     b = ctx.b
-    addrs, _ = _addressing(ctx, op, op.operands[0], offsets, value.layout)
+    addrs, _ = _addressing(ctx, op, StoreOp(op).dst, offsets, value.layout)
     # Replicated elements are stored by each owner; the writes are identical.
     for (ptr, pred), v in zip(addrs, value.regs):
         with b.if_(pred):
@@ -169,8 +170,8 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
     box_cols = SWIZZLE_BYTES // es
     nbox = cols // box_cols
     box_bytes = rows * SWIZZLE_BYTES
-    arg = ctx.params.arg_index(op.operands[0])
-    rank = ir.MemRefType(op.operands[0].type).rank
+    arg = ctx.params.arg_index(StoreOp(op).dst)
+    rank = ir.MemRefType(StoreOp(op).dst.type).rank
     tmap = ctx.params.tensormap(arg, [1] * (rank - 2) + [rows, box_cols], SWIZZLE_BYTES)
     off = ctx.scratch(nbox * box_bytes)
     # Everyone must be done with whatever shared memory the staging area reuses (a pipeline or aref ring).
@@ -218,5 +219,5 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
 
 
 def lower_dim(ctx: Ctx, op) -> None:
-    arg = ctx.params.arg_index(op.operands[0])
+    arg = ctx.params.arg_index(DimOp(op).tensor)
     ctx.set(op.results[0], ctx.params.dim(arg, op.attributes["axis"].value))

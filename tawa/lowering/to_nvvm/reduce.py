@@ -6,6 +6,7 @@ bits, warps through a small shared-memory scratch. The result has the slice layo
 """
 from __future__ import annotations
 
+from tawa.ir.ops import ReduceOp
 from tawa.errors import InternalCompilerError
 
 from .. import layouts as L
@@ -27,7 +28,7 @@ def _combine(b: Builder, kind: str, x: V, y: V) -> V:
 
 def lower_reduce(ctx: Ctx, op) -> None:
     b = ctx.b
-    src = register_tile(ctx.get(op.operands[0]), op)
+    src = register_tile(ctx.get(ReduceOp(op).src), op)
     axis = op.attributes["axis"].value
     kind = op.attributes["kind"].value
     if kind not in ("sum", "max", "min"):   # the frontend and the verifier (REDUCE_KINDS) allow no other

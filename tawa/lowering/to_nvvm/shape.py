@@ -8,6 +8,7 @@ first, through shared memory.
 """
 from __future__ import annotations
 
+from tawa.ir.ops import BroadcastOp, ExpandDimsOp, SplatOp, TransOp
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
@@ -89,7 +90,7 @@ def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
 
 def lower_splat(ctx: Ctx, op) -> None:
     layout = layout_of(op)
-    value = ctx.get(op.operands[0])
+    value = ctx.get(SplatOp(op).value)
     ctx.set(op.results[0], Tile([value] * len(layout.regs), layout, elem_type(op.results[0].type)))
 
 
@@ -102,7 +103,7 @@ def lower_arange(ctx: Ctx, op) -> None:
 
 
 def lower_expand_dims(ctx: Ctx, op) -> None:
-    src = register_tile(ctx.get(op.operands[0]), op)
+    src = register_tile(ctx.get(ExpandDimsOp(op).src), op)
     lay = L.expand(src.layout, op.attributes["axis"].value)
     out = Tile(src.regs, lay, src.elem)
     want = layout_of(op)
@@ -110,9 +111,9 @@ def lower_expand_dims(ctx: Ctx, op) -> None:
 
 
 def lower_broadcast(ctx: Ctx, op) -> None:
-    src = register_tile(ctx.get(op.operands[0]), op)
+    src = register_tile(ctx.get(BroadcastOp(op).src), op)
     layout = layout_of(op)
-    src_shape = tile_shape(op.operands[0].type)
+    src_shape = tile_shape(BroadcastOp(op).src.type)
     need = L.collapse(layout, src_shape)
     src = convert(ctx, src, need)
     index = {c: i for i, c in enumerate(src.layout.regs)}
@@ -124,7 +125,7 @@ def lower_broadcast(ctx: Ctx, op) -> None:
 
 
 def lower_trans(ctx: Ctx, op) -> None:
-    src = ctx.get(op.operands[0])
+    src = ctx.get(TransOp(op).src)
     if isinstance(src, SmemTile):
         ctx.set(op.results[0], SmemTile(src.offset, src.rows, src.cols, src.elem, not src.transposed))
         return
