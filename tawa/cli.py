@@ -25,68 +25,7 @@ import typing
 EMITS = ("tawa", "mlir", "ptx", "cubin", "json")
 PROG = "tawac"
 
-#: --warp-specialize (any Optional[bool] option): the word on the command line -> the option's value.
-_TRISTATE = {"auto": None, "on": True, "off": False}
-
-
-def _value(text: str):
-    """A -D value: an int, a float, else the text (a dtype name such as bf16)."""
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def _unwrap_optional(tp) -> tuple[object, bool]:
-    """(base type, whether None is allowed) of an annotation such as Optional[int]."""
-    if typing.get_origin(tp) is typing.Union:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return tp, False
-
-
-def _option_fields() -> list[tuple[dataclasses.Field, object, bool]]:
-    """(field, base type, optional) of each CompileOptions field that is a flag (constants come from -D)."""
-    from tawa.options import CompileOptions
-
-    hints = typing.get_type_hints(CompileOptions)
-    out = []
-    for f in dataclasses.fields(CompileOptions):
-        if f.name == "constants":
-            continue
-        base, optional = _unwrap_optional(hints[f.name])
-        out.append((f, base, optional))
-    return out
-
-
-def _add_option_flags(p: argparse.ArgumentParser) -> None:
-    """One flag per CompileOptions field; only the flags given reach the options (argparse.SUPPRESS)."""
-    from tawa.options import ALIASES
-
-    group = p.add_argument_group("compile options", "the fields of tawa.options.CompileOptions; the keyword "
-                                                    "arguments of tawa.compile")
-    for f, base, optional in _option_fields():
-        flags = [_flag(f.name)] + [_flag(alias) for alias, name in ALIASES.items() if name == f.name]
-        help_text = f.metadata.get("help")
-        kw = dict(dest=f.name, default=argparse.SUPPRESS, help=help_text)
-        if base is bool and not optional:
-            group.add_argument(*flags, action="store_true", **kw)
-        elif base is bool:
-            group.add_argument(*flags, choices=tuple(_TRISTATE), **kw)
-        elif base in (int, float, str):
-            choices = f.metadata.get("choices")
-            metavar = "{" + ",".join(map(str, choices)) + "}" if choices else ("N" if base is int else None)
-            # Values are checked by CompileOptions.validate(), not by argparse `choices`: one place, one message.
-            group.add_argument(*flags, type=base, metavar=metavar, **kw)
-        else:  # a field of a type the command line cannot spell: a bug in this table, not in the user's input
-            raise TypeError(f"CompileOptions.{f.name}: no command-line form for {base!r}")
+from tawa.option_flags import add_option_flags, constants_from_defines, flag_name, option_values
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="run these passes, in this order, on the input (a .mlir file of tile IR, or a .tawa "
                         "kernel after the frontend) and print the IR; implies --emit mlir")
     p.add_argument("--verbose", action="store_true", help="print ptxas's resource report (registers, spills, smem)")
-    _add_option_flags(p)
+    add_option_flags(p)
     return p
 
 
@@ -116,12 +55,7 @@ def _options(args, constants: dict):
     """CompileOptions from the flags given, validated."""
     from tawa.options import CompileOptions
 
-    values = {}
-    for f, base, optional in _option_fields():
-        if f.name in vars(args):
-            v = getattr(args, f.name)
-            values[f.name] = _TRISTATE[v] if base is bool and optional else v
-    return CompileOptions(constants=constants, **values).validate()
+    return CompileOptions(constants=constants, **option_values(args)).validate()
 
 
 def _check_output(path: str) -> str | None:
@@ -143,18 +77,16 @@ def main(argv=None) -> int:
     from tawa.options import InvalidOptionError
     from tawa.source import read_file, read_source
 
-    constants = {}
-    for d in args.defines:
-        if "=" not in d:
-            return _error(f"-D expects NAME=VALUE, got '{d}'")
-        name, value = d.split("=", 1)
-        constants[name.strip()] = _value(value.strip())
+    try:
+        constants = constants_from_defines(args.defines)
+    except ValueError as e:
+        return _error(str(e))
     try:
         options = _options(args, constants)
     except InvalidOptionError as e:
         # Named as argparse names its own errors: every spelling of the flag.
         spellings = [a.option_strings for a in parser._actions if a.dest == e.option and a.option_strings]
-        flag = "/".join(spellings[0]) if spellings else _flag(e.option)
+        flag = "/".join(spellings[0]) if spellings else flag_name(e.option)
         given = getattr(args, e.option, e.value)
         return _error(f"argument {flag}: invalid value {given!r}: expected {e.expected}")
     except TawaError as e:

@@ -27,6 +27,7 @@ import re
 import sys
 import typing
 
+from tawa.option_flags import TRISTATE, add_option_flags, constants_from_defines, option_values
 from tawa.options import CompileOptions
 
 PROG = "tawa-opt"
@@ -157,56 +158,25 @@ def _option_fields() -> dict:
     return {f.name: hints[f.name] for f in dataclasses.fields(CompileOptions) if f.name != "constants"}
 
 
-def _base_type(tp):
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    return args[0] if typing.get_origin(tp) is typing.Union and len(args) == 1 else tp
-
-
-def _is_optional(tp) -> bool:
-    return typing.get_origin(tp) is typing.Union and type(None) in typing.get_args(tp)
-
-
-_TRI = {"auto": None, "none": None, "on": True, "true": True, "1": True, "yes": True,
-        "off": False, "false": False, "0": False, "no": False}
-_BOOL = {k: v for k, v in _TRI.items() if v is not None}
-
-
 def _converter(name: str, tp):
-    """A function text -> value of the field's type, raising UsageError on a bad value."""
-    base, optional = _base_type(tp), _is_optional(tp)
+    """For `--option NAME=VALUE`: text -> a value of the field's type, raising UsageError on a bad value."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    optional = typing.get_origin(tp) is typing.Union and type(None) in typing.get_args(tp)
+    base = args[0] if optional and len(args) == 1 else tp
 
     def convert(text: str):
-        t = text.strip()
-        if optional and t.lower() in ("none", "auto") and base is not bool:
-            return None
+        t = text.strip().lower()
         if base is bool:
-            table = _TRI if optional else _BOOL
-            if t.lower() in table:
-                return table[t.lower()]
-            choices = "auto/on/off" if optional else "on/off"
-            raise UsageError(f"option {name} expects one of {choices}, got '{text}'")
-        if base is int:
-            try:
-                return int(t, 0)
-            except ValueError:
-                raise UsageError(f"option {name} expects an integer, got '{text}'") from None
-        if base is float:
-            try:
-                return float(t)
-            except ValueError:
-                raise UsageError(f"option {name} expects a number, got '{text}'") from None
-        return t
-    return convert
-
-
-def constant_value(text: str):
-    """A -D value: an int, a float, else the text (a dtype name such as bf16)."""
-    for conv in (int, float):
+            if t in TRISTATE and (optional or TRISTATE[t] is not None):
+                return TRISTATE[t]
+            raise UsageError(f"option {name} expects one of {'auto/on/off' if optional else 'on/off'}, got '{text}'")
+        if optional and t in ("none", "auto"):
+            return None
         try:
-            return conv(text)
+            return base(text.strip())
         except ValueError:
-            pass
-    return text
+            raise UsageError(f"option {name} expects a value of type {base.__name__}, got '{text}'") from None
+    return convert
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -227,17 +197,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="kernel constant for .tawa input")
     p.add_argument("--option", dest="options", action="append", default=[], metavar="NAME=VALUE",
                    help="any CompileOptions field, e.g. --option num_buffers=3")
-    group = p.add_argument_group("compile options (the fields of tawa.options.CompileOptions)")
-    for name, tp in _option_fields().items():
-        flags = ["--" + name.replace("_", "-")]
-        if name == "num_buffers":
-            flags.append("--num-buffers-warp-spec")
-        base = _base_type(tp)
-        if base is bool and not _is_optional(tp):
-            group.add_argument(*flags, dest=name, action="store_const", const=True, default=argparse.SUPPRESS)
-        else:
-            metavar = "auto|on|off" if base is bool else "N" if base is int else "VALUE"
-            group.add_argument(*flags, dest=name, metavar=metavar, default=argparse.SUPPRESS)
+    add_option_flags(p)
     return p
 
 
@@ -254,16 +214,11 @@ def options_from_args(args) -> CompileOptions:
         if name not in fields:
             raise UsageError(f"unknown option '{name}' (options: {', '.join(fields)})")
         values[name] = _converter(name, fields[name])(value)
-    for name, tp in fields.items():
-        if name in vars(args):
-            v = getattr(args, name)
-            values[name] = v if isinstance(v, bool) else _converter(name, tp)(v)
-    constants = {}
-    for d in args.defines:
-        if "=" not in d:
-            raise UsageError(f"-D expects NAME=VALUE, got '{d}'")
-        name, value = d.split("=", 1)
-        constants[name.strip()] = constant_value(value.strip())
+    values.update(option_values(args))
+    try:
+        constants = constants_from_defines(args.defines)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     return CompileOptions(constants=constants, **values)
 
 

@@ -34,7 +34,7 @@ PACKAGE_DIR = pathlib.Path(__file__).resolve().parent.parent / "tawa"
 
 #: Base modules. `tawa.source` (the one `read_source`, shared by `tawa.compile`, the frontend and `tawac`)
 #: imports only `tawa.errors` and sits here with them.
-BASE = frozenset({"tawa.errors", "tawa.options", "tawa.hopper", "tawa.abi", "tawa.elements", "tawa.version",
+BASE = frozenset({"tawa.errors", "tawa.options", "tawa.option_flags", "tawa.hopper", "tawa.abi", "tawa.elements", "tawa.version",
                   "tawa.source"})
 BACKEND = ("tawa.lowering.to_nvvm", "tawa.lowering.backend", "tawa.lowering.emit_ptx",
            "tawa.lowering.lower_to_llvm")

@@ -102,8 +102,11 @@ def test_main_usage_errors(tmp_path, capsys):
     assert opt.main([str(f), "--passes", "canonicalize,partiton"]) == 2
     err = capsys.readouterr().err
     assert "unknown pass 'partiton'" in err and "protocol-check" in err and "lower-to-llvm" in err
-    assert opt.main([str(f), "--num-buffers", "two"]) == 2
-    assert "num_buffers expects an integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:            # argparse's own usage error, as tawac's
+        opt.main([str(f), "--num-buffers", "two"])
+    assert exit_.value.code == 2 and "--num-buffers" in capsys.readouterr().err
+    assert opt.main([str(f), "--option", "num_buffers=two"]) == 2
+    assert "num_buffers expects a value of type int" in capsys.readouterr().err
     assert opt.main([str(f), "--option", "num_bufers=2"]) == 2
     assert "unknown option 'num_bufers'" in capsys.readouterr().err
     assert opt.main([str(tmp_path / "missing.mlir")]) == 1
