@@ -12,9 +12,6 @@ THREADS_PER_WARP = 32
 WARPS_PER_GROUP = 4
 THREADS_PER_WARP_GROUP = THREADS_PER_WARP * WARPS_PER_GROUP
 
-#: Most threads in one block (`.maxntid`).
-MAX_THREADS_PER_BLOCK = 1024
-
 #: Dynamic shared memory one block may opt into (227 KiB on H100/H200).
 SMEM_PER_BLOCK = 227 * 1024
 #: Bytes at the start of the dynamic shared segment reserved for mbarriers; tiles start 1024-aligned after it.

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from mlir import ir, passmanager
 from mlir.dialects import gpu
 
+from tawa import hopper
 from tawa.errors import CompilationError, InternalCompilerError
 
-CHIP = "sm_90a"
+CHIP = hopper.ARCH
 
 LLVM_PIPELINE = (
-    "builtin.module(nvvm-attach-target{chip=sm_90a features=+ptx80 O=3}, "
+    f"builtin.module(nvvm-attach-target{{chip={CHIP} features=+ptx80 O=3}}, "
     "gpu.module(convert-scf-to-cf, convert-nvvm-to-llvm, convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=true}, "
     "canonicalize, cse, reconcile-unrealized-casts))"
 )

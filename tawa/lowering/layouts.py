@@ -20,7 +20,6 @@ from functools import lru_cache
 
 from tawa.errors import CompilationError, InternalCompilerError
 
-WARP_SIZE = 32
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import struct
 import sys
 from typing import Any, Optional, Sequence
 
+from tawa import hopper
 from tawa.errors import LaunchError
 from tawa.abi import AbiParam, CompiledKernel
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
@@ -231,12 +232,12 @@ class GpuLauncher:
             if i in self._tma_args and 0 not in info.shape:
                 # The tensor-map rules that depend on the argument, checked now rather than at encoding.
                 esize = ELEMENT_BYTES[param["dtype"]]
-                if info.ptr % 16:
+                if info.ptr % hopper.TMA_ALIGN_BYTES:
                     raise LaunchError(f"{where}: its data address 0x{info.ptr:x} is not 16-byte aligned, as the "
                                       "kernel's TMA copies need",
                                       note="slice so that the start stays 16-byte aligned, or pass a copy")
                 for axis in range(len(info.shape) - 1):
-                    if info.shape[axis] > 1 and (info.strides[axis] * esize) % 16:
+                    if info.shape[axis] > 1 and (info.strides[axis] * esize) % hopper.TMA_ALIGN_BYTES:
                         raise LaunchError(
                             f"{where}: stride of dimension {axis} is {info.strides[axis]} elements "
                             f"({info.strides[axis] * esize} bytes); the kernel's TMA copies need a multiple of "

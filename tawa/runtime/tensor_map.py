@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
+from tawa import hopper
 from tawa.errors import LaunchError
 from tawa.runtime.arrays import ELEMENT_BYTES
 
@@ -59,14 +60,14 @@ def tensor_map_args(dtype: str, ptr: int, shape, strides, box, swizzle: int, nam
         raise LaunchError(f"argument '{name}': a {len(box)}-d tile box does not fit a rank-{rank} tensor")
     # A tile of lower rank reads the leading dims with extent 1 (docs/ir.md, tawa.load).
     box = [1] * (rank - len(box)) + box
-    if ptr % 16:
+    if ptr % hopper.TMA_ALIGN_BYTES:
         raise LaunchError(f"argument '{name}': its data address 0x{ptr:x} is not 16-byte aligned, as TMA needs",
                           note="pass a tensor whose storage offset keeps it 16-byte aligned (or copy it)")
     for axis, b in enumerate(box):
         if not 1 <= b <= 256:
             raise LaunchError(f"argument '{name}': tile box extent {b} (dim {axis}) is outside 1..256")
     inner_bytes = box[-1] * esize
-    if inner_bytes % 16:
+    if inner_bytes % hopper.TMA_ALIGN_BYTES:
         raise LaunchError(f"argument '{name}': the tile's innermost extent is {inner_bytes} bytes; TMA needs a "
                           "multiple of 16")
     if swizzle and inner_bytes > swizzle:
@@ -83,7 +84,7 @@ def tensor_map_args(dtype: str, ptr: int, shape, strides, box, swizzle: int, nam
         if dims[axis] == 1:
             inner = byte_strides[-1] * dims[axis + 1] if byte_strides else dims[-1] * esize
             stride = -(-max(inner, 16) // 16) * 16
-        if stride <= 0 or stride % 16:
+        if stride <= 0 or stride % hopper.TMA_ALIGN_BYTES:
             raise LaunchError(f"argument '{name}': stride of dim {axis} is {int(strides[axis])} elements "
                               f"({stride} bytes); TMA needs a positive multiple of 16 bytes",
                               note="pad the row length so each row starts 16-byte aligned, or pass a "

@@ -22,17 +22,11 @@ class V:
         return self.name
 
 
-INT_TYPES = ("i1", "i8", "i16", "i32", "i64")
 FLOAT_TYPES = ("f16", "bf16", "f32", "f64", "f8E4M3FN", "f8E5M2")
 
 
 def is_float(t: str) -> bool:
     return t in FLOAT_TYPES
-
-
-def bitwidth(t: str) -> int:
-    return {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64, "f16": 16, "bf16": 16, "f32": 32, "f64": 64,
-            "f8E4M3FN": 8, "f8E5M2": 8}[t]
 
 
 class Builder:
@@ -174,8 +168,6 @@ class Builder:
         return self.op(f"llvm.getelementptr {base}[{index}] : ({base.type}, {index.type}) -> {base.type}, {elem}",
                        base.type)
 
-    def ptrtoint(self, p: V, to: str = "i32") -> V:
-        return self.op(f"llvm.ptrtoint {p} : {p.type} to {to}", to)
 
     # ---- structured control flow ---------------------------------------------------------------------------
     @contextmanager

@@ -231,7 +231,7 @@ def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
     every wgmma of the kernel (note C7519), and LLVM would otherwise sink the packing next to its use."""
     from .shape import convert
     m, kdim = a.shape
-    kdim2, n = bt.shape
+    n = bt.shape[1]
     a = convert(ctx, a, L.mma(m, kdim, ctx.num_warps))
     layout = L.parse(attrs.LAYOUT.get(op))
     acc = convert(ctx, acc, layout)

@@ -106,7 +106,6 @@ def _addressing(ctx: Ctx, op, src: ir.Value, offsets: list, layout: L.Layout):
     lead = rank - layout.rank
     # Leading (dropped) dims: fixed offsets, checked once.
     base_pred = None
-    base_index = None
     for d in range(rank):
         if d < lead:
             ok = b.cmpi("ult", offsets[d], ctx.params.dim(arg, d))
