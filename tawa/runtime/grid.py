@@ -10,6 +10,7 @@ can never run arbitrary code. Both the GPU runtime and the CPU interpreter launc
 from __future__ import annotations
 
 import ast
+import functools
 from typing import Any, Optional, Sequence
 
 from tawa.errors import LaunchError
@@ -172,6 +173,15 @@ def _eval(node: ast.AST, env: dict, text: str) -> int:
     raise LaunchError(f"grid expression '{text}': only integers, names, + - * // %, cdiv, min and max are allowed")
 
 
+@functools.lru_cache(maxsize=1024)
+def _parse_grid(text: str) -> ast.AST:
+    """A grid expression parsed once per distinct text (the tree is only read, never changed)."""
+    try:
+        return ast.parse(text.strip(), mode="eval")
+    except SyntaxError:
+        raise LaunchError(f"grid expression '{text}' is not a valid expression") from None
+
+
 def eval_grid(grid_exprs: list, bindings: dict, constants: dict) -> tuple:
     """Evaluate 1-3 grid expressions over shape-symbol bindings and integer constants; a tuple of ints."""
     if not 1 <= len(grid_exprs) <= 3:
@@ -180,11 +190,7 @@ def eval_grid(grid_exprs: list, bindings: dict, constants: dict) -> tuple:
     env.update(bindings)
     grid = []
     for text in grid_exprs:
-        try:
-            tree = ast.parse(str(text).strip(), mode="eval")
-        except SyntaxError:
-            raise LaunchError(f"grid expression '{text}' is not a valid expression") from None
-        value = _eval(tree, env, text)
+        value = _eval(_parse_grid(str(text)), env, text)
         if value < 0:
             raise LaunchError(f"grid expression '{text}' is negative ({value})")
         grid.append(value)

@@ -14,12 +14,14 @@ import ctypes
 import hashlib
 import struct
 import sys
+import threading
 from typing import Any, Optional, Sequence
 
 from tawa import hopper
 from tawa.errors import LaunchError
 from tawa.abi import AbiParam, CompiledKernel
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
+from tawa.runtime import driver as drv
 from tawa.runtime import tensor_map as tm
 
 #: Grid limits of compute capability 9.0.
@@ -105,20 +107,49 @@ def stream_handle(stream) -> int:
         raise LaunchError(f"cannot use {type(stream).__name__} as a CUDA stream") from None
 
 
-def _default_stream(args: Sequence[Any]) -> Optional[int]:
-    """The stream the producing library would use: torch's current stream for torch tensors, CuPy's for CuPy
-    arrays; None when no argument comes from either (then the legacy default stream)."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        for a in args:
-            if isinstance(a, torch.Tensor) and a.is_cuda:
-                return int(torch.cuda.current_stream(a.device).cuda_stream)
+_raw_stream = [None, None]      # [the torch module, its torch._C._cuda_getCurrentRawStream or None]
+
+
+def _torch_stream(torch, device: int) -> int:
+    """torch's current stream on `device` as a raw CUstream value, without building a torch.cuda.Stream."""
+    if _raw_stream[0] is not torch:
+        _raw_stream[:] = [torch, getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)]
+    raw = _raw_stream[1]
+    if raw is not None:
+        return raw(device)
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _cupy_stream(args: Sequence[Any]) -> Optional[int]:
     cupy = sys.modules.get("cupy")
     if cupy is not None:
         for a in args:
             if isinstance(a, cupy.ndarray):
                 return int(cupy.cuda.get_current_stream().ptr)
     return None
+
+
+class _NotATensor:
+    """Stands in for torch.Tensor in isinstance checks while torch is not imported."""
+
+
+# -- launch plans -----------------------------------------------------------------------------------------------
+
+class _Plan:
+    """Everything a launch derives from its argument signature (per array: type, dtype, shape, strides,
+    device; per scalar: Python type; and the grid asked for), computed and checked once by the full path.
+    A launch with the same signature only supplies data addresses and scalar values."""
+    __slots__ = ("grid", "ordinal", "template", "ptr_slots", "scalar_slots", "map_slots", "tma_checks")
+
+    def __init__(self, grid, ordinal, template, ptr_slots, scalar_slots, map_slots, tma_checks):
+        self.grid = grid                    # (x, y, z); None when the grid is empty (nothing to launch)
+        self.ordinal = ordinal              # device ordinal; None: the current context's, read per launch
+        self.template = template            # parameter values, with dims and strides filled in
+        self.ptr_slots = ptr_slots          # [(ABI index, argument index)]
+        self.scalar_slots = scalar_slots    # [(ABI index, argument index, dtype, how errors name it)]
+        self.map_slots = map_slots          # [(ABI index, argument index, Geometry, by_value, name)]; the
+                                            #   rank instead of a Geometry for an empty tensor (the scratch)
+        self.tma_checks = tma_checks        # [(argument index, name)]: pointers TMA reads, 16-byte aligned
 
 
 # -- the launcher ------------------------------------------------------------------------------------------------
@@ -144,55 +175,167 @@ class GpuLauncher:
                                   f"has {len(self.params)}")
         self.tensor_maps = tensor_maps or tm.default_cache
         self._tma_args = {p.arg for p in self.abi if p.kind == "tensormap"}
+        self._is_array = [p.get("kind") == "tensor" for p in self.params]
+        self._names = [p["name"] for p in self.params]
         self._scratch: dict = {}           # context key -> device address of the empty-tensor stand-in
         self.launches = 0                  # launches that reached the driver
-        self._plans: dict = {}             # launch signature -> (grid, device, tensor-map keys)
+        self._plans: dict = {}             # launch signature -> _Plan
         self._struct = param_struct(self.abi)
         self._pointer_array = ctypes.c_void_p * max(len(self.abi), 1)
+        self._buffers: dict = {}           # thread id -> (packed-parameter buffer, address of its pointer array)
+        self._functions: dict = {}         # context key -> loaded function
+        self._block = (kernel.num_threads, 1, 1)
 
     # Checks come first and touch no GPU state, so every argument error is raised before anything is launched. A
-    # launch whose arrays (addresses, shapes, strides, types) and scalar types match an earlier one reuses that
-    # launch's checked plan (grid, device, tensor-map keys) and goes straight to packing.
+    # launch whose argument signature (array types, dtypes, shapes, strides, devices; scalar types; the grid)
+    # matches an earlier one reuses that launch's checked plan and only reads what changes: data addresses (the
+    # 16-byte alignment of those TMA reads is checked again) and scalar values (range-checked again).
     def launch(self, args: Sequence[Any], grid=None, stream=None) -> None:
-        args = list(args)
-        name = self.kernel.name
-        if len(args) != len(self.params):
-            names = ", ".join(p["name"] for p in self.params)
-            raise LaunchError(f"kernel '{name}' takes {len(self.params)} arguments ({names}), got {len(args)}")
-        stream_value = stream_handle(stream) if stream is not None else _default_stream(args)
-        infos = self._read_arrays(args, stream_value)
-        signature = (tuple(type(a) if i is None else (i.ptr, i.shape, i.strides, i.dtype, i.device)
-                           for a, i in zip(args, infos)),
-                     grid if grid is None or isinstance(grid, int) else tuple(grid))
-        plan = self._plans.get(signature)
+        nparams = len(self.params)
+        if len(args) != nparams:
+            names = ", ".join(self._names)
+            raise LaunchError(f"kernel '{self.kernel.name}' takes {nparams} arguments ({names}), got {len(args)}")
+        torch = sys.modules.get("torch")
+        tensor_type = torch.Tensor if torch is not None else _NotATensor
+        stream_value = stream_handle(stream) if stream is not None else None
+        keys, ptrs, torch_device, generic = [], [], None, None
+        is_array = self._is_array
+        for i, a in enumerate(args):
+            if not is_array[i]:
+                keys.append(type(a))
+                ptrs.append(0)
+            elif isinstance(a, tensor_type):
+                dev = a.get_device() if a.is_cuda else -1
+                ptr = a.data_ptr() if dev >= 0 else 0
+                keys.append((a.dtype, a.shape, a.stride(), dev))
+                ptrs.append(ptr)
+                if torch_device is None and dev >= 0:
+                    torch_device = dev
+            else:
+                key, ptr = _cai_key(a)
+                if key is None:                       # DLPack or not an array: read after the stream is known
+                    generic = generic or []
+                    generic.append(i)
+                keys.append(key)
+                ptrs.append(ptr)
+        if stream is None:
+            stream_value = _torch_stream(torch, torch_device) if torch_device is not None else _cupy_stream(args)
+        if generic is not None:
+            for i in generic:
+                info = array_info(args[i], self._names[i], stream_value)
+                if info is None:
+                    keys[i] = type(args[i])
+                else:
+                    keys[i] = ("info", info.shape, info.strides, info.dtype, info.device, info.host)
+                    ptrs[i] = info.ptr
+        signature = (tuple(keys), grid if grid is None or isinstance(grid, int) else tuple(grid))
+        try:
+            plan = self._plans.get(signature)
+        except TypeError:                             # an unhashable grid: the full path says what is wrong
+            plan, signature = None, None
         if plan is None:
-            bindings = self._bind(args, infos)
-            grid3 = self._grid(grid, bindings)
-            if 0 in grid3:
-                return
-            ordinal = self._device(infos)
-            plan = (grid3, ordinal, self._plan_tensor_maps(infos, ordinal))
-            if len(self._plans) >= 256:
-                self._plans.clear()
-            self._plans[signature] = plan
-        grid3, ordinal, maps = plan
-
-        from tawa.runtime import driver as drv
-        ctx = drv.context_for(ordinal)
-        stream_value = stream_value or 0
-        fn = drv.load_function(ctx, self.image_key, self.image, name, self.kernel.shared_bytes)
-        values = self._values(args, infos, maps, ctx, stream_value)
-        # cuLaunchKernel takes one pointer per parameter; they point into the packed buffer, which the driver
-        # copies before returning.
-        holder = ctypes.create_string_buffer(max(self.params_size, 1))
-        self._struct.pack_into(holder, 0, *values)
-        base = ctypes.addressof(holder)
-        pointers = self._pointer_array(*[base + off for off in self.offsets])
-        drv.launch(fn, grid3, (self.kernel.num_threads, 1, 1), self.kernel.shared_bytes, stream_value,
-                   ctypes.addressof(pointers))
-        self.launches += 1
+            plan = self._make_plan(args, grid, stream_value)
+            if signature is not None:
+                if len(self._plans) >= 256:
+                    self._plans.clear()
+                self._plans[signature] = plan
+        self._launch_plan(plan, args, ptrs, stream_value or 0)
 
     __call__ = launch
+
+    def _launch_plan(self, plan: _Plan, args, ptrs: list, stream_value: int) -> None:
+        for i, name in plan.tma_checks:
+            if ptrs[i] % hopper.TMA_ALIGN_BYTES:
+                raise _misaligned(name, ptrs[i])
+        values = plan.template.copy() if plan.template is not None else [None] * len(self.abi)
+        for j, i in plan.ptr_slots:
+            values[j] = ptrs[i]
+        for j, i, dtype, where in plan.scalar_slots:
+            values[j] = _scalar_value(args[i], dtype, where)
+        if plan.grid is None:                         # an empty grid: checked, nothing to launch
+            return
+        ordinal = plan.ordinal
+        if ordinal is None:
+            ordinal = drv.current_context_device()
+            if ordinal is None:
+                ordinal = drv.default_device()
+        ctx = drv.context_for(ordinal)
+        fn = self._functions.get(ctx.key)
+        if fn is None:
+            fn = self._functions[ctx.key] = drv.load_function(ctx, self.image_key, self.image, self.kernel.name,
+                                                              self.kernel.shared_bytes)
+        if plan.map_slots:
+            lookup = self.tensor_maps.lookup
+            for j, i, geom, by_value, name in plan.map_slots:
+                if isinstance(geom, int):             # an empty tensor: the zeroed scratch element
+                    geom, scratch = self._scratch_geometry(j, geom), self._scratch_for(ctx)
+                    drv.memset_async(scratch, _SCRATCH_BYTES, stream_value)
+                    values[j] = lookup(geom, ctx.ordinal, scratch, by_value, name)
+                else:
+                    values[j] = lookup(geom, ordinal, ptrs[i], by_value, name)
+        # cuLaunchKernel takes one pointer per parameter; they point into the packed buffer, which the driver
+        # copies before returning, so one buffer per thread is refilled on every launch.
+        buffers = self._buffers.get(threading.get_ident())
+        if buffers is None:
+            buffers = self._new_buffers()
+        self._struct.pack_into(buffers[0], 0, *values)
+        drv.launch(fn, plan.grid, self._block, self.kernel.shared_bytes, stream_value, buffers[1])
+        self.launches += 1
+
+    def _new_buffers(self) -> tuple:
+        holder = ctypes.create_string_buffer(max(self.params_size, 1))
+        base = ctypes.addressof(holder)
+        pointers = self._pointer_array(*[base + off for off in self.offsets])
+        if len(self._buffers) >= 64:
+            self._buffers.clear()
+        buffers = (holder, ctypes.addressof(pointers), pointers)
+        self._buffers[threading.get_ident()] = buffers
+        return buffers
+
+    def _scalar_where(self, p: AbiParam) -> str:
+        return f"argument '{self._names[p.arg]}' (declared {self.params[p.arg].get('dtype')})"
+
+    def _scratch_geometry(self, j: int, rank: int) -> tm.Geometry:
+        p = self.abi[j]
+        return self.tensor_maps.geometry(self.params[p.arg]["dtype"], (1,) * rank, (1,) * rank, tuple(p.box),
+                                         p.swizzle)
+
+    # -- the full path: every check, once per signature ----------------------------------------------------
+    def _make_plan(self, args, grid, stream_value) -> _Plan:
+        args = list(args)
+        infos = self._read_arrays(args, stream_value)
+        bindings = self._bind(args, infos)
+        grid3 = self._grid(grid, bindings)
+        tma_checks = [(i, self._names[i]) for i in sorted(self._tma_args) if 0 not in infos[i].shape]
+        if 0 in grid3:
+            scalars = [(j, p.arg, p.dtype, self._scalar_where(p)) for j, p in enumerate(self.abi)
+                       if p.kind == "scalar"]
+            for j, i, dtype, where in scalars:
+                _scalar_value(args[i], dtype, where)
+            return _Plan(None, None, None, (), scalars, (), tma_checks)
+        ordinal, known = self._device(infos)
+        self._check_tensor_maps(infos, ordinal)
+        template = [None] * len(self.abi)
+        ptr_slots, scalar_slots, map_slots = [], [], []
+        for j, p in enumerate(self.abi):
+            info, name = infos[p.arg], self._names[p.arg]
+            if p.kind == "tensormap":
+                if 0 in info.shape:
+                    map_slots.append((j, p.arg, len(info.shape), p.by_value, name))
+                else:
+                    geom = self.tensor_maps.geometry(self.params[p.arg]["dtype"], tuple(info.shape),
+                                                     tuple(info.strides), tuple(p.box), p.swizzle)
+                    map_slots.append((j, p.arg, geom, p.by_value, name))
+            elif p.kind == "ptr":
+                ptr_slots.append((j, p.arg))
+            elif p.kind == "dim":
+                template[j] = int(info.shape[p.axis])
+            elif p.kind == "stride":
+                template[j] = int(info.strides[p.axis])
+            else:
+                scalar_slots.append((j, p.arg, p.dtype, self._scalar_where(p)))
+                _scalar_value(args[p.arg], p.dtype, scalar_slots[-1][3])
+        return _Plan(grid3, ordinal if known else None, template, ptr_slots, scalar_slots, map_slots, tma_checks)
 
     # -- argument checks ------------------------------------------------------------------------------------
     def _read_arrays(self, args: list, stream_value: Optional[int]) -> list:
@@ -233,9 +376,7 @@ class GpuLauncher:
                 # The tensor-map rules that depend on the argument, checked now rather than at encoding.
                 esize = ELEMENT_BYTES[param["dtype"]]
                 if info.ptr % hopper.TMA_ALIGN_BYTES:
-                    raise LaunchError(f"{where}: its data address 0x{info.ptr:x} is not 16-byte aligned, as the "
-                                      "kernel's TMA copies need",
-                                      note="slice so that the start stays 16-byte aligned, or pass a copy")
+                    raise _misaligned(param["name"], info.ptr)
                 for axis in range(len(info.shape) - 1):
                     if info.shape[axis] > 1 and (info.strides[axis] * esize) % hopper.TMA_ALIGN_BYTES:
                         raise LaunchError(
@@ -268,7 +409,7 @@ class GpuLauncher:
                 raise LaunchError(f"grid extent {g} along axis {axis} is outside 0..{limit}")
         return grid
 
-    def _device(self, infos: list) -> int:
+    def _device(self, infos: list) -> tuple:
         ordinal, first = None, None
         for param, info in zip(self.params, infos):
             if info is None or info.device is None:
@@ -280,12 +421,12 @@ class GpuLauncher:
                                   f"{ordinal}; all arguments must be on one device")
         if ordinal is None:
             # Producers without a device field (the CUDA array interface): the device whose context is current,
-            # as CuPy leaves it.
-            from tawa.runtime import driver as drv
+            # as CuPy leaves it (read again on every launch of the plan).
             ordinal = drv.current_context_device()
             if ordinal is None:
                 ordinal = drv.default_device()
-        return ordinal
+            return ordinal, False
+        return ordinal, True
 
     # -- tensor maps ----------------------------------------------------------------------------------------
     @staticmethod
@@ -296,58 +437,49 @@ class GpuLauncher:
             return None, (1,) * len(info.shape), (1,) * len(info.shape)
         return info.ptr, tuple(info.shape), tuple(info.strides)
 
-    def _plan_tensor_maps(self, infos: list, ordinal) -> dict:
-        """Validate every tensor map not yet encoded, before the GPU is used; gives {abi index: pending args}."""
-        plan = {}
-        for i, p in enumerate(self.abi):
+    def _check_tensor_maps(self, infos: list, ordinal) -> None:
+        """Check every tensor map against the driver's rules before the GPU is used. Only the alignment of the
+        address depends on more than the signature, and that is checked on every launch."""
+        for p in self.abi:
             if p.kind != "tensormap":
                 continue
             info, param = infos[p.arg], self.params[p.arg]
             ptr, shape, strides = self._map_geometry(info)
-            if ptr is None:
-                plan[i] = "scratch"
-                tm.tensor_map_args(param["dtype"], 0, shape, strides, p.box, p.swizzle, param["name"])
-                continue
-            key = (ordinal, param["dtype"], ptr, shape, strides, tuple(p.box), p.swizzle)
-            if not self.tensor_maps.contains(key):
-                tm.tensor_map_args(param["dtype"], ptr, shape, strides, p.box, p.swizzle, param["name"])
-            plan[i] = key
-        return plan
-
-    def _values(self, args: list, infos: list, maps: dict, ctx, stream_value: int) -> list:
-        values = []
-        scratch_used = False
-        for i, p in enumerate(self.abi):
-            info = infos[p.arg]
-            if p.kind == "tensormap":
-                key = maps[i]
-                param = self.params[p.arg]
-                if key == "scratch":
-                    scratch_used = True
-                    rank = len(info.shape)
-                    key = (ctx.ordinal, param["dtype"], self._scratch_for(ctx), (1,) * rank, (1,) * rank,
-                           tuple(p.box), p.swizzle)
-                values.append(self.tensor_maps.get(*key, by_value=p.by_value, name=param["name"]))
-            elif p.kind == "ptr":
-                values.append(info.ptr)
-            elif p.kind == "dim":
-                values.append(int(info.shape[p.axis]))
-            elif p.kind == "stride":
-                values.append(int(info.strides[p.axis]))
-            elif p.dtype == "f32":
-                values.append(float(args[p.arg]))
-            else:
-                value = int(args[p.arg])
-                if p.dtype == "i32" and not -2**31 <= value < 2**31:
-                    raise LaunchError(f"argument '{self.params[p.arg]['name']}': {value} does not fit in i32")
-                values.append(bool(value) if p.dtype == "i1" else value)
-        if scratch_used:
-            from tawa.runtime import driver as drv
-            drv.memset_async(self._scratch[ctx.key], _SCRATCH_BYTES, stream_value)
-        return values
+            tm.tensor_map_args(param["dtype"], ptr or 0, shape, strides, p.box, p.swizzle, param["name"])
 
     def _scratch_for(self, ctx) -> int:
         if ctx.key not in self._scratch:
-            from tawa.runtime import driver as drv
             self._scratch[ctx.key] = drv.mem_alloc(_SCRATCH_BYTES)
         return self._scratch[ctx.key]
+
+
+def _misaligned(name: str, ptr: int) -> LaunchError:
+    return LaunchError(f"argument '{name}': its data address 0x{ptr:x} is not 16-byte aligned, as the kernel's "
+                       "TMA copies need", note="slice so that the start stays 16-byte aligned, or pass a copy")
+
+
+def _scalar_value(value, dtype: str, where: str):
+    """A checked scalar's value as packed: float for f32, a range-checked int for i32, bool for i1. `where`
+    names the argument as `grid.bind_shapes` does, so the error reads the same on either path."""
+    if dtype == "f32":
+        return float(value)
+    value = int(value)
+    if dtype == "i32" and not -2**31 <= value < 2**31:
+        raise LaunchError(f"{where}: {value} does not fit in i32")
+    return bool(value) if dtype == "i1" else value
+
+
+def _cai_key(obj) -> tuple:
+    """(signature key, data address) of a `__cuda_array_interface__` producer, from the dictionary's raw fields;
+    (None, 0) when `obj` has none or it is not well formed (the full path then reads it and says what is wrong)."""
+    try:
+        cai = obj.__cuda_array_interface__
+        typestr = cai["typestr"]
+        strides = cai.get("strides")
+        descr = cai.get("descr") if "V" in typestr else None     # names the type of raw (bf16 / fp8) data only
+        key = ("cai", typestr, tuple(cai["shape"]), None if strides is None else tuple(strides),
+               cai.get("mask") is None, None if descr is None else tuple(tuple(f) for f in descr))
+        hash(key)
+        return key, int(cai["data"][0] or 0)
+    except Exception:
+        return None, 0

@@ -126,26 +126,58 @@ class _Entry:
     device_copy: Optional[int] = None   # device address of a copy of `data` (by-pointer parameters)
 
 
+class Geometry:
+    """Everything a tensor map depends on but the address: (dtype, shape, strides, box, swizzle). Interned by
+    `TensorMapCache.geometry`, hashed by identity, so a per-launch lookup key is (geometry, device, address) and
+    costs a few pointer hashes instead of hashing nested tuples."""
+    __slots__ = ("dtype", "shape", "strides", "box", "swizzle")
+
+    def __init__(self, dtype: str, shape: tuple, strides: tuple, box: tuple, swizzle: int):
+        self.dtype, self.shape, self.strides, self.box, self.swizzle = dtype, shape, strides, box, swizzle
+
+    def __repr__(self) -> str:
+        return f"Geometry({self.dtype}, {self.shape}, {self.strides}, box={self.box}, swizzle={self.swizzle})"
+
+
 class TensorMapCache:
     """Encoded tensor maps by (device, dtype, address, shape, strides, box, swizzle), least recently used first
     out. Device copies made for by-pointer parameters are freed when their entry leaves."""
 
     def __init__(self, capacity: int = 4096):
         self.capacity = capacity
-        self._entries: OrderedDict = OrderedDict()
+        self._entries: OrderedDict = OrderedDict()   # (Geometry, device, address) -> _Entry
+        self._geometries: dict = {}                  # (dtype, shape, strides, box, swizzle) -> Geometry
         self.encodes = 0                 # how many maps were encoded (a cache miss each)
 
+    def geometry(self, dtype: str, shape, strides, box, swizzle: int) -> Geometry:
+        """The interned `Geometry` for these values (equal values give the same object while it is interned)."""
+        key = (dtype, tuple(shape), tuple(strides), tuple(box), swizzle)
+        geom = self._geometries.get(key)
+        if geom is None:
+            if len(self._geometries) >= 4 * self.capacity:
+                # Entries keyed by dropped geometries stay valid; they simply age out of the LRU.
+                self._geometries.clear()
+            geom = self._geometries[key] = Geometry(*key)
+        return geom
+
     def contains(self, key: tuple) -> bool:
-        return key in self._entries
+        device, dtype, ptr, shape, strides, box, swizzle = key
+        geom = self._geometries.get((dtype, tuple(shape), tuple(strides), tuple(box), swizzle))
+        return geom is not None and (geom, device, ptr) in self._entries
 
     def get(self, device: int, dtype: str, ptr: int, shape: tuple, strides: tuple, box: tuple, swizzle: int,
             by_value: bool, name: str):
         """The descriptor bytes (by_value) or the device address of a copy of them; encodes on a miss (the
         device's context must be current)."""
-        key = (device, dtype, ptr, shape, strides, box, swizzle)
+        return self.lookup(self.geometry(dtype, shape, strides, box, swizzle), device, ptr, by_value, name)
+
+    def lookup(self, geom: Geometry, device: int, ptr: int, by_value: bool, name: str):
+        """`get` for an interned geometry: the launcher's per-launch path."""
+        key = (geom, device, ptr)
         entry = self._entries.get(key)
         if entry is None:
-            entry = _Entry(encode(tensor_map_args(dtype, ptr, shape, strides, box, swizzle, name)))
+            entry = _Entry(encode(tensor_map_args(geom.dtype, ptr, geom.shape, geom.strides, geom.box,
+                                                  geom.swizzle, name)))
             self.encodes += 1
             self._entries[key] = entry
             while len(self._entries) > self.capacity:
