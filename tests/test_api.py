@@ -143,3 +143,16 @@ def test_non_utf8_file_is_a_compilation_error(tmp_path):
 def test_bad_option_is_checked_before_the_source():
     with pytest.raises(CompilationError, match="num_stages"):
         tawa.interpret("not a kernel (", num_stages=0)
+
+
+@pytest.mark.parametrize("grid", [None, (1.5, 2), "8", (1, 2, 3, 4), (), (-1,), (True,)])
+def test_explicit_grid_is_checked_when_given(grid):
+    kernel = tawa.interpret(str(EXAMPLES / "gemm.tawa"), BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+    with pytest.raises(tawa.LaunchError, match="launch grid"):
+        kernel[grid]
+
+
+def test_explicit_grid_accepts_ints():
+    kernel = tawa.interpret(str(EXAMPLES / "gemm.tawa"), BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+    assert callable(kernel[2]) and callable(kernel[(2, 3)]) and callable(kernel[[1, 1, 1]])
+    assert callable(kernel[(np.int64(2), 3)])

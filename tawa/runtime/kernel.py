@@ -47,10 +47,15 @@ class Kernel:
 
     # -- launch --------------------------------------------------------------------------------------------
     def __getitem__(self, grid):
-        if isinstance(grid, int):
-            grid = (grid,)
-        grid = tuple(int(g) for g in grid)
-        return lambda *args, **kw: self._launch(args, grid, **kw)
+        """`kernel[grid](*args)`: launch with an explicit grid of 1 to 3 non-negative integers."""
+        grid = _explicit_grid(grid)
+        launcher = self._launcher
+
+        def launch(*args, **kw):
+            if launcher is not None and not kw:
+                return launcher.launch(args, grid=grid)
+            return self._launch(args, grid, **kw)
+        return launch
 
     def __call__(self, *args, **kw):
         launcher = self._launcher
@@ -87,3 +92,18 @@ class Kernel:
             with self._context:
                 self._module = ir.Module.parse(self.compiled.ir)
         run_kernel(self._module, args, tuple(grid), kernel_name=self.name, seed=seed)
+
+
+def _explicit_grid(grid) -> tuple:
+    """A grid given as `kernel[grid]`, checked once: an int or a tuple/list of 1 to 3 ints, each >= 0."""
+    import numbers
+    from tawa.errors import LaunchError
+
+    def is_int(g):
+        return isinstance(g, numbers.Integral) and not isinstance(g, bool)
+    items = (grid,) if is_int(grid) else grid
+    if not isinstance(items, (tuple, list)) or not 1 <= len(items) <= 3 or \
+            not all(is_int(g) and g >= 0 for g in items):
+        raise LaunchError(f"a launch grid is an int or a tuple of 1 to 3 non-negative ints, got {grid!r}",
+                          note="for example kernel[(cdiv(M, 128), cdiv(N, 128))](...)")
+    return tuple(int(g) for g in items)
