@@ -156,3 +156,12 @@ def test_explicit_grid_accepts_ints():
     kernel = tawa.interpret(str(EXAMPLES / "gemm.tawa"), BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
     assert callable(kernel[2]) and callable(kernel[(2, 3)]) and callable(kernel[[1, 1, 1]])
     assert callable(kernel[(np.int64(2), 3)])
+
+
+def test_keyword_arguments_at_launch_are_a_clear_error():
+    kernel = tawa.interpret(str(EXAMPLES / "gemm.tawa"), BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+    a = np.ones((16, 16), ml_dtypes.bfloat16)
+    with pytest.raises(LaunchError, match="keyword argument 'C'.*positional"):
+        kernel(a, a, C=a)
+    with pytest.raises(LaunchError, match="keyword argument 'bogus'"):
+        kernel[(1, 1)](a, a, a, bogus=1)

@@ -63,8 +63,15 @@ class Kernel:
             return launcher.launch(args)         # the steady state: the launcher checks the argument count
         return self._launch(args, None, **kw)
 
-    def _launch(self, args, grid, stream=None, seed=None):
+    def _launch(self, args, grid, **kw):
         from tawa.errors import LaunchError
+        unknown = sorted(set(kw) - {"stream", "seed"})
+        if unknown:
+            names = ", ".join(p["name"] for p in self.compiled.params)
+            raise LaunchError(f"kernel '{self.name}' got the keyword argument '{unknown[0]}'; kernel arguments are "
+                              f"positional ({names}), and the only keywords are stream= and, in the "
+                              f"interpreter, seed=")
+        stream, seed = kw.get("stream"), kw.get("seed")
         params = self.compiled.params
         if len(args) != len(params):
             names = ", ".join(p["name"] for p in params)
