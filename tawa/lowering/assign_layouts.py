@@ -184,6 +184,22 @@ def run(module: ir.Module, options=None) -> ir.Module:
     return module
 
 
+_FP8 = ("f8E4M3FN", "f8E5M2")
+
+
+def _check_register_fp8(ops: list, smem: set) -> None:
+    """fp8 tiles live only in shared memory on the GPU (dot operands loaded by TMA): the backend has no fp8
+    register arithmetic, loads or stores yet, so such code is refused here, at its source line."""
+    for op in ops:
+        for v in list(op.results) + list(op.operands):
+            if _is_tile(v) and v not in smem and str(ir.RankedTensorType(v.type).element_type) in _FP8:
+                raise CompilationError(
+                    f"'{op.name}' works on an fp8 tile in registers ({v.type}), which the GPU backend does not "
+                    f"support", source_location(op),
+                    note="use fp8 tiles only as dot operands loaded from memory; for elementwise code load and "
+                         "store f16/bf16/f32 tensors (or run it with target='cpu')")
+
+
 def _assign(ops: list, W: int, ctx) -> None:
     """Layouts for the tiles produced by `ops` (one kernel body or one warp-group region) over W warps."""
     smem = set()
@@ -200,6 +216,7 @@ def _assign(ops: list, W: int, ctx) -> None:
             attrs.SMEM.set(op)
             smem.add(op.results[0])
     _check_smem_uses(ops, smem)
+    _check_register_fp8(ops, smem)
 
     def mma_for(op):
         m, n = _shape(op.results[0])
