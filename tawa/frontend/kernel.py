@@ -154,8 +154,12 @@ def build_kernel(kernels: list, overrides: dict, diag, module: ir.Module) -> Non
             if len(d.args) != 1:
                 raise diag.error(d, "@num_warps takes one integer")
             num_warps = evaluate(d.args[0], constants, diag, "@num_warps")
-            if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps <= 0 or num_warps % 4:
-                raise diag.error(d, f"@num_warps needs a positive multiple of 4, got {num_warps!r}")
+            from tawa.options import NUM_WARPS     # the warp counts the layouts support: 1 or 2 warp groups
+            if isinstance(num_warps, bool) or not isinstance(num_warps, int) or num_warps not in NUM_WARPS:
+                raise diag.error(d, f"@num_warps must be {' or '.join(map(str, NUM_WARPS))} (one or two warp "
+                                    f"groups), got {num_warps!r}",
+                                 note="use @num_warps(4) or @num_warps(8); a warp-specialized kernel sets its "
+                                      "own warp count (num_consumer_groups)")
 
     # ---- the function
     dyn = ir.ShapedType.get_dynamic_size()

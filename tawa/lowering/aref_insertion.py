@@ -27,7 +27,9 @@ from __future__ import annotations
 from mlir import ir
 
 from tawa import hopper
+from tawa.errors import CompilationError
 from tawa.ir.kernel_info import kernels
+from tawa.ir.location import source_location
 from tawa.ir.ops import (ArefCreateOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get,
                          create_put)
 from tawa.ir.traversal import ancestor_in_block, backward_slice, enclosing, ops_of, walk
@@ -126,6 +128,21 @@ def insert_for_loop(p: ws_analysis.LoopPlan, depth: int) -> ir.Operation:
     return create
 
 
+def check_depth(depth: int, slot_bytes: int, options, loop) -> None:
+    """Refuse, at the loop, an explicit `num_buffers` whose rings alone cannot fit in a block's shared memory
+    (the backend refuses, at the same loop, a ring that only overflows next to the kernel's other tiles)."""
+    if options.num_buffers is None or depth * slot_bytes <= hopper.SMEM_FOR_TILES:
+        return
+    fits = hopper.SMEM_FOR_TILES // max(slot_bytes, 1)
+    raise CompilationError(
+        f"num_buffers={depth} ring slots of {slot_bytes // 1024} KiB each take {depth * slot_bytes // 1024} KiB "
+        f"of shared memory, more than the {hopper.SMEM_FOR_TILES // 1024} KiB a block can use",
+        source_location(loop),
+        note=(f"use fewer buffers (num_buffers={fits} or less, or leave num_buffers unset to fit them "
+              f"automatically) or smaller tiles (BLOCK_M, BLOCK_N, BLOCK_K)" if fits >= 1 else
+              "use smaller tiles (BLOCK_M, BLOCK_N, BLOCK_K): not even one slot fits"))
+
+
 def run(module: ir.Module, options) -> ir.Module:
     with module.context, ir.Location.unknown(module.context):
         for func in kernels(module):
@@ -134,7 +151,10 @@ def run(module: ir.Module, options) -> ir.Module:
             plans = ws_analysis.required_plan(func)
             heavy = [ld for p in plans for ld in p.loads]
             # All rings live at once (they are created up front), so they share the budget.
-            depth = choose_depth(sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy), func, options, heavy)
+            slot_bytes = sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
+            depth = choose_depth(slot_bytes, func, options, heavy)
+            if plans:
+                check_depth(depth, slot_bytes, options, plans[0].loop)
             for p in plans:
                 insert_for_loop(p, depth)
     return module

@@ -41,6 +41,7 @@ def _build_kernel(module: ir.Module, ptxas: bool) -> CompiledKernel:
                                     NAME)
     info = json.loads(attr["tawa.kernel_info"].value)
     if info["shared_bytes"] > hopper.SMEM_PER_BLOCK:
+        # A safety net: convert-to-nvvm refuses such a kernel, located at the loop (or `def`) that needs the memory.
         raise CompilationError(
             f"the kernel needs {info['shared_bytes']} bytes of shared memory, more than the "
             f"{hopper.SMEM_PER_BLOCK} bytes ({hopper.SMEM_PER_BLOCK // 1024} KiB) a Hopper block can use",

@@ -25,6 +25,7 @@ from tawa.ir.location import source_location, where
 from tawa.ir.ops import ForOp, warp_group_role
 from tawa.ir.traversal import defining_op, ops_of, parent_op, walk
 from tawa.ir.types import is_tile
+from tawa import hopper
 from tawa.errors import CompilationError
 from tawa.ir.dialect import AREF_MAX_VALUES
 from tawa.lowering import ws_ir
@@ -186,6 +187,26 @@ def kernel_name(func_op) -> str:
     return ir.StringAttr(func_op.operation.attributes["sym_name"]).value
 
 
+def _num_warps_conflict(func_op, options) -> str:
+    """Why an explicit warp count (`num_warps=` or `@num_warps`) rules out specialization ('' when it does not):
+    a specialized kernel has 4 x (1 + consumer warp groups) warps, so only a count matching an explicit
+    `num_consumer_groups` is compatible."""
+    from tawa.ir import attrs
+    explicit = getattr(options, "num_warps", None)
+    source = f"num_warps={explicit}"
+    if not explicit:
+        explicit = attrs.NUM_WARPS.get(func_op)
+        source = f"@num_warps({explicit})"
+    if not explicit:
+        return ""
+    groups = getattr(options, "num_consumer_groups", None)
+    if groups is not None and explicit == hopper.WARPS_PER_GROUP * (1 + groups):
+        return ""
+    return (f"{source} asks for {explicit} warps, but a warp-specialized kernel has 4 x (1 + consumer warp "
+            f"groups) warps" + (f" ({hopper.WARPS_PER_GROUP * (1 + groups)} with num_consumer_groups={groups})"
+                                if groups is not None else ""))
+
+
 def decide(func_op, options) -> tuple:
     """Apply `options.warp_specialize` (None: where possible; True: required; False: never) to one kernel.
 
@@ -195,9 +216,19 @@ def decide(func_op, options) -> tuple:
     if options.warp_specialize is False:
         return False, ""
     ok, reason = can_specialize(func_op)
-    if ok:
-        return True, ""
     name = kernel_name(func_op)
+    if ok:
+        conflict = _num_warps_conflict(func_op, options)
+        if not conflict:
+            return True, ""
+        if options.warp_specialize is True:
+            raise CompilationError(f"cannot warp-specialize kernel '{name}': {conflict}",
+                                   source_location(func_op.operation),
+                                   note="a warp-specialized kernel has 4 x (1 + consumer warp groups) warps: set "
+                                        "num_consumer_groups instead of num_warps, or compile with "
+                                        "warp_specialize=False to run the uniform-warp schedule with these warps")
+        return False, (f"kernel '{name}' uses the uniform-warp schedule: {conflict} (set num_consumer_groups "
+                       f"instead to specialize)")
     if options.warp_specialize is True:
         raise CompilationError(f"cannot warp-specialize kernel '{name}': {reason}",
                                source_location(func_op.operation),

@@ -23,8 +23,8 @@ from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernel_function, kernel_name, kernel_num_warps, launch_info
 from tawa.ir.location import source_location
-from tawa.ir.ops import warp_groups
-from tawa.ir.traversal import ops_of
+from tawa.ir.ops import ArefCreateOp, warp_groups
+from tawa.ir.traversal import ops_of, walk
 
 from . import arefs, control, dot, elementwise, memory, reduce, shape, sync, warp_groups as warp_group_lowering
 from .builder import Builder
@@ -107,6 +107,17 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
             sync.fence_mbarrier_init(b)
             sync.barrier(b)
     shared_bytes = ctx.smem.peak if ctx.smem.peak > BARRIER_REGION or ctx.barriers else 0
+    if shared_bytes > hopper.SMEM_PER_BLOCK:
+        # Located at the deepest aref ring (the loop it feeds) when there is one, else at the kernel's `def`.
+        rings = [op for op in walk(func.operation) if op.name == ArefCreateOp.NAME]
+        ring = max(rings, key=lambda op: ArefCreateOp(op).depth, default=None)
+        where = (source_location(ring) if ring is not None else None) or source_location(func)
+        tip = (f"fewer buffers (num_buffers below {ArefCreateOp(ring).depth}, or unset to fit them "
+               f"automatically)" if ring is not None else "fewer pipeline stages (num_stages)")
+        raise CompilationError(
+            f"the kernel needs {shared_bytes} bytes ({-(-shared_bytes // 1024)} KiB) of shared memory, more "
+            f"than the {hopper.SMEM_PER_BLOCK} bytes ({hopper.SMEM_PER_BLOCK // 1024} KiB) a Hopper block can "
+            f"use", where, note=f"use {tip} or smaller tiles (BLOCK_M, BLOCK_N, BLOCK_K)")
     threads = num_warps * hopper.THREADS_PER_WARP
     text = "\n".join([
         "module attributes {gpu.container_module} {",
