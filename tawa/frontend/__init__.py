@@ -27,7 +27,7 @@ def parse_and_lower(source: str, filename: str = "<string>", constants: dict | N
     from mlir import ir
     from ..errors import CompilationError
     from ..ir.dialect import make_context, load_dialect
-    from .diag import Diagnostics
+    from .diag import TOO_DEEP, Diagnostics, deep_recursion
     from .kernel import build_kernel
     from .parser import parse
 
@@ -39,7 +39,13 @@ def parse_and_lower(source: str, filename: str = "<string>", constants: dict | N
         load_dialect(context)
     with context, ir.Location.unknown(context):
         module = ir.Module.create()
-        build_kernel(kernels, dict(constants or {}), diag, module)
+        with deep_recursion():
+            try:
+                build_kernel(kernels, dict(constants or {}), diag, module)
+            except RecursionError:
+                # Statements convert this themselves (at their own position); this is the fallback for the
+                # signature and decorators.
+                raise diag.error(kernels[0], TOO_DEEP) from None
         try:
             module.operation.verify()
         except ir.MLIRError as e:

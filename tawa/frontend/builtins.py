@@ -10,7 +10,7 @@ from mlir import ir
 
 from . import syntax as S
 from .dtypes import DTYPES, DType
-from .ops import BOOL, F32, I32, i32_attr, tawa_op, tile_type
+from .ops import BOOL, F32, I32, check_tile_size, i32_attr, tawa_op, tile_type
 from .values import (Builtin, Method, TensorArg, describe, dtype_of_value, elem_type, is_pow2, is_scalar,
                      is_static, is_tile, is_value, shape_of)
 
@@ -58,6 +58,7 @@ def _tile_shape(L, v, node, what) -> list:
         _static_int(L, d, node, f"{what}: tile dimension")
         if not is_pow2(d):
             raise L.diag.error(node, f"{what}: tile dimension {d} is not a power of two")
+    check_tile_size(L.diag, dims, node, what)
     return dims
 
 
@@ -218,8 +219,12 @@ def _arange(L, call, args, kwargs):
     start, end = bind(L, call, args, kwargs, ["start", "end"], 2)
     s = _static_int(L, start, _arg_node(call, 0), "arange: start")
     e = _static_int(L, end, _arg_node(call, 1), "arange: end")
+    for i, (what, v) in enumerate((("start", s), ("end", e))):
+        if not -2**31 <= v < 2**31:      # the op keeps both bounds as i32 attributes
+            raise L.diag.error(_arg_node(call, i), f"arange: {what} {v} does not fit in i32")
     if not is_pow2(e - s):
         raise L.diag.error(call, f"arange: length {e - s} is not a power of two")
+    check_tile_size(L.diag, [e - s], call, "arange")
     return tawa_op("arange", [tile_type([e - s], I32)], [],
                    {"start": i32_attr(s), "end": i32_attr(e)}).result
 
@@ -241,6 +246,7 @@ def _dot(L, call, args, kwargs):
     if sa[1] != sb[0]:
         raise L.diag.error(call, f"dot: inner dimensions differ ({sa[1]} vs {sb[0]})")
     out = [sa[0], sb[1]]
+    check_tile_size(L.diag, out, call, "dot")
     if acc is None:
         acc = L.emit.splat(L.emit.constant(0.0, F32), out)
     else:

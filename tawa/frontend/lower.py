@@ -15,6 +15,7 @@ from mlir.dialects import scf
 
 from . import syntax as S
 from .builtins import BUILTIN_VALUES, attribute, call_method
+from .diag import TOO_DEEP
 from .dtypes import DTYPES
 from .ops import Emitter
 from .values import Builtin, Method, TensorArg, Unavailable, describe, is_static, is_tile, is_value, shape_of
@@ -37,15 +38,24 @@ class BodyLowering:
         return ir.Location.file(self.diag.filename, node.line, node.column)
 
     # ---- statements ----------------------------------------------------------------------------------------
-    def block(self, stmts: list, env: dict, live_after: set, top: bool = False) -> None:
+    def block(self, stmts: list, env: dict, live_after, top: bool = False) -> None:
+        # One pass for the whole block: the last statement reading each name, so "read after statement i" is
+        # a lookup (rescanning the rest of the block for every statement made long kernels quadratic).
+        last_read: dict = {}
         for i, s in enumerate(stmts):
-            after = S.reads(stmts[i + 1:]) | live_after
+            for n in S.reads([s]):
+                last_read[n] = i
+        for i, s in enumerate(stmts):
+            after = _ReadAfter(last_read, i, live_after)
             with self.loc(s):
                 if isinstance(s, S.Return):
                     if not (top and i == len(stmts) - 1):
                         raise self.diag.error(s, "return is only allowed as the last statement of a kernel")
                     continue
-                self.stmt(s, env, after)
+                try:
+                    self.stmt(s, env, after)
+                except RecursionError:
+                    raise self.diag.error(s, TOO_DEEP) from None
 
     def stmt(self, s, env: dict, live_after: set) -> None:
         if isinstance(s, S.Assign):
@@ -280,6 +290,36 @@ class BodyLowering:
         if slices != rank:
             raise self.diag.error(e, f"subscript of a {rank}-D tile needs {rank} ':' entries, got {slices}")
         return out
+
+
+class _Live:
+    """A set of names that only answers `in` (and `|`, giving another such set)."""
+    def __or__(self, other):
+        return _LiveUnion(self, other)
+
+    __ror__ = __or__
+
+
+class _ReadAfter(_Live):
+    """The names read after statement `i` of a block (per `last_read`: name -> index of its last reader) or live
+    after the block (`outer`)."""
+    __slots__ = ("last_read", "i", "outer")
+
+    def __init__(self, last_read: dict, i: int, outer):
+        self.last_read, self.i, self.outer = last_read, i, outer
+
+    def __contains__(self, name) -> bool:
+        return self.last_read.get(name, -1) > self.i or name in self.outer
+
+
+class _LiveUnion(_Live):
+    __slots__ = ("a", "b")
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __contains__(self, name) -> bool:
+        return name in self.a or name in self.b
 
 
 def _ordered_assigns(stmts: list) -> list:

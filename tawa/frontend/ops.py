@@ -35,6 +35,24 @@ def tile_type(shape, dtype: DType) -> ir.RankedTensorType:
     return ir.RankedTensorType.get(list(shape), dtype.mlir())
 
 
+# The largest tile the frontend accepts: beyond this, later passes (register allocation, unrolled GPU code, the
+# interpreter's arrays) take unbounded time or memory instead of failing. Every example and test is far below.
+MAX_TILE_DIM = 2**16
+MAX_TILE_ELEMENTS = 2**20
+
+
+def check_tile_size(diag, dims, node, what) -> None:
+    for d in dims:
+        if d > MAX_TILE_DIM:
+            raise diag.error(node, f"{what}: tile dimension {d} is too large (at most {MAX_TILE_DIM})")
+    n = 1
+    for d in dims:
+        n *= d
+    if n > MAX_TILE_ELEMENTS:
+        raise diag.error(node, f"{what}: a tile of {n} elements ({'x'.join(map(str, dims))}) is too large "
+                         f"(at most {MAX_TILE_ELEMENTS} elements per tile)")
+
+
 def _trunc_div(a: int, b: int) -> int:
     q = abs(a) // abs(b)
     return q if (a >= 0) == (b >= 0) else -q
@@ -135,6 +153,7 @@ class Emitter:
             if len(dims) > 1:
                 self.fail(node, "shapes cannot broadcast: " + " vs ".join(describe(v) for v in values))
             out.append(dims.pop() if dims else 1)
+        check_tile_size(self.diag, out, node, "broadcast")
         return out
 
     # ---- casts -----------------------------------------------------------------------------------------------
@@ -367,6 +386,8 @@ class Emitter:
         if is_static(cond) and not is_tile(a) and not is_tile(b):
             return a if cond else b
         x, y = self.unify([a, b], node, "where")
+        if is_static(x) and is_static(y):     # two compile-time branches: constants of their common dtype
+            x, y = self._static_pair(x, y, node, "where")
         c = self.materialize(cond, node) if is_static(cond) else cond
         if is_tile(c) or is_tile(x):
             shapes = [shape_of(v) for v in (c, x) if is_tile(v)]
@@ -375,6 +396,19 @@ class Emitter:
             x = self.broadcast_to(x, shape, node) if is_tile(x) else self.splat(x, shape)
             y = self.broadcast_to(y, shape, node) if is_tile(y) else self.splat(y, shape)
         return arith.SelectOp(c, x, y).result
+
+    def _static_pair(self, a, b, node, what: str) -> list:
+        """Two compile-time numbers as run-time constants of one dtype: bool if both are bool, f32 if either
+        is a float, else i32."""
+        if isinstance(a, bool) != isinstance(b, bool):
+            self.fail(node, f"{what}: cannot mix bool and numbers")
+        if isinstance(a, bool):
+            dt = BOOL
+        elif isinstance(a, float) or isinstance(b, float):
+            dt = F32
+        else:
+            dt = I32
+        return [self.checked_constant(v, dt, node) for v in (a, b)]
 
 
 def shape_of_type(t: ir.RankedTensorType) -> list:

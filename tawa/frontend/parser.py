@@ -7,12 +7,14 @@ parser is built once, on first use, so `import tawa.frontend` stays cheap. Every
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 
 from ..errors import CompilationError, location_of
 from . import syntax as S
 
 _GRAMMAR = Path(__file__).with_name("tawa.lark")
+_PARSE_LOCK = threading.Lock()
 
 
 def _indenter_class():
@@ -91,49 +93,54 @@ def parse(source: str, filename: str = "<string>") -> list:
     """Parse a whole file; returns the list of `syntax.Kernel`s in it (the lowering insists on exactly one)."""
     from lark import exceptions as E
     text = source if source.endswith("\n") else source + "\n"
-    try:
-        tree = _parser().parse(text)
-    except _IndentError as e:
-        raise CompilationError("syntax error: inconsistent indentation",
-                               location_of(filename, source, e.line, e.column)) from None
-    except E.UnexpectedCharacters as e:
-        ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
-        raise CompilationError(f"syntax error: unexpected character {ch!r}",
-                               location_of(filename, source, e.line, e.column)) from None
-    except E.UnexpectedToken as e:
-        tok = e.token
-        opened = getattr(_parser().options.postlex, "open_brackets", None)
-        if tok.type in ("$END", "_DEDENT") and opened:
-            b = opened[-1]
-            raise CompilationError(f"syntax error: '{b}' was never closed",
-                                   location_of(filename, source, b.line, b.column)) from None
-        if tok.type in _TOKEN_NAMES:
-            what = _TOKEN_NAMES[tok.type]
-        else:
-            what = repr(str(tok))
-        line = tok.line if tok.line is not None else len(source.splitlines())
-        column = tok.column if tok.column is not None else 1
-        if tok.type == "_NEWLINE":
-            line, column = tok.line, tok.column    # where the line ends
-        elif tok.type in ("_INDENT", "_DEDENT"):
-            line, column = tok.end_line or line, (tok.end_column or 1)
-        note = None
-        if opened and line > opened[-1].line:
-            b = opened[-1]
-            note = f"the '{b}' at {b.line}:{b.column} is not closed"
-        raise CompilationError(f"syntax error: unexpected {what}",
-                               location_of(filename, source, line, column), note) from None
-    except E.UnexpectedEOF:
-        lines = source.splitlines() or [""]
-        raise CompilationError("syntax error: unexpected end of file",
-                               location_of(filename, source, len(lines), len(lines[-1]) + 1)) from None
-    except E.UnexpectedInput as e:        # any other lexer/parser position error
-        raise CompilationError("syntax error", location_of(filename, source, e.line, e.column)) from None
+    # The parser and its indenter (which keeps per-parse state) are shared: one parse at a time.
+    with _PARSE_LOCK:
+        try:
+            tree = _parser().parse(text)
+        except _IndentError as e:
+            raise CompilationError("syntax error: inconsistent indentation",
+                                   location_of(filename, source, e.line, e.column)) from None
+        except E.UnexpectedCharacters as e:
+            ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+            raise CompilationError(f"syntax error: unexpected character {ch!r}",
+                                   location_of(filename, source, e.line, e.column)) from None
+        except E.UnexpectedToken as e:
+            tok = e.token
+            opened = getattr(_parser().options.postlex, "open_brackets", None)
+            if tok.type in ("$END", "_DEDENT") and opened:
+                b = opened[-1]
+                raise CompilationError(f"syntax error: '{b}' was never closed",
+                                       location_of(filename, source, b.line, b.column)) from None
+            if tok.type in _TOKEN_NAMES:
+                what = _TOKEN_NAMES[tok.type]
+            else:
+                what = repr(str(tok))
+            line = tok.line if tok.line is not None else len(source.splitlines())
+            column = tok.column if tok.column is not None else 1
+            if tok.type == "_NEWLINE":
+                line, column = tok.line, tok.column    # where the line ends
+            elif tok.type in ("_INDENT", "_DEDENT"):
+                line, column = tok.end_line or line, (tok.end_column or 1)
+            note = None
+            if opened and line > opened[-1].line:
+                b = opened[-1]
+                note = f"the '{b}' at {b.line}:{b.column} is not closed"
+            raise CompilationError(f"syntax error: unexpected {what}",
+                                   location_of(filename, source, line, column), note) from None
+        except E.UnexpectedEOF:
+            lines = source.splitlines() or [""]
+            raise CompilationError("syntax error: unexpected end of file",
+                                   location_of(filename, source, len(lines), len(lines[-1]) + 1)) from None
+        except E.UnexpectedInput as e:        # any other lexer/parser position error
+            raise CompilationError("syntax error", location_of(filename, source, e.line, e.column)) from None
     return _ToAst().transform(tree).children
 
 
 def _build_transformer():
-    from lark import Transformer, v_args, Token
+    # Non-recursive: a long expression (`x + x + ... + x`) is a deep tree, which Lark's recursive Transformer
+    # would walk with one Python frame per level.
+    from lark import v_args, Token
+    from lark.visitors import Transformer_NonRecursive as Transformer
 
     def pos(meta_or_tok):
         return meta_or_tok.line, meta_or_tok.column

@@ -146,28 +146,28 @@ class Kernel(Node):
 
 # ---- variable use ------------------------------------------------------------------------------------------
 def expr_reads(e, out: set) -> set:
-    if isinstance(e, Name):
-        out.add(e.id)
-    elif isinstance(e, Tuple):
-        for i in e.items:
-            expr_reads(i, out)
-    elif isinstance(e, BinOp):
-        expr_reads(e.left, out)
-        expr_reads(e.right, out)
-    elif isinstance(e, UnaryOp):
-        expr_reads(e.operand, out)
-    elif isinstance(e, Call):
-        expr_reads(e.func, out)
-        for a in e.args:
-            expr_reads(a, out)
-        for k in e.kwargs:
-            expr_reads(k.value, out)
-    elif isinstance(e, Subscript):
-        expr_reads(e.value, out)
-        for i in e.items:
-            expr_reads(i, out)
-    elif isinstance(e, Attribute):
-        expr_reads(e.value, out)
+    """Every name read in expression `e`, added to `out` (iterative: expressions may nest thousands deep)."""
+    todo = [e]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, Name):
+            out.add(e.id)
+        elif isinstance(e, Tuple):
+            todo.extend(e.items)
+        elif isinstance(e, BinOp):
+            todo.append(e.left)
+            todo.append(e.right)
+        elif isinstance(e, UnaryOp):
+            todo.append(e.operand)
+        elif isinstance(e, Call):
+            todo.append(e.func)
+            todo.extend(e.args)
+            todo.extend(k.value for k in e.kwargs)
+        elif isinstance(e, Subscript):
+            todo.append(e.value)
+            todo.extend(e.items)
+        elif isinstance(e, Attribute):
+            todo.append(e.value)
     return out
 
 
