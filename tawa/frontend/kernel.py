@@ -40,6 +40,10 @@ def _resolve_constants(kernel: S.Kernel, overrides: dict, diag) -> dict:
             raise diag.error(p, f"constant '{p.name}' has no default and was not given at compile time")
         else:
             value = default
+        if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+            where = "given at compile time as" if p.name in overrides else "has the value"
+            raise diag.error(p.default if p.default is not None and p.name not in overrides else p,
+                             f"constant '{p.name}' {where} {value}, which does not fit in 64 bits")
         constants[p.name] = value
     return constants
 
@@ -121,6 +125,8 @@ def build_kernel(kernels: list, overrides: dict, diag, module: ir.Module) -> Non
                     raise diag.error((line, col), f"dim of '{p.name}' must be an integer, got constant {name!r}")
             if isinstance(name, int) and name <= 0:
                 raise diag.error((line, col), f"dim of '{p.name}' must be positive, got {name}")
+            if isinstance(name, int) and name >= 2**63:
+                raise diag.error((line, col), f"dim of '{p.name}' is {name}, which does not fit in 64 bits")
             shape.append(name)
         params.append((p, "tensor", dt, shape))
 

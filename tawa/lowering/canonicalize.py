@@ -1,16 +1,63 @@
-"""canonicalize: upstream canonicalization and CSE on the tile IR.
+"""canonicalize: upstream canonicalization and CSE on the tile IR, plus folding additions into dot accumulators.
 
-Takes: any tawa module. Gives: the same program with constants folded, dead scalar arithmetic removed and common
-subexpressions merged (tawa ops are left in place: IRDL ops declare no side-effect information, so MLIR treats
-them as having effects and never deletes or merges them). Why: the frontend emits straightforward code (one
-`arith.constant` per literal, repeated index math); later passes and the generated code read better without it.
+Takes: any tawa module. Gives: the same program with constants folded, dead scalar arithmetic removed, common
+subexpressions merged, and every `x + dot(a, b)` (a dot into a zero accumulator whose only use is one f32 addition)
+rewritten as `dot(a, b, x)`. Why: the frontend emits straightforward code (one `arith.constant` per literal,
+repeated index math, `acc += dot(a, b)` as an addition after a dot); later passes and the generated code read
+better without it, and a dot that accumulates in place is what the schedules pipeline (the wgmma adds into its
+accumulator registers; a separate addition would keep a second accumulator live and, in a GEMM main loop, stop the
+dot from staying in flight across iterations). Tawa ops are left in place otherwise: IRDL ops declare no
+side-effect information, so MLIR treats them as having effects and never deletes or merges them.
 """
 from __future__ import annotations
 
-from mlir import passmanager
+from mlir import ir, passmanager
+
+from tawa.ir.kernel_info import kernels
+from tawa.ir.ops import DotOp, SplatOp
+from tawa.ir.traversal import defining_op, walk
+
+
+def _zero_splat(value) -> bool:
+    op = defining_op(value)
+    if op is None or op.name != SplatOp.NAME:
+        return False
+    src = defining_op(SplatOp(op).value)
+    try:
+        return src is not None and src.name == "arith.constant" and \
+            float(ir.FloatAttr(src.attributes["value"]).value) == 0.0
+    except (ValueError, TypeError):
+        return False
+
+
+def fold_dot_additions(func) -> int:
+    """`x + dot(a, b, 0)` (either operand order) -> `dot(a, b, x)`; returns how many were folded."""
+    folded = 0
+    for op in list(walk(func)):
+        if op.name != "arith.addf" or len(op.results) != 1:
+            continue
+        for i in (0, 1):
+            dot = defining_op(op.operands[i])
+            other = op.operands[1 - i]
+            if dot is None or dot.name != DotOp.NAME or dot.block != op.block or other.type != op.results[0].type:
+                continue
+            if len(list(dot.results[0].uses)) != 1 or not _zero_splat(DotOp(dot).acc):
+                continue
+            other_def = defining_op(other)
+            if other_def is not None and other_def.block == op.block and not other_def.is_before_in_block(dot):
+                continue      # the addend is computed after the dot: moving it into the dot would reorder
+            dot.operands[DotOp.ACC] = other
+            op.results[0].replace_all_uses_with(dot.results[0])
+            op.erase()
+            folded += 1
+            break
+    return folded
 
 
 def run(module, options):
     with module.context:
         passmanager.PassManager.parse("builtin.module(canonicalize, cse)").run(module.operation)
+        changed = sum(fold_dot_additions(func) for func in kernels(module))
+        if changed:
+            passmanager.PassManager.parse("builtin.module(canonicalize, cse)").run(module.operation)
     return module

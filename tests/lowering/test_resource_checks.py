@@ -175,3 +175,27 @@ def test_num_warps_matching_the_consumer_groups_specializes():
 def test_without_num_warps_auto_still_specializes():
     k = _compile(GEMM)
     assert k.num_threads == 384 and "setmaxnreg" in k.ptx
+
+
+def test_accumulating_addition_folds_into_the_dot():
+    """`acc += dot(a, b)` becomes `dot(a, b, acc)` (canonicalize), so a 128x128 specialized GEMM with it fits in
+    shared memory like `acc = dot(a, b, acc)` (found by the fuzz corpus: it asked for 257 KiB)."""
+    from tawa.compiler import compile_source
+    from tawa.options import CompileOptions
+    src = """
+@grid(cdiv(M, BM), cdiv(N, BN))
+def k(A: f16[M, K], Bt: f16[N, K], bias: f32[N], C: f16[M, N], BM: const = 128, BN: const = 128, BK: const = 64):
+    pid_m = program_id(0)
+    pid_n = program_id(1)
+    acc = zeros((BM, BN), f32)
+    for k in range(cdiv(K, BK)):
+        a = load(A, (pid_m, k), (BM, BK))
+        b = load(Bt, (pid_n, k), (BN, BK)).T
+        acc += dot(a, b)
+    bv = load(bias, pid_n, BN)
+    store(C, (pid_m, pid_n), (bv[None, :] + acc).to(f16))
+"""
+    tile = str(compile_source(src, "k.tawa", CompileOptions(), emit="mlir"))
+    assert "arith.addf %arg" not in tile.split("tawa.dot")[1].split("scf.yield")[0]
+    kernel = compile_source(src, "k.tawa", CompileOptions())
+    assert kernel.shared_bytes <= 227 * 1024
