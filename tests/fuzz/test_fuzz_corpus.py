@@ -56,6 +56,27 @@ def _check(prog, got: dict, ref: dict, tols: dict, what: str, factor: float = 1.
                           f"(max {err.max():.3g}) ({what})\n{prog.source}")
 
 
+def _interpreter_references() -> dict:
+    """The interpreter's output of every corpus program on the GPU test's inputs, as `"seed:output" -> array`.
+
+    Computed where the compiler (MLIR) is installed and stored next to the kernel cache, so that a GPU machine
+    without MLIR compares against the same interpreter outputs (prefill mode writes them)."""
+    from tawa.runtime.cache import cache_dir
+    path = cache_dir() / "fuzz_interpreter_outputs.npz"
+    if path.exists():
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    out = {}
+    for seed in SEEDS:
+        prog = _program(seed)
+        values = prog.inputs(np.random.default_rng(10_000 + seed))
+        for name, v in interpret_program(prog, values).items():
+            out[f"{seed}:{name}"] = _f64(v)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **out)
+    return out
+
+
 def interpret_program(prog, values):
     kernel = tawa.interpret(prog.source)
     args = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in values.items()}
@@ -93,21 +114,42 @@ def _compiled_for_gpu(prog, ws):
     return kernel
 
 
+#: Programs the GPU computes wrongly today, each a known compiler bug with its minimal form. They are excluded from
+#: `test_corpus_on_gpu` and checked by `test_known_gpu_bugs`, which is expected to fail (strictly: once the bug is
+#: fixed it passes, fails as an unexpected pass, and the entry must go).
+KNOWN_GPU_BUGS = {
+    100: "a constant on the left of an elementwise op with a [BM, 1] column vector, e.g. `0.125 - cv[:, None]` "
+         "(cv = load(C, pid_m, 8)), gives wrong values on the GPU; `cv[:, None] - 0.125` is right",
+}
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("ws", [pytest.param(None, id="auto"), pytest.param(False, id="uniform")])
 def test_corpus_on_gpu(ws):
+    _run_corpus_on_gpu(ws, [s for s in SEEDS if s not in KNOWN_GPU_BUGS])
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(strict=True, reason="known GPU bugs: " + "; ".join(KNOWN_GPU_BUGS.values()))
+@pytest.mark.parametrize("ws", [pytest.param(None, id="auto"), pytest.param(False, id="uniform")])
+def test_known_gpu_bugs(ws):
+    _run_corpus_on_gpu(ws, sorted(KNOWN_GPU_BUGS))
+
+
+def _run_corpus_on_gpu(ws, seeds):
     """Every program on the GPU against the interpreter (and the numpy model): the mismatch count must be 0."""
-    kernels = {seed: _compiled_for_gpu(_program(seed), ws) for seed in SEEDS}
+    kernels = {seed: _compiled_for_gpu(_program(seed), ws) for seed in seeds}
+    references = _interpreter_references()
     if PREFILL:
-        pytest.skip("kernels compiled into the cache; the check runs on a GPU")
+        pytest.skip("kernels and interpreter outputs stored with the cache; the check runs on a GPU")
     import torch
     torch_dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
     mismatches = []
-    for seed in SEEDS:
+    for seed in seeds:
         prog = _program(seed)
         values = prog.inputs(np.random.default_rng(10_000 + seed))
-        ref = interpret_program(prog, values)
-        _, tols = prog.reference(values)
+        ref = {name: references[f"{seed}:{name}"] for name in (a.name for a in prog.outputs)}
+        model, tols = prog.reference(values)
         args = []
         for a in prog.args:
             v = values[a.name]
@@ -121,6 +163,7 @@ def test_corpus_on_gpu(ws):
         got = {a.name: t.double().cpu().numpy() for a, t in zip(prog.args, args) if a.output}
         try:
             _check(prog, got, ref, tols, f"GPU ws={ws} vs interpreter", factor=2.0)   # both within tol of exact
+            _check(prog, got, model, tols, f"GPU ws={ws} vs numpy")
         except AssertionError as error:
             mismatches.append(str(error).splitlines()[0])
-    assert not mismatches, f"{len(mismatches)} of {len(SEEDS)} programs differ:\n" + "\n".join(mismatches)
+    assert not mismatches, f"{len(mismatches)} of {len(seeds)} programs differ:\n" + "\n".join(mismatches)
