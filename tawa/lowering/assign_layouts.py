@@ -29,7 +29,7 @@ from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernel_function, kernel_num_warps
 from tawa.ir.location import source_location
-from tawa.ir.ops import (BroadcastOp, DotOp, ExpandDimsOp, ForOp, ReduceOp, TransOp, warp_group_role,
+from tawa.ir.ops import (BroadcastOp, DotOp, ExpandDimsOp, ForOp, ReduceOp, SplatOp, TransOp, warp_group_role,
                          warp_groups)
 from tawa.ir.traversal import defining_op as owner_op, ops_of, walk, walk_block
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
@@ -187,6 +187,11 @@ def run(module: ir.Module, options=None) -> ir.Module:
 _FP8 = ("f8E4M3FN", "f8E5M2")
 
 
+def _is_splat(value) -> bool:
+    op = owner_op(value)
+    return op is not None and op.name == SplatOp.NAME
+
+
 def _check_register_fp8(ops: list, smem: set) -> None:
     """fp8 tiles live only in shared memory on the GPU (dot operands loaded by TMA): the backend has no fp8
     register arithmetic, loads or stores yet, so such code is refused here, at its source line."""
@@ -334,10 +339,13 @@ def _assign(ops: list, W: int, ctx) -> None:
         elif _elementwise(op) and name != "arith.constant":
             w = want.get(res)
             if w is None:
-                for v in op.operands:
-                    if _is_tile(v) and lay_of(v) is not None and lay_of(v).shape == _shape(res):
-                        w = lay_of(v)
-                        break
+                # Take the layout of an operand that holds data rather than of a splatted constant: the
+                # constant costs nothing in any layout, the data would need a conversion through shared memory.
+                candidates = [v for v in op.operands if _is_tile(v) and lay_of(v) is not None
+                              and lay_of(v).shape == _shape(res)]
+                data = [v for v in candidates if not _is_splat(v)]
+                if data or candidates:
+                    w = lay_of((data or candidates)[0])
             put(op, w or default(res))
         else:  # load, splat, arange, broadcast, constant
             put(op, default(res))

@@ -167,3 +167,22 @@ def test_gemm_with_register_a_operand(shape):
     torch.cuda.synchronize()
     assert not c.isnan().any()
     assert rel_err(c, 2.0 * (a.double() @ b.double())) < 1e-2
+
+
+@pytest.mark.parametrize("ws", SCHEDULES)
+@pytest.mark.parametrize("shape", [(16, 328), (37, 130), (8, 128)], ids=lambda s: "x".join(map(str, s)))
+def test_constant_minus_column_vector(shape, ws):
+    """`0.125 - cv[:, None]` and `2.0 + cv[:, None]` with cv a loaded column block (found by the fuzz corpus)."""
+    kernel = compiled(str(KERNELS / "const_minus_column.tawa"), warp_specialize=ws)
+    import torch
+    torch.manual_seed(sum(shape))
+    m, n = shape
+    y = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.randn(m, device="cuda", dtype=torch.float32)
+    o = poisoned(torch, (m, n), torch.float32)
+    kernel(y, c, o)
+    torch.cuda.synchronize()
+    col = c.double()[:, None]
+    ref = ((0.125 - col) ** 2 - y.double()) * (2.0 + col)
+    assert not o.isnan().any()
+    assert rel_err(o, ref) < 1e-5

@@ -114,26 +114,10 @@ def _compiled_for_gpu(prog, ws):
     return kernel
 
 
-#: Programs the GPU computes wrongly today, each a known compiler bug with its minimal form. They are excluded from
-#: `test_corpus_on_gpu` and checked by `test_known_gpu_bugs`, which is expected to fail (strictly: once the bug is
-#: fixed it passes, fails as an unexpected pass, and the entry must go).
-KNOWN_GPU_BUGS = {
-    100: "a constant on the left of an elementwise op with a [BM, 1] column vector, e.g. `0.125 - cv[:, None]` "
-         "(cv = load(C, pid_m, 8)), gives wrong values on the GPU; `cv[:, None] - 0.125` is right",
-}
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("ws", [pytest.param(None, id="auto"), pytest.param(False, id="uniform")])
 def test_corpus_on_gpu(ws):
-    _run_corpus_on_gpu(ws, [s for s in SEEDS if s not in KNOWN_GPU_BUGS])
-
-
-@pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="known GPU bugs: " + "; ".join(KNOWN_GPU_BUGS.values()))
-@pytest.mark.parametrize("ws", [pytest.param(None, id="auto"), pytest.param(False, id="uniform")])
-def test_known_gpu_bugs(ws):
-    _run_corpus_on_gpu(ws, sorted(KNOWN_GPU_BUGS))
+    _run_corpus_on_gpu(ws, SEEDS)
 
 
 def _run_corpus_on_gpu(ws, seeds):
