@@ -11,7 +11,7 @@ from mlir import ir
 from tawa.errors import InternalCompilerError
 from tawa.ir import attrs
 from tawa.ir.dialect import AREF_MAX_VALUES
-from tawa.ir.traversal import as_op, ops_of
+from tawa.ir.traversal import as_op, defining_op, ops_of
 from tawa.ir.types import aref_params, aref_type
 
 
@@ -75,6 +75,19 @@ class DotOp(OpView):
 class SplatOp(OpView):
     NAME = "tawa.splat"
     value = property(lambda self: self.op.operands[0])
+
+
+def is_zero_splat(value) -> bool:
+    """Whether `value` is a tile splatted from the constant 0.0 (a fresh accumulator)."""
+    op = defining_op(value)
+    if op is None or op.name != SplatOp.NAME:
+        return False
+    src = defining_op(SplatOp(op).value)
+    try:
+        return src is not None and src.name == "arith.constant" and \
+            float(ir.FloatAttr(src.attributes["value"]).value) == 0.0
+    except (ValueError, TypeError):
+        return False
 
 
 class ArangeOp(OpView):

@@ -28,7 +28,7 @@ from tawa import hopper
 from tawa.errors import CompilationError
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
-from tawa.ir.ops import (ArefCreateOp, ArefGetOp, ArefPutOp, DotOp, ForOp, LoadOp, SplatOp, TransOp,
+from tawa.ir.ops import (ArefCreateOp, ArefGetOp, ArefPutOp, DotOp, ForOp, LoadOp, TransOp, is_zero_splat,
                          warp_group_role, warp_groups)
 from tawa.ir.traversal import defining_op, is_ancestor, ops_of, parent_op, users, walk
 
@@ -41,18 +41,6 @@ def _does_math_on_dots(region) -> bool:
         if any(u.name not in ("scf.yield", DotOp.NAME) for u in users(DotOp(op).result)):
             return True
     return False
-
-
-def _zero_splat(value) -> bool:
-    op = defining_op(value)
-    if op is None or op.name != SplatOp.NAME:
-        return False
-    src = defining_op(SplatOp(op).value)
-    try:
-        return src is not None and src.name == "arith.constant" and \
-            float(ir.FloatAttr(src.attributes["value"]).value) == 0.0
-    except (ValueError, TypeError):
-        return False
 
 
 def lookahead_dot(loop):
@@ -72,7 +60,7 @@ def lookahead_dot(loop):
     b = defining_op(dot.b)
     if b is not None and b.name == TransOp.NAME and b.block == body:
         b = defining_op(TransOp(b).src)
-    if b != get or not _zero_splat(dot.acc):
+    if b != get or not is_zero_splat(dot.acc):
         return None
     if all(u.name in ("scf.yield", DotOp.NAME) for u in users(dot.result)):
         return None     # only accumulates: the GEMM schedule keeps such dots in flight instead

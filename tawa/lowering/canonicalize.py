@@ -11,23 +11,11 @@ side-effect information, so MLIR treats them as having effects and never deletes
 """
 from __future__ import annotations
 
-from mlir import ir, passmanager
+from mlir import passmanager
 
 from tawa.ir.kernel_info import kernels
-from tawa.ir.ops import DotOp, SplatOp
+from tawa.ir.ops import DotOp, is_zero_splat
 from tawa.ir.traversal import defining_op, walk
-
-
-def _zero_splat(value) -> bool:
-    op = defining_op(value)
-    if op is None or op.name != SplatOp.NAME:
-        return False
-    src = defining_op(SplatOp(op).value)
-    try:
-        return src is not None and src.name == "arith.constant" and \
-            float(ir.FloatAttr(src.attributes["value"]).value) == 0.0
-    except (ValueError, TypeError):
-        return False
 
 
 def fold_dot_additions(func) -> int:
@@ -41,7 +29,7 @@ def fold_dot_additions(func) -> int:
             other = op.operands[1 - i]
             if dot is None or dot.name != DotOp.NAME or dot.block != op.block or other.type != op.results[0].type:
                 continue
-            if len(list(dot.results[0].uses)) != 1 or not _zero_splat(DotOp(dot).acc):
+            if len(list(dot.results[0].uses)) != 1 or not is_zero_splat(DotOp(dot).acc):
                 continue
             other_def = defining_op(other)
             if other_def is not None and other_def.block == op.block and not other_def.is_before_in_block(dot):

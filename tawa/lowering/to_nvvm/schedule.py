@@ -24,10 +24,8 @@ The hooks, in the order `lower_for` calls them (each may emit code at that point
 """
 from __future__ import annotations
 
-from mlir import ir
-
 from tawa.ir import attrs
-from tawa.ir.ops import ArefGetOp, DotOp, ForOp, SplatOp
+from tawa.ir.ops import ArefGetOp, DotOp, ForOp, is_zero_splat
 from tawa.ir.traversal import defining_op
 
 
@@ -108,19 +106,7 @@ class LoopSchedule:
 # ---- analyses the schedules share -----------------------------------------------------------------------------
 def zero_started_accumulators(for_op) -> set:
     """Iter-arg indices whose initial value is a zero splat (their first dot may overwrite instead of add)."""
-    out = set()
-    for i, init in enumerate(ForOp(for_op).inits):
-        owner = defining_op(init)
-        if owner is None or owner.name != SplatOp.NAME:
-            continue
-        src = defining_op(SplatOp(owner).value)
-        if src is not None and src.name == "arith.constant":
-            try:
-                if float(ir.FloatAttr(src.attributes["value"]).value) == 0.0:
-                    out.add(i)
-            except (ValueError, TypeError):
-                pass
-    return out
+    return {i for i, init in enumerate(ForOp(for_op).inits) if is_zero_splat(init)}
 
 
 def scale_d_for(ctx, for_op, dot_op, zero_started: set, iteration):
