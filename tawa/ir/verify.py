@@ -206,30 +206,28 @@ def _dim(op):
         _fail(op, "dim-axis", f"axis {axis} is out of range for a rank-{rank} tensor")
 
 
+def _block_access(op, rule: str, memref, tile, offsets: int, mem: str, tile_word: str, tile_desc: str):
+    """The rules a load and a store share: one offset per tensor dim, a tile of rank 1 to that rank, one dtype."""
+    mem_type = ir.MemRefType(memref.type)
+    t = _tensor(op, tile, f"{rule}-shape", tile_desc)
+    if offsets != mem_type.rank:
+        _fail(op, f"{rule}-offsets", f"a rank-{mem_type.rank} {mem} takes {mem_type.rank} offsets, got {offsets}")
+    if not 1 <= t.rank <= mem_type.rank:
+        _fail(op, f"{rule}-shape", f"{tile_word} rank {t.rank} must be between 1 and the {mem} rank {mem_type.rank}")
+    if str(t.element_type) != str(mem_type.element_type):
+        _fail(op, f"{rule}-dtype", f"{tile_word} element type {t.element_type} differs from the {mem}'s "
+                                   f"{mem_type.element_type}")
+
+
 def _load(op):
-    src = ir.MemRefType(LoadOp(op).src.type)
-    res = _tensor(op, LoadOp(op).result, "load-shape", "the result")
-    offsets = len(LoadOp(op).offsets)
-    if offsets != src.rank:
-        _fail(op, "load-offsets", f"a rank-{src.rank} source takes {src.rank} offsets, got {offsets}")
-    if not 1 <= res.rank <= src.rank:
-        _fail(op, "load-shape", f"result rank {res.rank} must be between 1 and the source rank {src.rank}")
-    if str(res.element_type) != str(src.element_type):
-        _fail(op, "load-dtype", f"result element type {res.element_type} differs from the source's "
-                                f"{src.element_type}")
+    load = LoadOp(op)
+    _block_access(op, "load", load.src, load.result, len(load.offsets), "source", "result", "the result")
 
 
 def _store(op):
-    dst = ir.MemRefType(StoreOp(op).dst.type)
-    val = _tensor(op, StoreOp(op).value, "store-shape", "the stored value")
-    offsets = len(StoreOp(op).offsets)
-    if offsets != dst.rank:
-        _fail(op, "store-offsets", f"a rank-{dst.rank} destination takes {dst.rank} offsets, got {offsets}")
-    if not 1 <= val.rank <= dst.rank:
-        _fail(op, "store-shape", f"value rank {val.rank} must be between 1 and the destination rank {dst.rank}")
-    if str(val.element_type) != str(dst.element_type):
-        _fail(op, "store-dtype", f"value element type {val.element_type} differs from the destination's "
-                                 f"{dst.element_type}")
+    store = StoreOp(op)
+    _block_access(op, "store", store.dst, store.value, len(store.offsets), "destination", "value",
+                  "the stored value")
 
 
 def _splat(op):
