@@ -35,9 +35,12 @@ KERNELS = {
 #: The GEMM variants of the sweep: warp specialized (1 producer + 2 consumer warp groups, the ring depth chosen by
 #: the compiler: 6 slots for 128x128 tiles, 4 for 128x256 / 256x128) and uniform-warp (software pipelined).
 GEMM_VARIANTS = {
-    "ws_128x128": ({}, {"warp_specialize": True}),
-    "ws_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True}),
-    "ws_256x128": ({"BLOCK_M": 256}, {"warp_specialize": True}),
+    "ws_128x128": ({}, {"warp_specialize": True, "schedule": "tile"}),
+    "ws_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True, "schedule": "tile"}),
+    "ws_256x128": ({"BLOCK_M": 256}, {"warp_specialize": True, "schedule": "tile"}),
+    "pers_128x128": ({}, {"warp_specialize": True, "schedule": "persistent"}),
+    "pers_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True, "schedule": "persistent"}),
+    "pers_256x128": ({"BLOCK_M": 256}, {"warp_specialize": True, "schedule": "persistent"}),
     "uni_128x128": ({}, {"warp_specialize": False, "num_stages": 3}),
     "uni_128x256": ({"BLOCK_N": 256}, {"warp_specialize": False, "num_stages": 3, "num_warps": 8}),
 }
@@ -45,7 +48,24 @@ for _dt in ("bf16", "f16"):
     for _v, (_c, _o) in GEMM_VARIANTS.items():
         KERNELS[f"gemm_{_dt}_{_v}"] = ("gemm.tawa", {**_c, "DTYPE": _dt}, _o)
 
-SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 2048), (4096, 14336, 4096), (512, 8192, 8192)]
+#: Fused kernels against their anchors (see fused_sweep): name -> (example, constants, options).
+FUSED_VARIANTS = {
+    "swiglu_tile_n64": ("swiglu.tawa", {}, {"schedule": "tile"}),
+    "swiglu_pers_n64": ("swiglu.tawa", {}, {"schedule": "persistent"}),
+    "swiglu_tile_n128": ("swiglu.tawa", {"BLOCK_N": 128}, {"schedule": "tile"}),
+    "swiglu_pers_n128": ("swiglu.tawa", {"BLOCK_N": 128}, {"schedule": "persistent"}),
+    "linear_tile_n256": ("linear_gelu_residual.tawa", {}, {"schedule": "tile"}),
+    "linear_pers_n256": ("linear_gelu_residual.tawa", {}, {"schedule": "persistent"}),
+    "linear_tile_n128": ("linear_gelu_residual.tawa", {"BLOCK_N": 128}, {"schedule": "tile"}),
+    "linear_pers_n128": ("linear_gelu_residual.tawa", {"BLOCK_N": 128}, {"schedule": "persistent"}),
+    "fp8_tile": ("gemm_fp8.tawa", {}, {"schedule": "tile"}),
+    "fp8_pers": ("gemm_fp8.tawa", {}, {"schedule": "persistent"}),
+    "fp8_pers_n256": ("gemm_fp8.tawa", {"BLOCK_N": 256}, {"schedule": "persistent"}),
+}
+KERNELS.update(FUSED_VARIANTS)
+
+SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 2048), (16384, 8192, 1024), (4096, 14336, 4096),
+         (512, 8192, 8192), (2048, 2048, 8192), (3000, 5000, 2000)]
 
 
 def build(out: str) -> None:
@@ -208,7 +228,7 @@ HEADLINE_WS = "ws_256x128"
 def print_table(table) -> None:
     import math
     names = sorted({k[2] for k in table})
-    ws = [n for n in names if n.startswith("ws_")]
+    ws = [n for n in names if n.startswith(("ws_", "pers_"))]
     uni = [n for n in names if n.startswith("uni_")]
     cols = ["Tawa-WS", "WS best", "Tawa-uniform", "cuBLAS", "Triton"]
     print(f"\nTFLOP/s; Tawa-WS = {HEADLINE_WS}; ratios to cuBLAS (torch.matmul)")
@@ -238,6 +258,101 @@ def print_table(table) -> None:
             print(f"  {dt} {n:12} " + " ".join(f"{table.get((dt, s, n), 0):6.0f}" for s in SWEEP))
 
 
+def _side_by_side(impls: dict, flops: float, rounds: int = 5) -> dict:
+    """TFLOP/s of each implementation, timed alternately over rounds (median)."""
+    times = {n: [] for n in impls}
+    for _ in range(rounds):
+        for n, f in impls.items():
+            times[n].append(_time(f, reps=20, rounds=1))
+    return {n: flops / sorted(t)[len(t) // 2] / 1e9 for n, t in times.items()}
+
+
+def _report(title: str, shape, res: dict, anchors: list) -> None:
+    print(f"{title} {'x'.join(map(str, shape))}: " + ", ".join(f"{n} {v:.0f}" for n, v in res.items()))
+    tawa = {n: v for n, v in res.items() if n not in anchors}
+    if tawa:
+        best = max(tawa, key=tawa.get)
+        print(f"  best Tawa {best}: " + ", ".join(f"{tawa[best] / res[a]:.3f}x {a}" for a in anchors if a in res))
+
+
+def fused_sweep(out, dev, check) -> None:
+    """SwiGLU dual GEMM, linear + bias + GELU + residual, FP8 GEMM: each Tawa variant checked, then timed side by
+    side with its anchors (TFLOP/s of the GEMM work; the anchors do the same math unfused)."""
+    import torch
+    import torch.nn.functional as F
+    bf = torch.bfloat16
+    loaded = {n: _load(out, n) for n in FUSED_VARIANTS if os.path.exists(os.path.join(out, n + ".json"))}
+
+    for (M, N, K) in [(4096, 14336, 4096), (8192, 14336, 4096), (1000, 1000, 520)]:
+        a = torch.randn(M, K, device=dev, dtype=bf)
+        b1, b2 = (torch.randn(K, N, device=dev, dtype=bf) / K ** 0.5 for _ in range(2))
+        bcat = torch.cat([b1, b2], dim=1)
+        c = torch.empty(M, N, device=dev, dtype=bf)
+        g, u = a.float() @ b1.float(), a.float() @ b2.float()
+        ref = F.silu(g) * u
+        impls = {}
+        for n, k in loaded.items():
+            if n.startswith("swiglu"):
+                c.fill_(float("nan"))
+                k.launch([a, b1, b2, c])
+                torch.cuda.synchronize()
+                if check(f"{n} {M}x{N}x{K}", c, ref, 2e-2):
+                    impls[n] = (lambda k: lambda: k.launch([a, b1, b2, c]))(k)
+        if M < 2048:
+            continue
+        impls["torch_unfused"] = lambda: F.silu(a @ b1) * (a @ b2)
+
+        def concat():
+            h = a @ bcat
+            return F.silu(h[:, :N]) * h[:, N:]
+        impls["torch_concat"] = concat
+        _report("swiglu", (M, N, K), _side_by_side(impls, 4 * M * N * K), ["torch_unfused", "torch_concat"])
+
+    for (M, N, K) in [(4096, 14336, 4096), (8192, 8192, 4096), (1000, 1000, 520)]:
+        x = torch.randn(M, K, device=dev, dtype=bf)
+        w = torch.randn(N, K, device=dev, dtype=bf) / K ** 0.5
+        bias = torch.randn(N, device=dev, dtype=bf)
+        r = torch.randn(M, N, device=dev, dtype=bf)
+        y = torch.empty(M, N, device=dev, dtype=bf)
+        ref = F.gelu(x.float() @ w.float().T + bias.float(), approximate="tanh") + r.float()
+        impls = {}
+        for n, k in loaded.items():
+            if n.startswith("linear"):
+                y.fill_(float("nan"))
+                k.launch([x, w, bias, r, y])
+                torch.cuda.synchronize()
+                if check(f"{n} {M}x{N}x{K}", y, ref, 2e-2):
+                    impls[n] = (lambda k: lambda: k.launch([x, w, bias, r, y]))(k)
+        if M < 2048:
+            continue
+        impls["cublas_gemm"] = lambda: torch.matmul(x, w.T, out=y)
+        impls["torch_unfused"] = lambda: F.gelu(F.linear(x, w, bias), approximate="tanh") + r
+        _report("linear+bias+gelu+residual", (M, N, K), _side_by_side(impls, 2 * M * N * K),
+                ["cublas_gemm", "torch_unfused"])
+
+    for (M, N, K) in [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096), (1000, 1008, 1024)]:
+        a = (torch.randn(M, K, device=dev) * 0.5).to(torch.float8_e4m3fn)
+        b = (torch.randn(N, K, device=dev) * 0.5).to(torch.float8_e4m3fn)
+        sa, sb = torch.rand(M, device=dev) + 0.5, torch.rand(N, device=dev) + 0.5
+        c = torch.empty(M, N, device=dev, dtype=bf)
+        ref = (a.float() @ b.float().T) * sa[:, None] * sb[None, :]
+        impls = {}
+        for n, k in loaded.items():
+            if n.startswith("fp8"):
+                c.fill_(float("nan"))
+                k.launch([a, b, sa, sb, c])
+                torch.cuda.synchronize()
+                if check(f"{n} {M}x{N}x{K}", c, ref, 2e-2):
+                    impls[n] = (lambda k: lambda: k.launch([a, b, sa, sb, c]))(k)
+        if M < 2048:
+            continue
+        sa2, sb2 = sa[:, None].contiguous(), sb[None, :].contiguous()
+        one = torch.tensor(1.0, device=dev)
+        impls["scaled_mm_rowwise"] = lambda: torch._scaled_mm(a, b.T, scale_a=sa2, scale_b=sb2, out_dtype=bf)
+        impls["scaled_mm_tensor"] = lambda: torch._scaled_mm(a, b.T, scale_a=one, scale_b=one, out_dtype=bf)
+        _report("fp8", (M, N, K), _side_by_side(impls, 2 * M * N * K), ["scaled_mm_rowwise", "scaled_mm_tensor"])
+
+
 def run(out: str) -> None:
     import torch
     torch.manual_seed(0)
@@ -252,6 +367,7 @@ def run(out: str) -> None:
         return ok
 
     gemm_sweep(out, dev, check)
+    fused_sweep(out, dev, check)
 
     if os.path.exists(os.path.join(out, "gemm_bias_gelu.json")):
         print("gemm_bias_gelu")

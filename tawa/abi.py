@@ -13,6 +13,9 @@ Kinds of entry (`arg` is the index of the user-facing kernel argument it derives
 - `dim`: extent of dimension `axis` of argument `arg` (i32).
 - `stride`: stride of dimension `axis` of argument `arg`, in elements (i64).
 - `scalar`: the scalar argument `arg`, with `dtype` (`i32` or `f32`).
+- `grid`: extent `axis` of the grid a persistent kernel (`CompiledKernel.persistent`) was written for (i32; `arg`
+  is -1, no user argument): the runtime launches min(programs, SMs) CTAs on a 1-D grid, and the kernel loops
+  over the programs of this grid.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from typing import Optional
 
 @dataclass
 class AbiParam:
-    kind: str                       # "tensormap" | "ptr" | "dim" | "stride" | "scalar"
+    kind: str                       # "tensormap" | "ptr" | "dim" | "stride" | "scalar" | "grid"
     arg: int
     axis: Optional[int] = None
     box: Optional[list] = None      # tensormap: box extents, outermost first (as the tensor's dims)
@@ -42,6 +45,9 @@ class CompiledKernel:
     abi: list = field(default_factory=list)          # list[AbiParam] (cuda)
     num_threads: int = 128
     shared_bytes: int = 0           # dynamic shared memory
+    #: A persistent kernel: launched as min(programs, SMs) CTAs on a 1-D grid, each looping over the programs of
+    #: the grid it was written for, which it receives in its "grid" parameters.
+    persistent: bool = False
     ptx: Optional[str] = None
     cubin: Optional[bytes] = None
     ir: Optional[str] = None        # the final MLIR text (cpu target: what the interpreter runs)

@@ -15,6 +15,7 @@ Which passes run depends on the target and on whether the kernel is warp special
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -25,7 +26,8 @@ from tawa.abi import CompiledKernel
 from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import kernel_info, verify
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, lower_to_llvm,
-                           partition, protocol_check, register_realloc, software_pipeline, to_nvvm, ws_analysis)
+                           partition, persistent_tiles, protocol_check, register_realloc, software_pipeline,
+                           to_nvvm, ws_analysis)
 from tawa.options import CompileOptions
 
 
@@ -34,6 +36,8 @@ class Plan:
     """The decisions taken before the pipeline runs, once per compile; each pass's `when` reads them."""
     target: str
     warp_specialize: bool
+    #: Tile schedule of a specialized kernel: "tile" (one program per CTA) or "persistent" (CTAs loop over tiles).
+    schedule: str = "tile"
 
 
 def _always(plan: Plan) -> bool: return True
@@ -41,6 +45,7 @@ def _ws(plan: Plan) -> bool: return plan.warp_specialize
 def _gpu(plan: Plan) -> bool: return plan.target == "cuda"
 def _gpu_ws(plan: Plan) -> bool: return plan.target == "cuda" and plan.warp_specialize
 def _gpu_uniform(plan: Plan) -> bool: return plan.target == "cuda" and not plan.warp_specialize
+def _persistent(plan: Plan) -> bool: return plan.warp_specialize and plan.schedule == "persistent"
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,8 @@ PIPELINE = [
     Pass("aref-insertion", aref_insertion.run, when=_ws),
     Pass("partition", partition.run, when=_ws),
     Pass("protocol-check", protocol_check.run, when=_ws),
+    # Persistent schedule: every warp group loops over the output tiles its CTA owns (about one CTA per SM).
+    Pass("persistent-tiles", persistent_tiles.run, when=_persistent),
     # Warp specialization on the GPU: setmaxnreg budgets, then warp-group placement, launch size and the loads
     # each aref put issues as TMA copies (the NVVM conversion lowers the regions and arefs to mbarrier rings).
     Pass("register-realloc", register_realloc.run, when=_gpu_ws, tile_level=False),
@@ -86,12 +93,39 @@ def get_pass(name: str) -> Pass:
 def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     """Decide target and schedule, once: returns the plan and diagnostics for the user.
 
-    Raises CompilationError when specialization was required (`warp_specialize=True`) but is impossible."""
+    Raises CompilationError when specialization was required (`warp_specialize=True`) but is impossible, or when
+    the persistent schedule was required (`schedule="persistent"`) but the kernel is not specialized."""
     options.validate()
+    func = kernel_info.kernel_function(module)
     if options.target == "cpu" and options.warp_specialize is None:
         return Plan(options.target, False), []
-    specialize, note = ws_analysis.decide(kernel_info.kernel_function(module), options)
-    return Plan(options.target, bool(specialize)), [note] if note else []
+    specialize, note = ws_analysis.decide(func, options)
+    notes = [note] if note else []
+    schedule, why = _tile_schedule(func, options, bool(specialize))
+    if why:
+        notes.append(f"kernel '{kernel_info.kernel_name(func)}' uses the {schedule} schedule: {why}")
+    return Plan(options.target, bool(specialize), schedule), notes
+
+
+def _tile_schedule(func, options: CompileOptions, specialized: bool) -> tuple[str, str]:
+    """("tile" | "persistent", why) for one kernel."""
+    name = kernel_info.kernel_name(func)
+    if options.schedule == "tile":
+        return "tile", "one program per CTA (schedule='tile')"
+    if not specialized:
+        if options.schedule == "persistent":
+            raise CompilationError(f"cannot make kernel '{name}' persistent: it is not warp-specialized",
+                                   note="the persistent schedule loops the producer and consumer warp groups over "
+                                        "tiles; compile with schedule='tile' or let the kernel specialize")
+        return "tile", ""
+    ok, reason = persistent_tiles.can_persist(func, options)
+    if not ok:
+        if options.schedule == "persistent":
+            raise CompilationError(f"cannot make kernel '{name}' persistent: {reason}",
+                                   note="compile with schedule='tile'")
+        return "tile", f"not persistent because {reason}"
+    return "persistent", ("about one CTA per SM, each looping over output tiles in grouped order; the aref ring "
+                          "runs across tiles and each epilogue's TMA store overlaps the next tile's main loop")
 
 
 def _verify_each(options: CompileOptions) -> bool:
@@ -156,6 +190,8 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
 
     Returns the module when `tile_level_only` or `stop_after` is given, else the `CompiledKernel`."""
     plan, notes = decide(module, options)
+    # The passes see the decided schedule (aref-insertion sizes the ring next to a persistent epilogue's staging).
+    options = dataclasses.replace(options, schedule=plan.schedule if plan.warp_specialize else options.schedule)
     module = run_pipeline(module, options, plan, stop_after=stop_after, tile_level_only=tile_level_only)
     if tile_level_only or stop_after:
         return module

@@ -18,6 +18,9 @@ from tawa.errors import CompilationError
 TARGETS = ("cuda", "cpu")
 #: Consumer warp groups a specialized kernel may have.
 CONSUMER_GROUPS = (1, 2)
+#: Tile schedules of a warp-specialized kernel: one program per output tile as the grid declares ("tile"), or
+#: about one CTA per SM looping over the output tiles ("persistent").
+SCHEDULES = ("tile", "persistent")
 #: Warps per program on the uniform-warp path: one or two warp groups.
 NUM_WARPS = (4, 8)
 #: Other names accepted for an option (by `from_kwargs` and as extra `tawac` flags).
@@ -63,6 +66,12 @@ class CompileOptions:
         None, help="inside each consumer warp group, issue the next iteration's first dot (attention's Q K^T) "
                    "before this iteration's math on the current one, so the two overlap (auto: where the dot's "
                    "operands allow it)")
+    schedule: Optional[str] = _opt(
+        None, choices=SCHEDULES,
+        help="tile schedule of a warp-specialized kernel: 'tile' runs one program per output tile as the grid "
+             "declares; 'persistent' launches about one CTA per SM, each looping over output tiles in grouped "
+             "order with the aref ring running across tiles and the epilogue's TMA store overlapping the next "
+             "tile (auto: persistent where it applies, see the kernel's notes)")
     num_buffers: Optional[int] = _opt(
         None, help="aref ring depth of a specialized kernel (default: as many as fit in shared memory)")
     num_stages: int = _opt(3, help="loads in flight in the uniform-warp software pipeline (default 3)")
@@ -104,6 +113,9 @@ class CompileOptions:
             bad("consumer_lookahead", self.consumer_lookahead, "True, False or None (auto)")
         if self.consumer_pingpong is not None and not is_bool(self.consumer_pingpong):
             bad("consumer_pingpong", self.consumer_pingpong, "True, False or None (auto)")
+        if self.schedule is not None and self.schedule not in SCHEDULES:
+            bad("schedule", self.schedule, " or ".join(repr(t) for t in SCHEDULES) + " (or None: chosen by the "
+                "compiler)")
         if self.num_consumer_groups is not None and (not is_int(self.num_consumer_groups)
                                                      or self.num_consumer_groups not in CONSUMER_GROUPS):
             bad("num_consumer_groups", self.num_consumer_groups, "1 or 2 (or None: chosen by the compiler)")
@@ -176,3 +188,13 @@ def _init(self, *args, **kwargs):
 
 
 CompileOptions.__init__ = _init
+
+
+#: Fields that say where or how verbosely a kernel is compiled rather than what code it gets: an autotuning
+#: candidate (`tawa.autotune`, `@autotune` in a .tawa file) may not vary them.
+NOT_TUNABLE = ("target", "constants", "dump_ir_after_all", "verify_each")
+
+
+def tunable_options() -> list:
+    """The option names an autotuning candidate may set: every code-affecting field, then the aliases."""
+    return [n for n in CompileOptions.names() if n not in NOT_TUNABLE] + list(ALIASES)

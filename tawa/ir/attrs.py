@@ -16,6 +16,7 @@ or `LAYOUT.set(op, desc)`. Who sets each attribute and who reads it:
 | `tawa.aref_load` (unit) | `tawa.load` | assign-warp-groups | layouts, conversion (the put issues it) |
 | `tawa.pingpong` (unit) | consumer region of 2+ warp groups | assign-warp-groups | conversion (named-barrier ping-pong) |
 | `tawa.lookahead` (unit) | a consumer's `scf.for` | assign-warp-groups | conversion (next iteration's first dot issued early) |
+| `tawa.persistent` (unit) | kernel | persistent-tiles | conversion, backend and runtime (launch about one CTA per SM), interpreter |
 | `tawa.smem` (unit) | `tawa.load`, `tawa.trans` | assign-layouts, assign-warp-groups | software-pipeline, conversion |
 | `tawa.layout` (str) | op with a tile result | assign-layouts | conversion |
 | `tawa.layouts` (array of str) | `scf.for`, `scf.if` | assign-layouts | conversion |
@@ -116,6 +117,7 @@ AREF_NAME = StrAttr("tawa.aref_name", None)
 AREF_LOAD = UnitAttr("tawa.aref_load")
 PINGPONG = UnitAttr("tawa.pingpong")
 LOOKAHEAD = UnitAttr("tawa.lookahead")
+PERSISTENT = UnitAttr("tawa.persistent")
 
 #: Warp-group roles.
 PRODUCER, CONSUMER = "producer", "consumer"
@@ -130,4 +132,4 @@ KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 
 #: Every `tawa.*` attribute, for the verifier and the docs.
 ALL = (KERNEL, PARAMS, GRID, CONSTANTS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
-       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED, KERNEL_INFO)
+       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED, KERNEL_INFO)

@@ -39,6 +39,13 @@ irdl.dialect @tawa {
     irdl.attributes {"axis" = %attr}
     irdl.results(result: %i32)
   }
+  // The extent of the grid a persistent kernel was written for along `axis`: its CTAs loop over those programs.
+  irdl.operation @grid_extent {
+    %i32 = irdl.is i32
+    %attr = irdl.any
+    irdl.attributes {"axis" = %attr}
+    irdl.results(result: %i32)
+  }
   irdl.operation @dim {
     %mem = irdl.base "!builtin.memref"
     %i32 = irdl.is i32

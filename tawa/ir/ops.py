@@ -41,6 +41,14 @@ class NumProgramsOp(OpView):
     axis = property(lambda self: self._int("axis"))
 
 
+class GridExtentOp(OpView):
+    """`tawa.grid_extent {axis}`: the extent along `axis` of the grid a persistent kernel was written for (the
+    `@grid` it declares, or the grid it is launched with); `tawa.program_id` / `tawa.num_programs` then name the
+    CTAs actually launched, which loop over those programs."""
+    NAME = "tawa.grid_extent"
+    axis = property(lambda self: self._int("axis"))
+
+
 class DimOp(OpView):
     NAME = "tawa.dim"
     tensor = property(lambda self: self.op.operands[0])

@@ -58,7 +58,7 @@ RULES = {
     "reduce-shape": "tawa.reduce drops an axis in range (a 1-D tile gives a scalar), same element type",
     "splat-type": "tawa.splat makes a tile of its scalar operand's type",
     "arange-range": "tawa.arange gives tensor<(end - start)xi32>, end > start",
-    "program-axis": "tawa.program_id / tawa.num_programs axis is 0, 1 or 2",
+    "program-axis": "tawa.program_id / tawa.num_programs / tawa.grid_extent axis is 0, 1 or 2",
     "dim-axis": "tawa.dim axis is below the tensor's rank",
     # arefs
     "aref-type": "an aref type is !tawa.aref<[types...], depth : i32>",
@@ -328,7 +328,8 @@ def _reduce(op):
 
 
 _SHAPE_RULES = {
-    "tawa.program_id": _program_axis, "tawa.num_programs": _program_axis, "tawa.dim": _dim,
+    "tawa.program_id": _program_axis, "tawa.num_programs": _program_axis,
+    "tawa.grid_extent": _program_axis, "tawa.dim": _dim,
     "tawa.load": _load, "tawa.store": _store, "tawa.splat": _splat, "tawa.arange": _arange, "tawa.dot": _dot,
     "tawa.expand_dims": _expand_dims, "tawa.broadcast": _broadcast, "tawa.trans": _trans, "tawa.reduce": _reduce,
 }

@@ -40,15 +40,16 @@ from tawa.lowering import ws_analysis
 MAX_AUTO_DEPTH = 6
 
 
-def _other_smem_bytes(func_op, heavy) -> int:
+def other_smem_bytes(func_op, heavy, persistent: bool = False) -> int:
     """Shared memory the rest of the kernel may need next to the ring: tiles loaded outside the ring (a backend
     stages TMA loads through shared memory) and the largest stored tile (it may be staged for a TMA store)."""
     loads, store = 0, 0
     for op in walk(func_op.operation):
         if op.name == LoadOp.NAME and op not in heavy:
             loads += tile_bytes(LoadOp(op).result.type)
-        elif op.name == StoreOp.NAME and _in_loop(op):
-            # A store after the loops is staged in the drained ring (the backend reuses it).
+        elif op.name == StoreOp.NAME and (persistent or _in_loop(op)):
+            # A store after the loops is staged in the drained ring (the backend reuses it), except in a persistent
+            # kernel, whose ring is never drained: the next tile's loads are already in it.
             store = max(store, tile_bytes(StoreOp(op).value.type))
     return loads + store
 
@@ -60,7 +61,8 @@ def _in_loop(op) -> bool:
 def choose_depth(slot_bytes: int, func_op, options, heavy=()) -> int:
     if options.num_buffers is not None:     # validated with the other options
         return options.num_buffers
-    budget = hopper.SMEM_FOR_TILES - _other_smem_bytes(func_op, set(heavy))
+    persistent = getattr(options, "schedule", None) == "persistent"
+    budget = hopper.SMEM_FOR_TILES - other_smem_bytes(func_op, set(heavy), persistent)
     depth = min(MAX_AUTO_DEPTH, budget // max(slot_bytes, 1))
     if depth >= 2:
         return depth

@@ -158,6 +158,21 @@ def _open_context(ordinal: int) -> Context:
     return Context(ordinal, handle, int(handle), name, (major, minor), int(optin))
 
 
+def sm_count(ordinal: int) -> int:
+    """Streaming multiprocessors of device `ordinal` (a persistent kernel launches one CTA per SM)."""
+    count = _sm_counts.get(ordinal)
+    if count is None:
+        cu = driver()
+        dev = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+        count = int(check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                                                  dev), "cuDeviceGetAttribute"))
+        _sm_counts[ordinal] = count
+    return count
+
+
+_sm_counts: dict = {}
+
+
 def current_context_device() -> Optional[int]:
     """The ordinal of the device whose context is current on this thread, or None."""
     cu = driver()

@@ -36,6 +36,11 @@ __all__ = ["run_kernel", "run_with_interleavings", "compile_kernel", "CompiledPr
            "ArefProtocolError"]
 
 
+#: Programs a persistent kernel runs as in the interpreter (fewer than most grids, so that each loops over several
+#: tiles, and a count that divides few of them).
+PERSISTENT_CTAS = 3
+
+
 class CompiledProgram:
     """A kernel compiled to closures; `run` executes it over a grid."""
 
@@ -47,6 +52,7 @@ class CompiledProgram:
         self.params = attrs.PARAMS.get(func) if attrs.PARAMS.has(func) else None
         self.grid_exprs = attrs.GRID.get(func) if attrs.GRID.has(func) else None
         self.constants = attrs.CONSTANTS.get(func) if attrs.CONSTANTS.has(func) else {}
+        self.persistent = bool(attrs.PERSISTENT.get(func))
         self.rt = Runtime()
         compiler = Compiler(self.rt)
         blocks = list(func.regions[0].blocks)
@@ -77,13 +83,19 @@ class CompiledProgram:
                 values.append(make_scalar(arg, info))
         return values
 
-    def run(self, args: list, grid, *, seed: Optional[int] = None, trace: Optional[list] = None) -> None:
+    def run(self, args: list, grid, *, seed: Optional[int] = None, trace: Optional[list] = None,
+            ctas: int = PERSISTENT_CTAS) -> None:
+        """Run every program of `grid`; a persistent kernel runs as min(programs, `ctas`) programs that loop over
+        the programs of `grid`."""
         values = self._prepare(args)
         grid = tuple(int(g) for g in (grid if isinstance(grid, (tuple, list)) else (grid,)))
         if not 1 <= len(grid) <= 3 or any(g < 0 for g in grid):
             raise LaunchError(f"a grid is 1 to 3 non-negative extents, got {grid}")
         grid3 = grid + (1,) * (3 - len(grid))
         rt, body, slots = self.rt, self.body, self.arg_slots
+        rt.tile_grid = grid3
+        if self.persistent:
+            grid3 = (min(grid3[0] * grid3[1] * grid3[2], ctas), 1, 1)
         rt.grid, rt.rng, rt.trace = grid3, random.Random(0 if seed is None else seed), trace
         with np.errstate(all="ignore"):
             for z, y, x in itertools.product(range(grid3[2]), range(grid3[1]), range(grid3[0])):

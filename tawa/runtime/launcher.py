@@ -38,7 +38,7 @@ def param_size_align(p: AbiParam) -> tuple:
         return (tm.TENSOR_MAP_BYTES, 64) if p.by_value else (8, 8)
     if p.kind in ("ptr", "stride"):
         return 8, 8
-    if p.kind == "dim":
+    if p.kind in ("dim", "grid"):
         return 4, 4
     if p.kind == "scalar":
         if p.dtype in ("i32", "f32"):
@@ -74,7 +74,7 @@ def param_struct(abi: Sequence[AbiParam]) -> struct.Struct:
             fmt += "Q"
         elif p.kind == "stride":
             fmt += "q"
-        elif p.kind == "dim":
+        elif p.kind in ("dim", "grid"):
             fmt += "i"
         else:
             fmt += {"f32": "f", "i32": "i", "i1": "?"}[p.dtype]
@@ -170,6 +170,11 @@ class GpuLauncher:
         self.offsets, self.params_size = param_layout(self.abi)
         self.params = list(kernel.params)
         for p in self.abi:
+            if p.kind == "grid":          # the grid a persistent kernel was written for: no user argument
+                if self.kernel.persistent and p.axis in (0, 1, 2):
+                    continue
+                raise LaunchError(f"kernel '{kernel.name}': ABI entry {p} needs a persistent kernel and an axis "
+                                  f"0, 1 or 2")
             if not 0 <= p.arg < len(self.params):
                 raise LaunchError(f"kernel '{kernel.name}': ABI entry {p} names argument {p.arg}, but the kernel "
                                   f"has {len(self.params)}")
@@ -318,6 +323,9 @@ class GpuLauncher:
         template = [None] * len(self.abi)
         ptr_slots, scalar_slots, map_slots = [], [], []
         for j, p in enumerate(self.abi):
+            if p.kind == "grid":
+                template[j] = grid3[p.axis]
+                continue
             info, name = infos[p.arg], self._names[p.arg]
             if p.kind == "tensormap":
                 if 0 in info.shape:
@@ -335,7 +343,19 @@ class GpuLauncher:
             else:
                 scalar_slots.append((j, p.arg, p.dtype, self._scalar_where(p)))
                 _scalar_value(args[p.arg], p.dtype, scalar_slots[-1][3])
+        if self.kernel.persistent:
+            grid3 = self._persistent_grid(grid3, ordinal)
         return _Plan(grid3, ordinal if known else None, template, ptr_slots, scalar_slots, map_slots, tma_checks)
+
+    def _persistent_grid(self, grid3: tuple, ordinal) -> tuple:
+        """A persistent kernel runs as one CTA per SM (fewer when there are fewer programs), on a 1-D grid; it
+        loops over the programs of `grid3`, which it receives in its "grid" parameters."""
+        programs = grid3[0] * grid3[1] * grid3[2]
+        if programs > MAX_GRID[0]:
+            raise LaunchError(f"kernel '{self.kernel.name}' is persistent and its grid {grid3} has {programs} "
+                              f"programs, more than the {MAX_GRID[0]} it can count")
+        sms = drv.sm_count(ordinal if ordinal is not None else drv.default_device())
+        return (min(programs, sms), 1, 1)
 
     # -- argument checks ------------------------------------------------------------------------------------
     def _read_arrays(self, args: list, stream_value: Optional[int]) -> list:

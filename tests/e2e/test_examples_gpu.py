@@ -1,5 +1,6 @@
 """Every example on the GPU against a float64 torch reference: fresh random inputs, NaN-poisoned outputs,
-ragged shapes (not multiples of the tile), both schedules (warp-specialized where it applies, and uniform)."""
+ragged shapes (not multiples of the tile), every schedule: the compiler's choice (warp-specialized and persistent
+where they apply), warp-specialized with one program per CTA, and uniform."""
 import math
 
 import pytest
@@ -7,16 +8,20 @@ import pytest
 from e2e_support import compiled, poisoned, rel_err
 
 pytestmark = pytest.mark.gpu
-SCHEDULES = [pytest.param(None, id="auto"), pytest.param(False, id="uniform")]
+SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"schedule": "tile"}, id="ws-tile"),
+             pytest.param({"warp_specialize": False}, id="uniform")]
 # Ragged against the 128x128x64 tile; row strides stay multiples of 16 bytes, as TMA needs.
-GEMM_SHAPES = [(256, 256, 256), (1000, 3000, 712), (129, 72, 88), (64, 200, 8), (4096, 4096, 4096)]
+# (1000, 3000): 8 x 24 = 192 tiles, not a multiple of the SMs (132 on an H200, 114 on a PCIe H100); (129, 72): a
+# single column of two tiles; (64, 200, 8): K smaller than BLOCK_K; (100, 120): a single tile.
+GEMM_SHAPES = [(256, 256, 256), (1000, 3000, 712), (129, 72, 88), (64, 200, 8), (100, 120, 40), (4096, 4096, 4096),
+               (2176, 2304, 256)]
 
 
 @pytest.mark.parametrize("ws", SCHEDULES)
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("shape", GEMM_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gemm(shape, dtype, ws):
-    kernel = compiled("gemm.tawa", DTYPE=dtype, warp_specialize=ws)
+    kernel = compiled("gemm.tawa", DTYPE=dtype, **ws)
     import torch
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
     torch.manual_seed(sum(shape))
@@ -42,7 +47,7 @@ def test_misaligned_rows_are_a_clear_launch_error():
 
 @pytest.mark.parametrize("ws", SCHEDULES)
 def test_gemm_bias_act(ws):
-    kernel = compiled("gemm_bias_act.tawa", warp_specialize=ws)
+    kernel = compiled("gemm_bias_act.tawa", **ws)
     import torch
     torch.manual_seed(1)
     m, n, k = 333, 520, 200
@@ -54,6 +59,27 @@ def test_gemm_bias_act(ws):
     x = a.double() @ b.double() + bias.double()
     ref = x * torch.sigmoid(1.5957691216057308 * (x + 0.044715 * x ** 3))
     assert rel_err(c, ref) < 1e-2
+
+
+@pytest.mark.parametrize("ws", SCHEDULES)
+@pytest.mark.parametrize("block_n", [256, 128])
+@pytest.mark.parametrize("shape", [(333, 520, 200), (1000, 3000, 712), (64, 72, 40)], ids=lambda s: "x".join(map(str, s)))
+def test_linear_gelu_residual(shape, block_n, ws):
+    kernel = compiled("linear_gelu_residual.tawa", BLOCK_N=block_n, **ws)
+    import torch
+    torch.manual_seed(sum(shape) + block_n)
+    m, n, k = shape
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    y = poisoned(torch, (m, n), torch.bfloat16)
+    kernel(x, w, bias, r, y)
+    torch.cuda.synchronize()
+    assert not y.isnan().any()
+    h = x.double() @ w.double().T + bias.double()
+    ref = h * torch.sigmoid(1.5957691216057308 * (h + 0.044715 * h ** 3)) + r.double()
+    assert rel_err(y, ref) < 1e-2
 
 
 def test_softmax():
@@ -69,7 +95,7 @@ def test_softmax():
 
 @pytest.mark.parametrize("ws", SCHEDULES)
 def test_swiglu(ws):
-    kernel = compiled("swiglu.tawa", warp_specialize=ws)
+    kernel = compiled("swiglu.tawa", **ws)
     import torch
     torch.manual_seed(3)
     m, n, k = 300, 696, 264
@@ -84,7 +110,7 @@ def test_swiglu(ws):
 
 @pytest.mark.parametrize("ws", SCHEDULES)
 def test_gemm_fp8(ws):
-    kernel = compiled("gemm_fp8.tawa", warp_specialize=ws)
+    kernel = compiled("gemm_fp8.tawa", **ws)
     import torch
     torch.manual_seed(4)
     m, n, k = 500, 296, 400
@@ -134,7 +160,7 @@ GQA_SHAPES = [(2, 32, 8, 1000, 128), (1, 16, 2, 129, 128), (2, 8, 1, 300, 64), (
 @pytest.mark.parametrize("shape", GQA_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gqa_attention(shape, causal, ws):
     z, h, hkv, s, d = shape
-    kernel = compiled("gqa_attention.tawa", CAUSAL=causal, HEAD_DIM=d, warp_specialize=ws)
+    kernel = compiled("gqa_attention.tawa", CAUSAL=causal, HEAD_DIM=d, **ws)
     import torch
     torch.manual_seed(sum(shape) + causal)
     q = torch.randn(z, h, s, d, device="cuda", dtype=torch.bfloat16)
@@ -173,7 +199,7 @@ def test_gemm_with_register_a_operand(shape):
 @pytest.mark.parametrize("shape", [(16, 328), (37, 130), (8, 128)], ids=lambda s: "x".join(map(str, s)))
 def test_constant_minus_column_vector(shape, ws):
     """`0.125 - cv[:, None]` and `2.0 + cv[:, None]` with cv a loaded column block (found by the fuzz corpus)."""
-    kernel = compiled(str(KERNELS / "const_minus_column.tawa"), warp_specialize=ws)
+    kernel = compiled(str(KERNELS / "const_minus_column.tawa"), **ws)
     import torch
     torch.manual_seed(sum(shape))
     m, n = shape

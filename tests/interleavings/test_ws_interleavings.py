@@ -3,7 +3,9 @@
 The CPU interpreter runs the producer and consumer regions as concurrent tasks, switching between them at random
 (seeded) at every aref op, load and store, with bounded aref rings: a protocol bug shows up as a deadlock or a
 read of a released slot. Covered: one-iteration loops, K smaller than one tile, K = 0, odd trip counts, ring
-depth 1, 2 and larger than the trip count, and every example that specializes. The specialized kernel must also
+depth 1, 2 and larger than the trip count, and every example that specializes; and the persistent schedule (the
+interpreter runs a persistent kernel as 3 programs looping over the grid's tiles, so the ring runs across tiles and
+tile counts are not multiples of the programs). The specialized kernel must also
 compute bit-for-bit what the sequential kernel computes.
 """
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tawa.ir.traversal import ops_of, walk
 from tawa.errors import TawaError
 from tawa.frontend import parse_and_lower
 from tawa.ir.convert import to_python
-from tawa.lowering import aref_insertion, partition, protocol_check
+from tawa.lowering import aref_insertion, partition, persistent_tiles, protocol_check
 from tawa.options import CompileOptions
 from tawa.runtime.grid import bind_numpy_args, eval_grid
 from tawa.runtime.interpreter import InterpreterDeadlock, run_kernel, run_with_interleavings
@@ -31,12 +33,13 @@ BF16 = ml_dtypes.bfloat16
 FP8 = ml_dtypes.float8_e4m3fn
 
 
-def build(name: str, constants: dict, specialize: bool = True, **options):
+def build(name: str, constants: dict, specialize: bool = True, persistent: bool = False, **options):
     path = EXAMPLES / f"{name}.tawa"
     m = parse_and_lower(path.read_text(), str(path), constants)
     if specialize:
-        opts = CompileOptions(warp_specialize=True, **options)
-        for p in (aref_insertion, partition, protocol_check):
+        opts = CompileOptions(warp_specialize=True, schedule="persistent" if persistent else None, **options)
+        passes = (aref_insertion, partition, protocol_check) + ((persistent_tiles,) if persistent else ())
+        for p in passes:
             p.run(m, opts)
         assert "warp_group = \"producer\"" in str(m)
     return m
@@ -209,3 +212,62 @@ def test_gqa_attention_interleavings(causal):
     run_all_seeds("gqa_attention", {"HEAD_DIM": D, "BLOCK_M": 32, "BLOCK_N": 16, "CAUSAL": causal},
                   lambda: [q.copy(), k.copy(), v.copy(), np.zeros((Z, H, S, D), BF16), scale], 3, ref, 3e-2,
                   num_buffers=2)
+
+
+# ---- the persistent schedule: every warp group loops over tiles, the ring runs across tile boundaries ------------
+@pytest.mark.parametrize("M,N,K,bk,depth", [
+    (45, 37, 70, 16, 2),     # 2 x 2 tiles over 3 programs, 5 iterations per tile (odd), ragged everything
+    (100, 37, 40, 16, 3),    # 4 x 2 tiles: the ring's phase flips at different points of different tiles
+    (45, 37, 5, 16, 1),      # K smaller than a tile, a single slot
+    (20, 20, 48, 16, 4),     # a single tile (one program does everything, two idle)
+    (96, 96, 32, 16, 5),     # 3 x 3 tiles, 2 iterations per tile, depth 5 (not a divisor of the uses)
+])
+def test_persistent_gemm_interleavings(M, N, K, bk, depth):
+    consts, make_args, ref = gemm_case(M, N, K, bk, depth)
+    m = run_all_seeds("gemm", consts, make_args, 2, ref, 1e-5, num_buffers=depth, persistent=True)
+    assert "tawa.persistent" in str(m) and "tawa.grid_extent" in str(m)
+
+
+def test_persistent_gemm_zero_trip_count():
+    consts, make_args, ref = gemm_case(70, 33, 0, 16, 2)
+    run_all_seeds("gemm", consts, make_args, 2, ref, 0.0, num_buffers=2, persistent=True)
+
+
+def test_persistent_swiglu_interleavings():
+    M, N, K = 70, 45, 40
+    rng = np.random.default_rng(12)
+    A = rng.standard_normal((M, K)).astype(BF16)
+    B1 = rng.standard_normal((K, N)).astype(BF16)
+    B2 = rng.standard_normal((K, N)).astype(BF16)
+    g = A.astype(np.float32) @ B1.astype(np.float32)
+    u = A.astype(np.float32) @ B2.astype(np.float32)
+    ref = g / (1 + np.exp(-g)) * u
+    run_all_seeds("swiglu", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
+                  lambda: [A.copy(), B1.copy(), B2.copy(), np.zeros((M, N), BF16)], 3, ref, 2e-2, num_buffers=3,
+                  persistent=True)
+
+
+def test_persistent_gemm_fp8_interleavings():
+    M, N, K = 70, 40, 80
+    rng = np.random.default_rng(13)
+    A = (rng.standard_normal((M, K)) * 2).astype(FP8)
+    B = (rng.standard_normal((N, K)) * 2).astype(FP8)
+    sa = rng.uniform(0.5, 1.5, M).astype(np.float32)
+    sb = rng.uniform(0.5, 1.5, N).astype(np.float32)
+    ref = (A.astype(np.float32) @ B.astype(np.float32).T) * sa[:, None] * sb[None, :]
+    run_all_seeds("gemm_fp8", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32},
+                  lambda: [A.copy(), B.copy(), sa.copy(), sb.copy(), np.zeros((M, N), BF16)], 4, ref, 2e-2,
+                  num_buffers=2, persistent=True)
+
+
+def test_persistent_tiles_visit_every_tile_once():
+    """Every program of the grid is computed exactly once, for any number of CTAs (none skipped, none twice)."""
+    consts, make_args, ref = gemm_case(100, 70, 16, 16, 2)
+    m = build("gemm", consts, num_buffers=2, persistent=True)
+    from tawa.runtime.interpreter import compile_kernel
+    program = compile_kernel(m)
+    for ctas in (1, 2, 3, 7, 12, 40):
+        args = make_args()
+        args[2][:] = np.nan
+        program.run(args, grid_of(m, args), seed=ctas, ctas=ctas)
+        np.testing.assert_allclose(args[2], ref, rtol=1e-5, atol=1e-5)

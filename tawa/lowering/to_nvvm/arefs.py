@@ -4,9 +4,13 @@
   1024-byte aligned) and two rings of D mbarriers: `full` (arrival count 1: the producer's expect-tx) and
   `empty` (arrival count = number of consumer warp groups).
 - stage and phase: the k-th put (get) of an aref uses slot `k % D` and parity `(k / D) & 1`: the stage starts at 0
-  and the phase flips each time the stage wraps. `k` is the iteration index `(iv - lb) / step` of the enclosing
-  loop (the protocol check guarantees one put and one get per iteration in mirrored loops), so both sides derive
-  it from their own loop and never exchange it. A loop schedule that already computes it provides it.
+  and the phase flips each time the stage wraps. `k` is the ring's uses before the enclosing loop started plus
+  the loop's iteration index `(iv - lb) / step` (the protocol check guarantees one put and one get per iteration
+  in mirrored loops), so both sides derive it from their own control flow and never exchange it. A loop
+  schedule that already computes the iteration index provides it. The uses before the loop are 0 unless the
+  loop is nested in another (a persistent kernel's tile loop): that loop carries each ring's use count from one
+  of its iterations to the next (`ring_counts_*`), and a loop that uses a ring advances its count by its trip
+  count when it ends (`advance_rings`).
 - `aref_put` -> wait `empty[stage]` with parity `phase ^ 1` (the first wait on a fresh barrier passes, so the
   producer may fill all D slots before any release), then one elected thread: `expect_tx(full[stage], bytes)`
   and the TMA copies of the put's loads into the slot.
@@ -23,10 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tawa import hopper
-from tawa.errors import CompilationError
+from tawa.errors import CompilationError, InternalCompilerError
 from tawa.ir.location import where
-from tawa.ir.ops import aref_of, ArefCreateOp, ArefGetOp, ArefPutOp, ForOp, LoadOp, consumer_warp_groups, warp_group_role
-from tawa.ir.traversal import parent_op
+from tawa.ir.ops import (AREF_USE_OPS, aref_of, ArefCreateOp, ArefGetOp, ArefPutOp, ForOp, LoadOp,
+                         consumer_warp_groups, warp_group_role)
+from tawa.ir.traversal import ops_of, parent_op, walk
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from . import sync
@@ -104,9 +109,55 @@ def iteration(ctx, op):
                            f"directly inside one")
 
 
-def stage_of(ctx, ring: Ring, k) -> tuple:
-    """(slot, parity) of the k-th use of a ring."""
+# ---- use counts of rings across loops ---------------------------------------------------------------------------
+def rings_used(ctx, for_op) -> tuple:
+    """(rings used by aref ops directly in the loop's body, rings used only in loops nested in it)."""
+    body = ForOp(for_op).body
+    direct, nested = [], []
+    for op in ops_of(body):
+        if op.name in AREF_USE_OPS:
+            ring = ctx.get(aref_of(op))
+            if all(r is not ring for r in direct):
+                direct.append(ring)
+    for op in walk(for_op):
+        if op.name in AREF_USE_OPS and parent_op(op) != for_op:
+            ring = ctx.get(aref_of(op))
+            if any(r is ring for r in direct):
+                raise InternalCompilerError(f"{op.name}{where(op)}: a ring used both in a loop and in a loop "
+                                            f"nested in it")
+            if all(r is not ring for r in nested):
+                nested.append(ring)
+    return direct, nested
+
+
+def ring_counts(ctx, rings: list) -> list:
+    """The uses of each ring so far, as i32 values (for a loop to carry)."""
+    return [ctx.ring_uses.get(id(r)) or ctx.b.i32(0) for r in rings]
+
+
+def set_ring_counts(ctx, rings: list, counts: list) -> None:
+    for r, c in zip(rings, counts):
+        ctx.ring_uses[id(r)] = c
+
+
+def advance_rings(ctx, rings: list, lb, ub, step) -> None:
+    """After a loop that uses each of `rings` once per iteration: their counts grow by its trip count."""
+    if not rings:
+        return
     b = ctx.b
+    trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+    trips = b.binary("maxsi", trips, b.i32(0))
+    for r in rings:
+        base = ctx.ring_uses.get(id(r))
+        ctx.ring_uses[id(r)] = trips if base is None else b.add(base, trips)
+
+
+def stage_of(ctx, ring: Ring, k) -> tuple:
+    """(slot, parity) of the k-th use of a ring in the current loop (after the uses before it)."""
+    b = ctx.b
+    base = ctx.ring_uses.get(id(ring))
+    if base is not None:
+        k = b.add(base, k)
     if ring.depth & (ring.depth - 1) == 0:
         shift = ring.depth.bit_length() - 1
         stage = b.and_(k, ring.depth - 1)

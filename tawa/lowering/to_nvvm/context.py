@@ -115,6 +115,10 @@ class Params:
     def stride(self, arg: int, axis: int) -> V:
         return self._add(("stride", arg, axis), AbiParam("stride", arg, axis=axis), "i64")
 
+    def grid_extent(self, axis: int) -> V:
+        """The extent of the grid a persistent kernel was written for (the runtime passes it; no user argument)."""
+        return self._add(("grid", axis), AbiParam("grid", -1, axis=axis), "i32")
+
     def scalar(self, arg: int, dtype: str) -> V:
         return self._add(("scalar", arg), AbiParam("scalar", arg, dtype=dtype), dtype)
 
@@ -144,6 +148,13 @@ class Ctx:
     #: Grouped launch order for 2-D grids: program ids are remapped so that `pid_group` consecutive programs
     #: along axis 0 share their axis-1 tiles (L2 reuse); 0 leaves ids as launched.
     pid_group: int = 0
+    #: A persistent kernel (`tawa.persistent`): its warp groups loop over tiles, so rings are never drained and
+    #: shared staging is reused from one tile to the next.
+    persistent: bool = False
+    #: Uses of each aref ring (by `id(Ring)`) before the current loop, where that is not 0 (`arefs.stage_of`).
+    ring_uses: dict = field(default_factory=dict)
+    #: Whether this context issued TMA stores it has not yet waited for (a persistent epilogue defers the wait).
+    stores_in_flight: bool = False
 
     def lower_block(self, block) -> None:
         """Lower the ops of `block` in this context."""

@@ -13,7 +13,7 @@ from tawa.ir.traversal import ops_of
 from tawa.ir.types import elem_type
 
 from .. import layouts as L
-from . import sync
+from . import arefs, sync
 from .builder import V
 from .context import Ctx, SmemTile, Tile
 from .schedule import LoopSchedule
@@ -83,6 +83,8 @@ def lower_for(ctx: Ctx, op) -> None:
     loop = ForOp(op)
     lb, ub, step = (ctx.get(v) for v in loop.bounds)
     layouts = _iter_layouts(op)
+    # Rings used in loops nested in this one: their use counts are carried from one iteration to the next.
+    direct_rings, nested_rings = arefs.rings_used(ctx, op)
     sched = select_schedule(ctx, op)
     sched.before_loop(ctx, lb, ub, step)
     flat_init = []
@@ -94,7 +96,8 @@ def lower_for(ctx: Ctx, op) -> None:
         # rematerialises constants into them on some path while a wgmma group may be in flight (ptxas then
         # serializes every wgmma, C7515) nor peels the first iteration around them.
         flat_init = sync.fence_registers(b, flat_init)
-    extra = sched.extra_iter_args(ctx)
+    extra = [(c, "i32") for c in arefs.ring_counts(ctx, nested_rings)] + sched.extra_iter_args(ctx)
+    n_counts = len(nested_rings)
     flat_init = [v for v, _ in extra] + flat_init
     types = [t for _, t in extra] + types
     iv = V(b.fresh("iv"), lb.type)
@@ -114,19 +117,22 @@ def lower_for(ctx: Ctx, op) -> None:
             ctx.set(barg, val)
         if sched.installs:
             ctx.schedule = sched
-        sched.begin_iteration(ctx, iv, args[:len(extra)])
+        arefs.set_ring_counts(ctx, nested_rings, args[:n_counts])
+        sched.begin_iteration(ctx, iv, args[n_counts:len(extra)])
         ctx.lower_block(loop.body)
         out = []
         for v, lay in zip(loop.yield_op.operands, layouts):
             out.extend(flatten(ctx, ctx.get(v), lay))
-        out = sched.end_iteration(ctx, iv, lb, ub, step) + out
+        out = arefs.ring_counts(ctx, nested_rings) + sched.end_iteration(ctx, iv, lb, ub, step) + out
         if out:
             b.line(f"scf.yield {', '.join(o.name for o in out)} : {', '.join(o.type for o in out)}")
     b.line("}")
     ctx.loop_depth -= 1
     ctx.schedule = saved
     results = _results(b, base, types) if types else []
+    arefs.set_ring_counts(ctx, nested_rings, results[:n_counts])
     results = sched.after_loop(ctx, results[len(extra):])
+    arefs.advance_rings(ctx, direct_rings, lb, ub, step)
     for r, val in zip(op.results, _unflatten(results, list(op.results), layouts)):
         ctx.set(r, val)
 

@@ -94,7 +94,9 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         elif not isinstance(arg.type, ir.MemRefType):
             raise CompilationError(f"kernel parameter {i} has unsupported type {t}", source_location(func),
                                    note="kernel parameters are tensors, i32 or f32 scalars")
-    if warp_groups(func) and len(attrs.GRID.get(func)) == 2:
+    ctx.persistent = bool(attrs.PERSISTENT.get(func))
+    if warp_groups(func) and len(attrs.GRID.get(func)) == 2 and not ctx.persistent:
+        # (A persistent kernel visits its tiles in grouped order already: persistent-tiles wrote it in the IR.)
         ctx.pid_group = PID_GROUP
     ctx.lower_block(block)
 
@@ -137,6 +139,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         "abi": [p.__dict__ for p in ctx.params.abi],
         "num_threads": threads,
         "shared_bytes": shared_bytes,
+        "persistent": ctx.persistent,
     }
     try:
         out = ir.Module.parse(text, module.context)

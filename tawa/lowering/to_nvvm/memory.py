@@ -173,6 +173,9 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
     rank = ir.MemRefType(StoreOp(op).dst.type).rank
     tmap = ctx.params.tensormap(arg, [1] * (rank - 2) + [rows, box_cols], SWIZZLE_BYTES)
     off = ctx.scratch(nbox * box_bytes)
+    if ctx.persistent:
+        # The previous tile's store may still be reading the staging area (its wait was deferred, below).
+        wait_stores_read(ctx)
     # Everyone must be done with whatever shared memory the staging area reuses (a pipeline or aref ring).
     ctx.sync_threads()
     lay = tile.layout
@@ -205,16 +208,34 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
     sync.fence_proxy_async(b)
     ctx.sync_threads()
 
-    def body():
+    def issue():
         for j in range(nbox):
             col = b.add(offsets[-1], j * box_cols) if j else offsets[-1]
             coords = [col, offsets[-2]] + list(reversed(offsets[:-2]))
             sync.tma_store(b, tmap, ctx.smem_ptr(b.i32(off + j * box_bytes)), coords)
         sync.bulk_commit(b)
+
+    if ctx.persistent:
+        # The store drains while the next tile's main loop runs; the thread that committed it (bulk async-groups
+        # belong to a thread) waits for it before the staging area is written again, or before the CTA exits.
+        with b.if_(b.cmpi("eq", ctx.tid(), 0)):
+            issue()
+        ctx.stores_in_flight = True
+        return
+
+    def body():
+        issue()
         sync.bulk_wait_read(b, 0)
     issue_elected(ctx, None, body)
     # The staging area may be reused by a later store: wait until the copy engine has read it.
     ctx.sync_threads()
+
+
+def wait_stores_read(ctx: Ctx) -> None:
+    """Thread 0, which issues a persistent kernel's TMA stores, waits until they have read their shared memory."""
+    b = ctx.b
+    with b.if_(b.cmpi("eq", ctx.tid(), 0)):
+        sync.bulk_wait_read(b, 0)
 
 
 def lower_dim(ctx: Ctx, op) -> None:

@@ -1,19 +1,23 @@
-"""Lowering of `tawa.program_id` / `tawa.num_programs`: special registers, optionally in grouped launch order."""
+"""Lowering of `tawa.program_id` / `tawa.num_programs`: special registers, optionally in grouped launch order; and
+of a persistent kernel's `tawa.grid_extent`: a parameter the runtime fills with the grid the kernel was written for."""
 from __future__ import annotations
 
-from tawa.ir.ops import NumProgramsOp, ProgramIdOp
+from tawa.ir.ops import GridExtentOp, NumProgramsOp, ProgramIdOp
 
 from .builder import V
 from .context import Ctx
 
 _SREG = {ProgramIdOp.NAME: "ctaid", NumProgramsOp.NAME: "nctaid"}
-SREG_OPS = tuple(_SREG)
+SREG_OPS = tuple(_SREG) + (GridExtentOp.NAME,)
 
 #: Programs along grid axis 0 that run next to each other in grouped launch order (warp-specialized kernels).
 PID_GROUP = 8
 
 
 def lower_program_index(ctx: Ctx, op) -> None:
+    if op.name == GridExtentOp.NAME:
+        ctx.set(op.results[0], ctx.params.grid_extent(GridExtentOp(op).axis))
+        return
     axis = (ProgramIdOp if op.name == ProgramIdOp.NAME else NumProgramsOp)(op).axis
     ctx.set(op.results[0], program_index(ctx, op.name, axis))
 

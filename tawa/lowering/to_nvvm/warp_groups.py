@@ -18,7 +18,7 @@ from tawa.ir.location import where
 from tawa.ir.ops import ArefPutOp, DimOp, ForOp, LoadOp, warp_group_role
 from tawa.ir.traversal import ops_of
 
-from . import elementwise, memory, sync
+from . import arefs, elementwise, memory, sync
 from .arefs import DeferredLoad, lower_aref_put
 from .builder import V
 from .context import Ctx
@@ -33,6 +33,7 @@ def region_context(ctx: Ctx, first_group: int, num_groups: int) -> Ctx:
                 lowerer=ctx.lowerer)
     child.barriers = ctx.barriers
     child.pid_group = ctx.pid_group
+    child.persistent = ctx.persistent
     # Named barrier 0 is the CTA barrier; each region gets its own (ids 1..15), over its threads only.
     child.barrier_id = 1 + first_group
     tid = ctx.tid()
@@ -64,6 +65,9 @@ def lower_warp_group(ctx: Ctx, op) -> None:
                 lower_producer_block(child, block)
         else:
             child.lower_block(block)
+            if child.stores_in_flight:
+                # Shared memory must outlive the TMA stores that read it: wait before the CTA may exit.
+                memory.wait_stores_read(child)
 
 
 def lower_producer_block(ctx: Ctx, block) -> None:
@@ -88,16 +92,40 @@ def lower_producer_block(ctx: Ctx, block) -> None:
         elif is_scalar_control(op):
             elementwise.lower_elementwise(ctx, op)
         elif name == ForOp.NAME and len(op.results) == 0:
-            loop = ForOp(op)
-            lb, ub, step = (ctx.get(v) for v in loop.bounds)
-            iv = ctx.b.fresh("piv")
-            b.line(f"scf.for {iv} = {lb} to {ub} step {step} : {lb.type} {{")
-            with b.indented():
-                ctx.set(loop.iv, V(iv, lb.type))
-                lower_producer_block(ctx, loop.body)
-            b.line("}")
+            lower_producer_loop(ctx, op)
         else:
             raise CompilationError(f"'{name}'{where(op)} cannot run in the producer warp group")
+
+
+def lower_producer_loop(ctx: Ctx, op) -> None:
+    """A producer loop: no iter_args of the program's, but the use counts of the rings its nested loops fill
+    (a persistent kernel's tile loop) are carried from one iteration to the next."""
+    b = ctx.b
+    loop = ForOp(op)
+    lb, ub, step = (ctx.get(v) for v in loop.bounds)
+    direct, nested = arefs.rings_used(ctx, op)
+    counts = arefs.ring_counts(ctx, nested)
+    iv = b.fresh("piv")
+    args = [V(b.fresh("it"), "i32") for _ in counts]
+    res = b.fresh()
+    head = f"scf.for {iv} = {lb} to {ub} step {step}"
+    if counts:
+        head = (f"{res}{':' + str(len(counts)) if len(counts) > 1 else ''} = {head} iter_args("
+                + ", ".join(f"{a} = {c}" for a, c in zip(args, counts)) + ") -> ("
+                + ", ".join("i32" for _ in counts) + ")")
+    b.line(f"{head} : {lb.type} {{")
+    with b.indented():
+        ctx.set(loop.iv, V(iv, lb.type))
+        arefs.set_ring_counts(ctx, nested, args)
+        lower_producer_block(ctx, loop.body)
+        if counts:
+            out = arefs.ring_counts(ctx, nested)
+            b.line(f"scf.yield {', '.join(o.name for o in out)} : {', '.join('i32' for _ in out)}")
+    b.line("}")
+    if counts:
+        results = [V(res, "i32")] if len(counts) == 1 else [V(f"{res}#{i}", "i32") for i in range(len(counts))]
+        arefs.set_ring_counts(ctx, nested, results)
+    arefs.advance_rings(ctx, direct, lb, ub, step)
 
 
 HANDLERS = {"scf.execute_region": lower_warp_group}

@@ -8,7 +8,8 @@ When every tile taken from the ring only feeds dots whose result merely accumula
 pending and `aref_consumed` releases the *previous* iteration's slot, whose wgmmas are then complete; after the
 loop all groups are awaited and the last slot is released. That needs a ring of at least 2 slots (the consumer
 holds two at once). Otherwise every dot completes before its slot is released. After the loop the rings it
-drained are dead shared memory, which the epilogue's TMA-store staging may reuse.
+drained are dead shared memory, which the epilogue's TMA-store staging may reuse (not in a persistent kernel,
+whose producer is already filling them with the next tile's operands).
 
 Ping-pong (the region carries `tawa.pingpong`: two consumer warp groups whose loop does math on a dot's result,
 as attention's softmax): the two groups take turns issuing the iteration's first dot, ordered by two named
@@ -112,7 +113,7 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
                 for ring in self.released:
                     stage, _ = stage_of(ctx, ring, b.sub(trips, 1))
                     release(ctx, ring, stage)
-        for op in ops_of(loop.body):
+        for op in ops_of(loop.body) if not ctx.persistent else ():
             if op.name == ArefGetOp.NAME:
                 aref = aref_of(op)
                 ring = ctx.get(aref)

@@ -41,6 +41,8 @@ class Runtime:
     """Mutable per-run state shared by all closures of one compiled kernel."""
     pid: tuple = (0, 0, 0)
     grid: tuple = (1, 1, 1)
+    #: A persistent kernel's `tawa.grid_extent`: the grid it was written for (`grid` is then the CTAs launched).
+    tile_grid: tuple = (1, 1, 1)
     rng: object = None
     task: object = None            # the scheduler task running now (None outside warp groups)
     rings: list = field(default_factory=list)   # arefs created by the current program

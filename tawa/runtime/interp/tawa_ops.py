@@ -33,6 +33,16 @@ def _num_programs(c, op):
     return run, False
 
 
+@handler("tawa.grid_extent")
+def _grid_extent(c, op):
+    axis, rt = int_attr(op, "axis"), c.rt
+    (r,) = c.results(op)
+
+    def run(env):
+        env[r] = rt.tile_grid[axis]
+    return run, False
+
+
 @handler("tawa.dim")
 def _dim(c, op):
     axis = int_attr(op, "axis")

@@ -1,0 +1,129 @@
+"""persistent-tiles: turn a warp-specialized kernel into a persistent one (about one CTA per SM, looping over tiles).
+
+Takes: a partitioned kernel (after `protocol-check`): a producer region and consumer regions, each computing one
+program of the declared grid from `tawa.program_id`. Gives: every region's body wrapped in the same tile loop,
+
+    %cta = tawa.program_id {axis = 0}                  the CTA (the runtime launches min(programs, SMs), 1-D)
+    %ctas = tawa.num_programs {axis = 0}
+    %gx, %gy, %gz = tawa.grid_extent {axis = 0, 1, 2}  the grid the kernel was written for
+    scf.for %t = %cta to %gx * %gy * %gz step %ctas {
+      %p0, %p1, %p2 = <program t in grouped order>
+      <the region's body; its program_id(a) is now %pa and its num_programs(a) is grid_extent(a)>
+    }
+
+and `tawa.persistent` on the kernel.
+
+Why: with one program per CTA, every output tile pays the CTA's start (barrier init, setmaxnreg, the ring's first
+fill) and its end (the epilogue, during which the tensor cores idle), and the last wave of tiles leaves SMs empty.
+In the loop, the producer runs ahead into the next tile's loads while the consumers finish the current one (the
+ring is shared across tiles: the conversion counts each ring's uses across tile iterations, so stage and phase
+continue where the previous tile left them), and the epilogue's TMA store of one tile drains while the next
+tile's main loop runs. This is the persistent, cooperative schedule of CUTLASS's sm90 kernels.
+
+Grouped order: the programs of grid axes 0 and 1 are visited in runs of `GROUP` consecutive axis-0 programs for
+each axis-1 program, so the CTAs resident at one time share rows of A and columns of B in L2 (axis 2, a batch
+axis, is outermost). Programs are independent, so any order computes the same result.
+
+`can_persist(func)` (asked by the driver before any pass runs) says whether the kernel qualifies, and why not.
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, scf
+
+from tawa import hopper
+from tawa.ir import attrs
+from tawa.ir.kernel_info import kernels
+from tawa.ir.location import where
+from tawa.ir.ops import GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_groups
+from tawa.ir.traversal import ops_of, walk
+from tawa.ir.types import tile_bytes
+from tawa.lowering import aref_insertion, ws_analysis
+
+#: Consecutive axis-0 programs visited for each axis-1 program (the L2-sharing group; Triton's GROUP_SIZE_M).
+GROUP = 8
+
+
+def can_persist(func_op, options=None) -> tuple:
+    """(True, "") if the tile loop keeps the kernel correct and useful, else (False, why not).
+
+    Loads of dot operands outside the pipelined loops (attention's Q block) are staged by the consumers through
+    shared memory with a one-shot barrier; they would need their own ring to repeat per tile. The ring must also
+    leave room for the epilogue's staging, which in a persistent kernel cannot reuse the drained ring."""
+    plans = ws_analysis.plan(func_op)
+    heavy = {ld for p in plans for ld in p.loads}
+    for op in walk(func_op.operation):
+        if op.name == LoadOp.NAME and op not in heavy and ws_analysis.feeds_dot(op):
+            return False, (f"the dot operand loaded{where(op)} outside the pipelined loop is staged once per "
+                           f"program")
+    slot = sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
+    depth = getattr(options, "num_buffers", None) or 2
+    other = aref_insertion.other_smem_bytes(func_op, heavy, persistent=True)
+    if depth * slot + other > hopper.SMEM_FOR_TILES:
+        return False, (f"{depth} ring slots of {slot // 1024} KiB and {other // 1024} KiB of epilogue staging do "
+                       f"not fit in shared memory together")
+    return True, ""
+
+
+def _i32(value: int) -> ir.Value:
+    return arith.ConstantOp(ir.IntegerType.get_signless(32), value).result
+
+
+def _program_query(name: str, axis: int) -> ir.Value:
+    i32 = ir.IntegerType.get_signless(32)
+    attr = ir.IntegerAttr.get(i32, axis)
+    return ir.Operation.create(name, results=[i32], attributes={"axis": attr}).results[0]
+
+
+def _grouped_program(t, gx, gy) -> tuple:
+    """(p0, p1, p2) of linear tile index `t` in grouped order over a gx x gy x gz grid."""
+    per_z = arith.MulIOp(gx, gy).result
+    p2 = arith.DivUIOp(t, per_z).result
+    r = arith.RemUIOp(t, per_z).result
+    size = arith.MulIOp(gy, _i32(GROUP)).result
+    gid = arith.DivUIOp(r, size).result
+    first = arith.MulIOp(gid, _i32(GROUP)).result
+    width = arith.MinUIOp(arith.SubIOp(gx, first).result, _i32(GROUP)).result
+    rest = arith.SubIOp(r, arith.MulIOp(gid, size).result).result
+    p0 = arith.AddIOp(first, arith.RemUIOp(rest, width).result).result
+    p1 = arith.DivUIOp(rest, width).result
+    return p0, p1, p2
+
+
+def wrap_region(region) -> None:
+    """Move the region's body into a loop over the tiles this CTA owns."""
+    block = region.regions[0].blocks[0]
+    body = ops_of(block)[:-1]
+    term = ops_of(block)[-1]
+    # Program queries of the body, taken before the loop's own are created.
+    pids = [op for op in walk(region) if op.name == ProgramIdOp.NAME]
+    counts = [op for op in walk(region) if op.name == NumProgramsOp.NAME]
+    with ir.InsertionPoint(term), region.location:
+        cta = _program_query(ProgramIdOp.NAME, 0)
+        ctas = _program_query(NumProgramsOp.NAME, 0)
+        extents = [_program_query(GridExtentOp.NAME, a) for a in range(3)]
+        tiles = arith.MulIOp(arith.MulIOp(extents[0], extents[1]).result, extents[2]).result
+        loop = scf.ForOp(cta, tiles, ctas, [])
+        with ir.InsertionPoint(loop.body):
+            program = _grouped_program(loop.induction_variable, extents[0], extents[1])
+            tail = scf.YieldOp([])
+    for op in body:
+        op.move_before(tail)
+    for op in pids:
+        op.results[0].replace_all_uses_with(program[ProgramIdOp(op).axis])
+        op.erase()
+    for op in counts:
+        op.results[0].replace_all_uses_with(extents[NumProgramsOp(op).axis])
+        op.erase()
+
+
+def run(module: ir.Module, options=None) -> ir.Module:
+    with module.context, ir.Location.unknown(module.context):
+        for func in kernels(module):
+            groups = warp_groups(func)
+            if not groups or attrs.PERSISTENT.get(func):
+                continue
+            for region in groups:
+                wrap_region(region)
+            attrs.PERSISTENT.set(func)
+    return module

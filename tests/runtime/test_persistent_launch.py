@@ -1,0 +1,64 @@
+"""Launching a persistent kernel: one CTA per SM at most, on a 1-D grid, with the grid the kernel was written for
+passed in its "grid" parameters (from the declared @grid or from kernel[grid])."""
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+import pytest
+
+from tawa.abi import AbiParam
+from tawa.errors import LaunchError
+from tawa.runtime import driver
+from tawa.runtime.launcher import GpuLauncher, param_size_align
+
+from runtime_fakes import FakeDriver
+from test_launcher import args, gemm_kernel
+
+SMS = 132
+
+
+def persistent_kernel():
+    k = gemm_kernel()
+    return dataclasses.replace(k, persistent=True, abi=[AbiParam("grid", -1, axis=a) for a in range(3)] + k.abi)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    f = FakeDriver().install(monkeypatch, [param_size_align(p)[0] for p in persistent_kernel().abi])
+    monkeypatch.setattr(driver, "sm_count", lambda ordinal: SMS)
+    return f
+
+
+def _grid_params(record) -> tuple:
+    return tuple(struct.unpack("<i", record.params[i])[0] for i in range(3))
+
+
+@pytest.mark.parametrize("M,N,tiles", [(300, 504, (3, 2)), (4096, 4096, (32, 16)), (1, 8, (1, 1)),
+                                       (128 * 132, 256, (132, 1))])
+def test_persistent_grid_is_bounded_by_the_sms(fake, M, N, tiles):
+    GpuLauncher(persistent_kernel()).launch(args(M=M, N=N))
+    record = fake.launches[-1]
+    programs = tiles[0] * tiles[1]
+    assert record.grid == (min(programs, SMS), 1, 1)
+    assert _grid_params(record) == (*tiles, 1)
+
+
+def test_explicit_grid_reaches_the_grid_parameters(fake):
+    launcher = GpuLauncher(persistent_kernel())
+    launcher.launch(args(), grid=(5, 7, 2))
+    assert fake.launches[-1].grid == (70, 1, 1)
+    assert _grid_params(fake.launches[-1]) == (5, 7, 2)
+    launcher.launch(args(), grid=(5, 7, 2))          # the cached plan packs the same
+    assert fake.launches[-1] == fake.launches[-2]
+
+
+def test_empty_grid_launches_nothing(fake):
+    GpuLauncher(persistent_kernel()).launch(args(M=0))
+    assert not fake.launches
+
+
+def test_grid_parameters_need_a_persistent_kernel():
+    k = dataclasses.replace(persistent_kernel(), persistent=False)
+    with pytest.raises(LaunchError, match="persistent"):
+        GpuLauncher(k)
