@@ -4,6 +4,7 @@
     gemm = tawa.compile("examples/gemm.tawa", BLOCK_N=256)   # JIT, cached on disk
     gemm(a, b, c)                                             # grid from the kernel's @grid declaration
     gemm[(8, 8)](a, b, c)                                     # or an explicit grid
+    gemm = tawa.autotune("examples/gemm.tawa")                # the fastest configuration per shape
 
 This module imports neither MLIR nor Lark: a kernel found in the cache loads and launches without them.
 """
@@ -17,7 +18,7 @@ from tawa.version import __version__  # noqa: F401
 from tawa.source import read_source  # noqa: F401  (re-exported: `tawa.read_source`)
 
 __all__ = ["compile", "interpret", "CompileOptions", "TawaError", "CompilationError", "LaunchError",
-           "DriverError", "Kernel"]
+           "DriverError", "Kernel", "autotune"]
 
 
 def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **kwargs):
@@ -57,4 +58,9 @@ def __getattr__(name):
     if name == "Kernel":
         from tawa.runtime.kernel import Kernel
         return Kernel
+    if name == "autotune":
+        # `tawa.autotune(path, configs=..., key=...)`: the module is callable (docs/autotuning.md); imported on
+        # first use, like the runtime.
+        import importlib
+        return importlib.import_module("tawa.autotune")
     raise AttributeError(name)

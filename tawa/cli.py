@@ -5,6 +5,7 @@
     tawac examples/gemm.tawa --emit cubin -o gemm.cubin --verbose  # ptxas resource report
     tawac examples/gemm.tawa --emit ptx --dump-ir-after-all 2> passes.mlir
     tawac kernel.mlir --passes aref-insertion,partition   # named passes on textual tile IR (see tawa.opt)
+    tawac examples/gemm.tawa --autotune-space [-o CACHE_DIR]  # every autotuning candidate, into the kernel cache
 
 The compile-option flags are generated from the fields of `tawa.options.CompileOptions` (name with dashes, type
 from the annotation, help from the field's metadata), so every option of `tawa.compile` is a flag, and their
@@ -32,9 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Compile a .tawa kernel ahead of time, or run named passes "
                                                        "on tile IR (.mlir).")
     p.add_argument("file", help="the .tawa kernel file, or a .mlir file of tile IR (with --passes)")
-    p.add_argument("--emit", choices=EMITS, default="mlir",
-                   help="tawa: frontend output; mlir: tile IR after the tile-level passes; ptx; cubin; "
-                        "json: launch metadata")
+    p.add_argument("--emit", choices=EMITS, default=None,
+                   help="tawa: frontend output; mlir: tile IR after the tile-level passes (the default); ptx; "
+                        "cubin; json: launch metadata")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="override a const parameter of the kernel")
     p.add_argument("-o", dest="output", help="write here instead of standard output")
@@ -42,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="run these passes, in this order, on the input (a .mlir file of tile IR, or a .tawa "
                         "kernel after the frontend) and print the IR; implies --emit mlir")
     p.add_argument("--verbose", action="store_true", help="print ptxas's resource report (registers, spills, smem)")
+    p.add_argument("--autotune-space", action="store_true",
+                   help="compile every candidate configuration of the kernel's tuning space (its @autotune "
+                        "declaration, else the default space; -D values and option flags are fixed for all) into "
+                        "the kernel cache, or into the cache directory -o DIR, in parallel, and list them; a GPU "
+                        "machine with that cache then tunes without the compiler")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="compile processes for --autotune-space (default: one per core)")
     add_option_flags(p)
     return p
 
@@ -91,6 +99,12 @@ def main(argv=None) -> int:
         return _error(f"argument {flag}: invalid value {given!r}: expected {e.expected}")
     except TawaError as e:
         return _error(e.message)
+
+    if args.autotune_space:
+        return _autotune_space(args, constants)
+    if args.jobs is not None:
+        return _error("--jobs applies to --autotune-space only")
+    args.emit = args.emit or "mlir"
 
     passes = [n.strip() for arg in args.passes for n in arg.split(",") if n.strip()]
     is_mlir = args.file.endswith(".mlir")
@@ -161,6 +175,67 @@ def main(argv=None) -> int:
     except OSError as e:
         return _error(f"cannot write {args.output}: {e.strerror or e}", status=1)
     return 0
+
+
+def _autotune_space(args, constants: dict) -> int:
+    """`--autotune-space`: compile the kernel's whole candidate set into the cache (or -o DIR) and list it."""
+    from tawa.errors import TawaError
+    from tawa.options import NOT_TUNABLE
+
+    if args.emit or args.passes:
+        return _error("--autotune-space compiles every candidate into the kernel cache: --emit and --passes are "
+                      "not available with it")
+    if args.jobs is not None and args.jobs < 1:
+        return _error(f"argument --jobs: invalid value {args.jobs}: expected a positive integer")
+    if args.output:
+        parent = os.path.dirname(os.path.abspath(args.output))
+        if os.path.exists(args.output) and not os.path.isdir(args.output):
+            return _error(f"cannot use -o {args.output} as the cache directory: it is a file")
+        if not os.path.isdir(parent):
+            return _error(f"cannot use -o {args.output} as the cache directory: no such directory: {parent}")
+    fixed = dict(constants)
+    fixed.update({k: v for k, v in option_values(args).items() if k not in NOT_TUNABLE})
+    target = option_values(args).get("target", "cuda")
+    saved = os.environ.get("TAWA_CACHE_DIR")
+    if args.output:
+        # The compile workers are separate processes: the cache directory reaches them through the environment.
+        os.environ["TAWA_CACHE_DIR"] = os.path.abspath(args.output)
+    try:
+        if not os.path.isfile(args.file):
+            from tawa.errors import CompilationError
+            raise CompilationError(f"no such kernel file: {args.file}")
+        from tawa.autotune import compile_space
+        from tawa.autotune.compiling import spill_bytes
+        outcomes = compile_space(args.file, jobs=args.jobs, target=target, **fixed)
+    except TawaError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+    finally:
+        if args.output:
+            if saved is None:
+                os.environ.pop("TAWA_CACHE_DIR", None)
+            else:
+                os.environ["TAWA_CACHE_DIR"] = saved
+    ok = 0
+    for o in outcomes:
+        label = o.config.label()
+        if o.kernel is None:
+            first = (o.error or "").splitlines()[0] if o.error else "?"
+            print(f"{label}: does not compile: {first}")
+            if args.verbose and o.error:
+                print(o.error, file=sys.stderr)
+            continue
+        ok += 1
+        k = o.kernel
+        spills = spill_bytes(k)
+        facts = [f"{k.shared_bytes} bytes shared", f"{k.num_threads} threads"]
+        if spills is not None:
+            facts.append(f"{spills} bytes spilled")
+        if o.from_cache:
+            facts.append("cached")
+        print(f"{label}: ok ({', '.join(facts)})")
+    print(f"{ok} of {len(outcomes)} candidates compiled", file=sys.stderr)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

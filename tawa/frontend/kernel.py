@@ -3,7 +3,8 @@
 Resolves the signature first: `const` parameters (defaults, then the caller's overrides) are folded away and
 recorded in `tawa.constants`; tensor parameters become `memref<?x...xT>` arguments whose shape symbols bind to
 `tawa.dim` on use; scalar parameters become i32/f32 arguments. Then the `@grid(...)` expressions are rendered to
-strings and the body is lowered by `BodyLowering`.
+strings, an `@autotune(...)` declaration is checked (`tawa.frontend.tuning`; it does not change what is compiled)
+and the body is lowered by `BodyLowering`.
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from .dtypes import DTYPE_ALIASES, DTYPES, SCALAR_DTYPES, TENSOR_DTYPES, DType
 from .lower import BodyLowering
 from .ops import I32, i32_attr, tawa_op
 from .static import evaluate, render_grid
+from .tuning import declared_space
 from .values import TensorArg
 
-_DECORATORS = ("grid", "num_warps")
+_DECORATORS = ("grid", "num_warps", "autotune")
 
 
 def _resolve_constants(kernel: S.Kernel, overrides: dict, diag) -> dict:
@@ -146,10 +148,12 @@ def build_kernel(kernels: list, overrides: dict, diag, module: ir.Module) -> Non
     seen_deco: set = set()
     for d in k.decorators:
         if d.name not in _DECORATORS:
-            raise diag.error(d, f"unknown decorator '@{d.name}' (known: @grid, @num_warps)")
+            raise diag.error(d, f"unknown decorator '@{d.name}' (known: @grid, @num_warps, @autotune)")
         if d.name in seen_deco:
             raise diag.error(d, f"decorator '@{d.name}' given twice")
         seen_deco.add(d.name)
+        if d.name == "autotune":
+            continue            # the tuning space: checked below, compiled as the defaults
         if d.args is None or d.kwargs:
             raise diag.error(d, f"@{d.name} takes positional arguments in parentheses")
         if d.name == "grid":
@@ -166,6 +170,10 @@ def build_kernel(kernels: list, overrides: dict, diag, module: ir.Module) -> Non
                                     f"groups), got {num_warps!r}",
                                  note="use @num_warps(4) or @num_warps(8); a warp-specialized kernel sets its "
                                       "own warp count (num_consumer_groups)")
+
+    # A declared tuning space does not change what this compile produces (the kernel's defaults and the caller's
+    # overrides), but a mistake in it is reported here, like any other in the file.
+    declared_space(k, constants, list(symbols), diag)
 
     # ---- the function
     dyn = ir.ShapedType.get_dynamic_size()

@@ -33,8 +33,8 @@ from tawa.ir.location import source_location
 from tawa.ir.ops import (ArefCreateOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get,
                          create_put)
 from tawa.ir.traversal import ancestor_in_block, backward_slice, enclosing, ops_of, walk
-from tawa.ir.types import tile_bytes
-from tawa.lowering import ws_analysis
+from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
+from tawa.lowering import epilogue, ws_analysis
 
 #: Deepest ring chosen automatically (deeper rings stop paying once TMA latency is covered).
 MAX_AUTO_DEPTH = 6
@@ -50,7 +50,11 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False) -> int:
         elif op.name == StoreOp.NAME and (persistent or _in_loop(op)):
             # A store after the loops is staged in the drained ring (the backend reuses it), except in a persistent
             # kernel, whose ring is never drained: the next tile's loads are already in it.
-            store = max(store, tile_bytes(StoreOp(op).value.type))
+            t = StoreOp(op).value.type
+            shape = tile_shape(t)
+            staged = epilogue.staging_bytes(shape[0], shape[1], elem_bytes(elem_type(t)), persistent) \
+                if len(shape) == 2 else tile_bytes(t)
+            store = max(store, staged)
     return loads + store
 
 

@@ -5,10 +5,20 @@ functions and launches, and turns every failed driver call into one `DriverError
 driver's error. `cuda.bindings.driver` is imported on first use only, so `import tawa.runtime` works on machines
 with no GPU or no CUDA driver. Contexts are the devices' primary contexts, the ones PyTorch, CuPy and the CUDA
 runtime use, so pointers and streams from those libraries are valid here. Loaded modules are cached per
-(image, context): a repeated launch costs a dictionary lookup, not a module load.
+(image, context): a repeated launch costs a dictionary lookup, not a module load, and a kernel launched on
+several devices is loaded once into each.
+
+Two rules keep launches from disturbing the program around them:
+- A launch makes its device's context current only for itself (`enter_context` / `restore_context`): the CUDA
+  runtime, and so PyTorch, takes its current device from the current context, and a launch on GPU 1 that left
+  GPU 1 current would send the caller's next `torch.empty(device="cuda")` there.
+- The calls that are not stream-ordered (opening a context, module loads, allocations) run in the relaxed
+  stream-capture mode (`relaxed_capture`), so a kernel first launched while a stream is being captured into a
+  CUDA graph loads without invalidating the capture; none of them enqueues work, so the graph is unaffected.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from dataclasses import dataclass
@@ -182,6 +192,66 @@ def current_context_device() -> Optional[int]:
     return int(check(cu.cuCtxGetDevice(), "cuCtxGetDevice"))
 
 
+def enter_context(ordinal: int) -> tuple:
+    """Make device `ordinal`'s primary context current for one launch. Returns (Context, the context to make
+    current again after the launch, or None when there is nothing to restore)."""
+    ctx = _contexts.get(ordinal)
+    if ctx is None:
+        with _lock, relaxed_capture():
+            ctx = _contexts.get(ordinal)
+            if ctx is None:
+                ctx = _contexts[ordinal] = _open_context(ordinal)
+    cu = driver()
+    current = check(cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    key = 0 if current is None else int(current)
+    if key == ctx.key:
+        return ctx, None
+    check(cu.cuCtxSetCurrent(ctx.handle), "cuCtxSetCurrent")
+    if key == 0 and ordinal == 0:
+        # With no context current the runtime takes device 0's primary context: leaving it current changes
+        # nothing for the caller and spares the next launch the switch.
+        return ctx, None
+    return ctx, (current if current is not None else cu.CUcontext(0))
+
+
+def restore_context(previous) -> None:
+    """Make `previous` (from `enter_context`) current again."""
+    check(driver().cuCtxSetCurrent(previous), "cuCtxSetCurrent")
+
+
+def stream_context(stream: int) -> int:
+    """The context that `stream` (a raw CUstream value, not one of the special handles 0, 1 and 2) belongs to,
+    as an integer comparable with `Context.key`."""
+    cu = driver()
+    return int(check(cu.cuStreamGetCtx(cu.CUstream(stream)), "cuStreamGetCtx"))
+
+
+def context_device(key: int) -> Optional[int]:
+    """The ordinal of the device whose primary context is `key`, among the contexts opened here; None if none."""
+    for ordinal, ctx in list(_contexts.items()):
+        if ctx.key == key:
+            return ordinal
+    return None
+
+
+@contextlib.contextmanager
+def relaxed_capture():
+    """Run the enclosed driver calls in the relaxed stream-capture mode, then restore the thread's mode.
+
+    Under the default (global) mode, a call that is not stream-ordered (cuMemAlloc, cuModuleLoadData, a
+    synchronous copy) made while any stream of the thread is capturing fails and invalidates the capture. The
+    calls made here neither enqueue work nor touch memory the graph uses, so relaxing the rule for them is safe;
+    PyTorch does the same around its own JIT module loads."""
+    cu = driver()
+    mode = cu.CUstreamCaptureMode
+    previous = check(cu.cuThreadExchangeStreamCaptureMode(mode.CU_STREAM_CAPTURE_MODE_RELAXED),
+                     "cuThreadExchangeStreamCaptureMode")
+    try:
+        yield
+    finally:
+        check(cu.cuThreadExchangeStreamCaptureMode(previous), "cuThreadExchangeStreamCaptureMode")
+
+
 @dataclass
 class Function:
     module: Any                 # CUmodule (kept so it is not unloaded)
@@ -199,7 +269,7 @@ def load_function(ctx: Context, image_key: str, image, entry: str, shared_bytes:
     fn = _functions.get(key)
     if fn is not None and fn.shared_bytes >= shared_bytes:
         return fn
-    with _lock:
+    with _lock, relaxed_capture():
         fn = _functions.get(key)
         if fn is None:
             module = _load_module(image)
@@ -257,7 +327,8 @@ def launch(fn: Function, grid: tuple, block: tuple, shared_bytes: int, stream: i
 
 def mem_alloc(nbytes: int) -> int:
     cu = driver()
-    return int(check(cu.cuMemAlloc(nbytes), "cuMemAlloc"))
+    with relaxed_capture():
+        return int(check(cu.cuMemAlloc(nbytes), "cuMemAlloc"))
 
 
 def mem_free(ptr: int) -> None:
@@ -267,7 +338,8 @@ def mem_free(ptr: int) -> None:
 
 def memcpy_htod(dst: int, data: bytes) -> None:
     cu = driver()
-    check(cu.cuMemcpyHtoD(cu.CUdeviceptr(dst), data, len(data)), "cuMemcpyHtoD")
+    with relaxed_capture():
+        check(cu.cuMemcpyHtoD(cu.CUdeviceptr(dst), data, len(data)), "cuMemcpyHtoD")
 
 
 def memset_async(dst: int, nbytes: int, stream: int) -> None:

@@ -2,11 +2,36 @@
 
 `kernel(*args)` launches over the grid the kernel declares; `kernel[grid](*args)` overrides it. The same API
 serves both targets: "cuda" launches the compiled cubin/PTX through the driver, "cpu" runs the tile IR in the
-interpreter on numpy arrays. Nothing here imports MLIR unless the CPU target is launched.
+interpreter on numpy arrays (torch CPU tensors are read as numpy views of their memory). Nothing here imports
+MLIR unless the CPU target is launched.
+
+`dry_run()` turns launches into argument-count checks on the calling thread, for code that runs a launching
+function on tensors without memory (PyTorch's fake tensors, when `tawa.torch_ops` derives an op's output shapes).
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+
 from tawa.abi import CompiledKernel
+
+
+class _DryRun(threading.local):
+    depth = 0
+
+
+_dry = _DryRun()
+
+
+@contextlib.contextmanager
+def dry_run():
+    """Within the block, on this thread, launching a `Kernel` checks the number of arguments and does nothing
+    else: no argument is read, nothing reaches the driver or the interpreter."""
+    _dry.depth += 1
+    try:
+        yield
+    finally:
+        _dry.depth -= 1
 
 
 class Kernel:
@@ -52,14 +77,14 @@ class Kernel:
         launcher = self._launcher
 
         def launch(*args, **kw):
-            if launcher is not None and not kw:
+            if launcher is not None and not kw and not _dry.depth:
                 return launcher.launch(args, grid=grid)
             return self._launch(args, grid, **kw)
         return launch
 
     def __call__(self, *args, **kw):
         launcher = self._launcher
-        if launcher is not None and not kw:
+        if launcher is not None and not kw and not _dry.depth:
             return launcher.launch(args)         # the steady state: the launcher checks the argument count
         return self._launch(args, None, **kw)
 
@@ -76,6 +101,8 @@ class Kernel:
         if len(args) != len(params):
             names = ", ".join(p["name"] for p in params)
             raise LaunchError(f"kernel '{self.name}' takes {len(params)} arguments ({names}), got {len(args)}")
+        if _dry.depth:
+            return None
         if self.target == "cpu":
             return self._launch_cpu(list(args), grid, seed)
         if self._launcher is None:
@@ -87,6 +114,7 @@ class Kernel:
         from tawa.errors import LaunchError
         from tawa.runtime.grid import eval_grid
         from tawa.runtime.interpreter import bind_numpy_args, run_kernel
+        args = [_numpy_view(a, p["name"]) for a, p in zip(args, self.compiled.params)]
         bindings = bind_numpy_args(self.compiled.params, args)
         if grid is None:
             if not self.compiled.grid:
@@ -99,6 +127,30 @@ class Kernel:
             with self._context:
                 self._module = ir.Module.parse(self.compiled.ir)
         run_kernel(self._module, args, tuple(grid), kernel_name=self.name, seed=seed)
+
+
+#: torch dtypes numpy lacks, read through an integer of the same width: (carrier, ml_dtypes type).
+_RAW_VIEWS = {"torch.bfloat16": ("int16", "bfloat16"), "torch.float8_e4m3fn": ("uint8", "float8_e4m3fn"),
+              "torch.float8_e5m2": ("uint8", "float8_e5m2")}
+
+
+def _numpy_view(arg, name: str):
+    """The interpreter runs on numpy arrays: a torch CPU tensor becomes a numpy view of its memory (so the
+    kernel's stores land in the tensor); anything else is passed through unchanged."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(arg, torch.Tensor):
+        return arg
+    if arg.device.type != "cpu":
+        from tawa.errors import LaunchError
+        raise LaunchError(f"argument '{name}' is on {arg.device}; a kernel compiled for the CPU interpreter "
+                          "(target 'cpu') runs on CPU tensors and numpy arrays")
+    arg = arg.detach()
+    raw = _RAW_VIEWS.get(str(arg.dtype))
+    if raw is None:
+        return arg.numpy()
+    import ml_dtypes
+    return arg.view(getattr(torch, raw[0])).numpy().view(getattr(ml_dtypes, raw[1]))
 
 
 def _explicit_grid(grid) -> tuple:

@@ -188,7 +188,8 @@ class GpuLauncher:
         self._struct = param_struct(self.abi)
         self._pointer_array = ctypes.c_void_p * max(len(self.abi), 1)
         self._buffers: dict = {}           # thread id -> (packed-parameter buffer, address of its pointer array)
-        self._functions: dict = {}         # context key -> loaded function
+        self._functions: dict = {}         # context key -> loaded function (one module per device)
+        self._streams: set = set()         # (stream, context key) pairs checked to belong together
         self._block = (kernel.num_threads, 1, 1)
 
     # Checks come first and touch no GPU state, so every argument error is raised before anything is launched. A
@@ -244,11 +245,11 @@ class GpuLauncher:
                 if len(self._plans) >= 256:
                     self._plans.clear()
                 self._plans[signature] = plan
-        self._launch_plan(plan, args, ptrs, stream_value or 0)
+        self._launch_plan(plan, args, ptrs, stream_value or 0, stream is not None)
 
     __call__ = launch
 
-    def _launch_plan(self, plan: _Plan, args, ptrs: list, stream_value: int) -> None:
+    def _launch_plan(self, plan: _Plan, args, ptrs: list, stream_value: int, explicit_stream: bool = False) -> None:
         for i, name in plan.tma_checks:
             if ptrs[i] % hopper.TMA_ALIGN_BYTES:
                 raise _misaligned(name, ptrs[i])
@@ -264,28 +265,55 @@ class GpuLauncher:
             ordinal = drv.current_context_device()
             if ordinal is None:
                 ordinal = drv.default_device()
-        ctx = drv.context_for(ordinal)
-        fn = self._functions.get(ctx.key)
-        if fn is None:
-            fn = self._functions[ctx.key] = drv.load_function(ctx, self.image_key, self.image, self.kernel.name,
-                                                              self.kernel.shared_bytes)
-        if plan.map_slots:
-            lookup = self.tensor_maps.lookup
-            for j, i, geom, by_value, name in plan.map_slots:
-                if isinstance(geom, int):             # an empty tensor: the zeroed scratch element
-                    geom, scratch = self._scratch_geometry(j, geom), self._scratch_for(ctx)
-                    drv.memset_async(scratch, _SCRATCH_BYTES, stream_value)
-                    values[j] = lookup(geom, ctx.ordinal, scratch, by_value, name)
-                else:
-                    values[j] = lookup(geom, ordinal, ptrs[i], by_value, name)
-        # cuLaunchKernel takes one pointer per parameter; they point into the packed buffer, which the driver
-        # copies before returning, so one buffer per thread is refilled on every launch.
-        buffers = self._buffers.get(threading.get_ident())
-        if buffers is None:
-            buffers = self._new_buffers()
-        self._struct.pack_into(buffers[0], 0, *values)
-        drv.launch(fn, plan.grid, self._block, self.kernel.shared_bytes, stream_value, buffers[1])
-        self.launches += 1
+        # The device's context is current for this launch only (module load, tensor maps, the launch itself);
+        # the caller's current device, which torch allocates on, is left as it was.
+        ctx, previous = drv.enter_context(ordinal)
+        try:
+            if explicit_stream and stream_value > 2 and (stream_value, ctx.key) not in self._streams:
+                self._check_stream(stream_value, ctx, args)
+            fn = self._functions.get(ctx.key)
+            if fn is None:
+                fn = self._functions[ctx.key] = drv.load_function(ctx, self.image_key, self.image,
+                                                                  self.kernel.name, self.kernel.shared_bytes)
+            if plan.map_slots:
+                lookup = self.tensor_maps.lookup
+                for j, i, geom, by_value, name in plan.map_slots:
+                    if isinstance(geom, int):             # an empty tensor: the zeroed scratch element
+                        geom, scratch = self._scratch_geometry(j, geom), self._scratch_for(ctx)
+                        drv.memset_async(scratch, _SCRATCH_BYTES, stream_value)
+                        values[j] = lookup(geom, ctx.ordinal, scratch, by_value, name)
+                    else:
+                        values[j] = lookup(geom, ordinal, ptrs[i], by_value, name)
+            # cuLaunchKernel takes one pointer per parameter; they point into the packed buffer, which the driver
+            # copies before returning, so one buffer per thread is refilled on every launch.
+            buffers = self._buffers.get(threading.get_ident())
+            if buffers is None:
+                buffers = self._new_buffers()
+            self._struct.pack_into(buffers[0], 0, *values)
+            drv.launch(fn, plan.grid, self._block, self.kernel.shared_bytes, stream_value, buffers[1])
+            self.launches += 1
+        finally:
+            if previous is not None:
+                drv.restore_context(previous)
+
+    def _check_stream(self, stream_value: int, ctx, args) -> None:
+        """A stream passed by the caller must belong to the device the arguments are on: the driver would reject
+        the launch with an unspecific error, or, for a stream of another context, not order it as asked. The
+        special handles 0, 1 and 2 (default, legacy, per-thread) always name the current context's stream and are
+        not checked; a checked (stream, context) pair is remembered."""
+        owner = drv.stream_context(stream_value)
+        if owner != ctx.key:
+            where = drv.context_device(owner)
+            arrays = [self._names[i] for i, a in enumerate(args) if self._is_array[i]]
+            named = ", ".join(f"'{n}'" for n in arrays) or "the launch"
+            owner_text = f"GPU {where}" if where is not None else "another CUDA context"
+            raise LaunchError(f"kernel '{self.kernel.name}': the stream 0x{stream_value:x} belongs to {owner_text}, "
+                              f"but the arguments ({named}) are on GPU {ctx.ordinal}",
+                              note=f"pass a stream of GPU {ctx.ordinal} (torch.cuda.Stream(device={ctx.ordinal})), "
+                                   "or none to use torch's current stream of that device")
+        if len(self._streams) >= 256:
+            self._streams.clear()
+        self._streams.add((stream_value, ctx.key))
 
     def _new_buffers(self) -> tuple:
         holder = ctypes.create_string_buffer(max(self.params_size, 1))

@@ -50,25 +50,63 @@ class FakeContext:
     shared_optin_limit: int = 227 * 1024
 
 
+def fake_context(ordinal: int) -> FakeContext:
+    """Device `ordinal`'s stand-in primary context (a distinct key per device)."""
+    return FakeContext(ordinal, 0xC0FFEE + 0x100 * ordinal)
+
+
 @dataclass
 class FakeDriver:
-    """Replaces the driver calls the launcher and tensor-map cache make; records launches and encodings."""
+    """Replaces the driver calls the launcher and tensor-map cache make; records launches and encodings.
+
+    It also keeps a current context per process (`current`, a device ordinal or None) as the real driver keeps
+    one per thread, records each module load (`loads`: (device, entry)) and the device whose context was current
+    at each launch (`launch_devices`), and knows which device each stream belongs to (`stream_devices`)."""
     launches: list = field(default_factory=list)
     encoded: list = field(default_factory=list)
     sizes: list = field(default_factory=list)     # parameter sizes of the kernel being launched
+    current: object = None                        # the device whose context is current, or None
+    loads: list = field(default_factory=list)
+    launch_devices: list = field(default_factory=list)
+    stream_devices: dict = field(default_factory=dict)
+    switches: int = 0                             # context changes made by launches (entering and restoring)
 
     def install(self, monkeypatch, sizes):
         from tawa.runtime import driver, tensor_map
         self.sizes = sizes
-        monkeypatch.setattr(driver, "context_for", lambda ordinal=None: FakeContext(ordinal or 0))
-        monkeypatch.setattr(driver, "current_context_device", lambda: None)
-        monkeypatch.setattr(driver, "load_function", lambda ctx, key, image, entry, shared: ("fn", entry))
+        monkeypatch.setattr(driver, "context_for", lambda ordinal=None: fake_context(ordinal or 0))
+        monkeypatch.setattr(driver, "current_context_device", lambda: self.current)
+        monkeypatch.setattr(driver, "enter_context", self._enter_context)
+        monkeypatch.setattr(driver, "restore_context", self._restore_context)
+        monkeypatch.setattr(driver, "stream_context", self._stream_context)
+        monkeypatch.setattr(driver, "context_device", lambda key: (key - 0xC0FFEE) // 0x100)
+        monkeypatch.setattr(driver, "load_function", self._load_function)
         monkeypatch.setattr(driver, "launch", self._launch)
         monkeypatch.setattr(driver, "mem_alloc", lambda n: 0x7E0000000000 + 256 * len(self.encoded))
         monkeypatch.setattr(driver, "memcpy_htod", lambda dst, data: None)
         monkeypatch.setattr(driver, "memset_async", lambda dst, n, stream: None)
         monkeypatch.setattr(tensor_map, "encode", self._encode)
         return self
+
+    def _enter_context(self, ordinal):
+        previous = self.current
+        if previous == ordinal or (previous is None and ordinal == 0):
+            self.current = ordinal
+            return fake_context(ordinal), None
+        self.current = ordinal
+        self.switches += 1
+        return fake_context(ordinal), ("restore", previous)
+
+    def _restore_context(self, previous):
+        self.switches += 1
+        self.current = previous[1]
+
+    def _stream_context(self, stream):
+        return fake_context(self.stream_devices.get(stream, 0)).key
+
+    def _load_function(self, ctx, key, image, entry, shared):
+        self.loads.append((ctx.ordinal, entry))
+        return ("fn", entry, ctx.ordinal)
 
     def _encode(self, args):
         self.encoded.append(args)
@@ -78,7 +116,55 @@ class FakeDriver:
         pointers = (ctypes.c_void_p * len(self.sizes)).from_address(params_addr)
         params = [ctypes.string_at(pointers[i], size) for i, size in enumerate(self.sizes)]
         self.launches.append(LaunchRecord(grid, block, shared_bytes, stream, params))
+        self.launch_devices.append(self.current)
 
 
 def host(shape, dtype=np.float32):
     return np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+
+
+# -- torch tensors without torch ----------------------------------------------------------------------------------
+
+class _FakeTorchDevice:
+    def __init__(self, index):
+        self.type, self.index = ("cuda", index) if index is not None else ("cpu", None)
+
+
+class FakeTorchTensor:
+    """What the launcher reads from a torch tensor (data_ptr, shape, stride, dtype, device), on GPU `device`
+    (None: a CPU tensor), row-major unless `strides` are given."""
+    _DTYPES = {"bf16": "torch.bfloat16", "f32": "torch.float32", "f16": "torch.float16"}
+
+    def __init__(self, shape, dtype="f32", ptr=0x7F0000000000, device=0, strides=None):
+        self.shape, self._ptr, self._index = tuple(shape), ptr, device
+        self.dtype = self._DTYPES[dtype]
+        acc, st = 1, []
+        for extent in reversed(self.shape):
+            st.append(acc)
+            acc *= max(extent, 1)
+        self._strides = tuple(strides) if strides else tuple(reversed(st))
+
+    is_cuda = property(lambda self: self._index is not None)
+    device = property(lambda self: _FakeTorchDevice(self._index))
+
+    def get_device(self):
+        return -1 if self._index is None else self._index
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return self._strides
+
+
+def install_fake_torch(monkeypatch) -> list:
+    """Make `FakeTorchTensor` the `torch.Tensor` the launcher sees. torch's current stream on device d reads as
+    0x5000 + d; the returned list records the devices whose current stream was asked for."""
+    import sys
+    import types
+    asked = []
+    torch = types.ModuleType("torch")
+    torch.Tensor = FakeTorchTensor
+    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda dev: asked.append(dev) or 0x5000 + dev)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    return asked

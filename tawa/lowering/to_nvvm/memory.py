@@ -23,6 +23,7 @@ from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .context import Ctx, SmemTile, Tile, SWIZZLE_BYTES
+from ..epilogue import STORE_BUFFERS
 
 
 # ---- TMA loads into shared tiles ---------------------------------------------------------------------------
@@ -162,7 +163,13 @@ def lower_store(ctx: Ctx, op) -> None:
 
 
 def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
-    """Registers -> 128B-swizzled shared staging (column boxes of 128 bytes) -> TMA store, one box per copy."""
+    """Registers -> 128B-swizzled shared staging (column boxes of 128 bytes) -> TMA store, one box per copy.
+
+    One program per CTA: the whole tile is staged at once (in the drained ring when it is large enough), stored,
+    and waited for. A persistent kernel's ring is never drained, so its staging is `epilogue.STORE_BUFFERS`
+    boxes used in turn: box j waits (thread 0, which issues every store) until the store that last used its
+    buffer has read it, is written, and is stored without waiting; the last stores drain while the next tile's
+    main loop runs."""
     b = ctx.b
     rows, cols = tile.shape
     es = elem_bytes(tile.elem)
@@ -172,29 +179,69 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
     arg = ctx.params.arg_index(StoreOp(op).dst)
     rank = ir.MemRefType(StoreOp(op).dst.type).rank
     tmap = ctx.params.tensormap(arg, [1] * (rank - 2) + [rows, box_cols], SWIZZLE_BYTES)
-    off = ctx.scratch(nbox * box_bytes)
+
+    def store_box(j, src):
+        col = b.add(offsets[-1], j * box_cols) if j else offsets[-1]
+        coords = [col, offsets[-2]] + list(reversed(offsets[:-2]))
+        sync.tma_store(b, tmap, ctx.smem_ptr(b.i32(src)), coords)
+
     if ctx.persistent:
-        # The previous tile's store may still be reading the staging area (its wait was deferred, below).
-        wait_stores_read(ctx)
+        nbuf = min(nbox, STORE_BUFFERS)
+        off = ctx.scratch(nbuf * box_bytes)
+        for j in range(nbox):
+            if j == 0 or j >= nbuf:
+                # j = 0: the previous tile's stores (whatever buffer they used) must have read their staging;
+                # later: the store of box j - nbuf, the last user of this buffer.
+                wait_stores_read(ctx, 0 if j == 0 else nbuf - 1)
+                ctx.sync_threads()
+            _write_staging(ctx, tile, off + (j % nbuf) * box_bytes, box_bytes, box=j)
+            sync.fence_proxy_async(b)
+            ctx.sync_threads()
+            with b.if_(b.cmpi("eq", ctx.tid(), 0)):
+                store_box(j, off + (j % nbuf) * box_bytes)
+                sync.bulk_commit(b)
+        ctx.stores_in_flight = True
+        return
+
+    off = ctx.scratch(nbox * box_bytes)
     # Everyone must be done with whatever shared memory the staging area reuses (a pipeline or aref ring).
     ctx.sync_threads()
+    _write_staging(ctx, tile, off, box_bytes)
+    sync.fence_proxy_async(b)
+    ctx.sync_threads()
+
+    def body():
+        for j in range(nbox):
+            store_box(j, off + j * box_bytes)
+        sync.bulk_commit(b)
+        sync.bulk_wait_read(b, 0)
+    issue_elected(ctx, None, body)
+    # The staging area may be reused by a later store: wait until the copy engine has read it.
+    ctx.sync_threads()
+
+
+def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | None = None) -> None:
+    """Each thread writes its registers into the staging area at `off` (column boxes of 128 bytes, 128B swizzle);
+    with `box`, only the registers of that column box, into a one-box area. A register's box is static: in an
+    mma layout a thread's column offset is below 8 and its register columns are multiples of 8 plus 0 or 1."""
+    b = ctx.b
+    es = elem_bytes(tile.elem)
     lay = tile.layout
     by_coord = {c: i for i, c in enumerate(lay.regs)}
     base = ctx.base_coords(lay)
     done = set()
     for i, (ro, co) in enumerate(lay.regs):
-        if i in done:
+        if i in done or (box is not None and (co - co % 8) * es // SWIZZLE_BYTES != box):
             continue
         # Pair with the next column when this thread holds it too (one 4-byte store for 16-bit data).
         pair = by_coord.get((ro, co + 1)) if es == 2 and co % 2 == 0 else None
         r = b.add(base[0], ro)
         c = b.add(base[1], co)
         byte = b.mul(c, es)
-        box = b.shr(byte, 7)
         inrow = b.and_(byte, 127)
         chunk = b.xor(b.shr(inrow, 4), b.and_(r, 7))
-        addr = b.add(b.add(b.mul(box, box_bytes), b.mul(r, SWIZZLE_BYTES)),
-                     b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
+        within = b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
+        addr = within if box is not None else b.add(b.mul(b.shr(byte, 7), box_bytes), within)
         ptr = ctx.smem_ptr(b.add(addr, off))
         if pair is not None:
             vec = f"vector<2x{tile.elem}>"
@@ -205,37 +252,14 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
             done.add(pair)
         else:
             b.line(f"llvm.store {tile.regs[i]}, {ptr} : {tile.elem}, !llvm.ptr<3>")
-    sync.fence_proxy_async(b)
-    ctx.sync_threads()
-
-    def issue():
-        for j in range(nbox):
-            col = b.add(offsets[-1], j * box_cols) if j else offsets[-1]
-            coords = [col, offsets[-2]] + list(reversed(offsets[:-2]))
-            sync.tma_store(b, tmap, ctx.smem_ptr(b.i32(off + j * box_bytes)), coords)
-        sync.bulk_commit(b)
-
-    if ctx.persistent:
-        # The store drains while the next tile's main loop runs; the thread that committed it (bulk async-groups
-        # belong to a thread) waits for it before the staging area is written again, or before the CTA exits.
-        with b.if_(b.cmpi("eq", ctx.tid(), 0)):
-            issue()
-        ctx.stores_in_flight = True
-        return
-
-    def body():
-        issue()
-        sync.bulk_wait_read(b, 0)
-    issue_elected(ctx, None, body)
-    # The staging area may be reused by a later store: wait until the copy engine has read it.
-    ctx.sync_threads()
 
 
-def wait_stores_read(ctx: Ctx) -> None:
-    """Thread 0, which issues a persistent kernel's TMA stores, waits until they have read their shared memory."""
+def wait_stores_read(ctx: Ctx, pending: int = 0) -> None:
+    """Thread 0, which issues a persistent kernel's TMA stores, waits until all but the `pending` most recent of
+    them have read their shared memory."""
     b = ctx.b
     with b.if_(b.cmpi("eq", ctx.tid(), 0)):
-        sync.bulk_wait_read(b, 0)
+        sync.bulk_wait_read(b, pending)
 
 
 def lower_dim(ctx: Ctx, op) -> None:

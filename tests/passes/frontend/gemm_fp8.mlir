@@ -4,11 +4,11 @@
 // loop and multiplied in; the result is bf16.
 
 // CHECK:       func.func @gemm_fp8(%arg0: memref<?x?xf8E4M3FN>
-// CHECK:         "tawa.load"(%arg1, {{.*}}-> tensor<128x128xf8E4M3FN>
-// CHECK:         "tawa.trans"{{.*}}(tensor<128x128xf8E4M3FN>) -> tensor<128x128xf8E4M3FN>
-// CHECK:         "tawa.dot"{{.*}}(tensor<128x128xf8E4M3FN>, tensor<128x128xf8E4M3FN>, tensor<128x128xf32>)
+// CHECK:         "tawa.load"(%arg1, {{.*}}-> tensor<256x128xf8E4M3FN>
+// CHECK:         "tawa.trans"{{.*}}(tensor<256x128xf8E4M3FN>) -> tensor<128x256xf8E4M3FN>
+// CHECK:         "tawa.dot"{{.*}}(tensor<128x128xf8E4M3FN>, tensor<128x256xf8E4M3FN>, tensor<128x256xf32>)
 // CHECK:         "tawa.load"(%arg2, {{.*}}-> tensor<128xf32>
-// CHECK:         "tawa.load"(%arg3, {{.*}}-> tensor<128xf32>
+// CHECK:         "tawa.load"(%arg3, {{.*}}-> tensor<256xf32>
 // CHECK:         arith.mulf
 // CHECK:         arith.mulf
-// CHECK:         to tensor<128x128xbf16>
+// CHECK:         to tensor<128x256xbf16>

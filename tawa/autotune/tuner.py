@@ -1,0 +1,291 @@
+"""The launchable object `tawa.autotune(...)` returns: picks a configuration per key, then launches it.
+
+    gemm = tawa.autotune("examples/gemm.tawa")
+    gemm(a, b, c)          # first call for these M, N, K: compile the space, time it, keep the fastest
+
+On a call, the values of the key's shape symbols (read from the arguments' shapes) select the configuration:
+1. one already chosen in this process for that key: launch it (a dictionary lookup; the launch is the kernel's
+   own fast path);
+2. else a result stored on disk for (this tuning run, this device, these values): compile it (a cache hit) and
+   launch it, with no timing;
+3. else tune: prune the candidates by shape, compile them all (in parallel, through the kernel cache), drop those
+   that fail or spill, time the rest on the call's own arguments (CUDA events, L2 flushed), store the fastest,
+   launch it.
+`TAWA_AUTOTUNE=0` skips 2 and 3: the first candidate that fits the shape and compiles runs (for a declared or
+default space, the best general guess); `TAWA_AUTOTUNE=force` skips 2 and tunes again.
+
+Tuning launches each candidate many times on the arguments of the call that triggered it, so outputs are
+overwritten; the call then launches the winner once more, so its outputs are the winner's. A kernel that reads
+what it writes (accumulates into an output) needs fresh inputs after a tuning call.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from tawa.errors import LaunchError, TawaError
+from tawa.options import CompileOptions
+from tawa.source import read_source
+
+from . import compiling, progress, results, space
+from .config import Config, parse_configs
+from .errors import AutotuneError
+
+#: `TAWA_AUTOTUNE` values: tune where needed (default), never tune, always tune again.
+MODES = {"1": "on", "": "on", "0": "off", "force": "force"}
+
+
+def mode() -> str:
+    """The `TAWA_AUTOTUNE` switch: "on", "off" or "force"."""
+    value = os.environ.get("TAWA_AUTOTUNE", "").strip().lower()
+    if value not in MODES:
+        raise AutotuneError(f"TAWA_AUTOTUNE={value!r}: expected 1 (tune where no result is stored; the default), "
+                            f"0 (never tune: run the first candidate that fits) or force (tune again)")
+    return MODES[value]
+
+
+@dataclass
+class Choice:
+    """The configuration chosen for one key, and how."""
+    config: dict
+    kernel: object                   # tawa.Kernel
+    how: str                         # "tuned", "stored" or "default" (tuning off)
+    ms: Optional[float] = None       # its measured time (None when nothing was timed)
+    timings: list = field(default_factory=list)     # per candidate: {"config", "ms"} or {"config", "pruned"}
+
+    def report(self) -> str:
+        """A table of the candidates of this key: time or why pruned, the winner marked."""
+        lines = []
+        for t in self.timings:
+            label = Config(t["config"]).label()
+            mark = "*" if t["config"] == self.config else " "
+            what = f"{t['ms']:.4f} ms" if t.get("ms") is not None else f"pruned: {t.get('pruned')}"
+            lines.append(f"{mark} {label}: {what}")
+        return "\n".join(lines)
+
+
+class Autotuner:
+    """See the module docstring; built by `tawa.autotune(path_or_source, configs=None, key=None, **fixed)`."""
+
+    def __init__(self, path_or_source, configs=None, key=None, *, target: str = "cuda",
+                 timer: Optional[Callable] = None, jobs: Optional[int] = None, show_progress: Optional[bool] = None,
+                 prune_spills: bool = True, **fixed):
+        options = CompileOptions.from_kwargs(dict(fixed, target=target)).validate()
+        bad = [k for k in fixed if k in ("dump_ir_after_all", "verify_each")]
+        if bad:
+            raise AutotuneError(f"'{bad[0]}' is a debugging switch of tawa.compile, not a tuning argument")
+        self.target = options.target
+        self.fixed = dict(fixed)
+        self.source, self.filename = read_source(path_or_source)
+        self.info = space.space_info(self.source, self.filename)
+        given = parse_configs(configs) if configs is not None else None
+        self.configs, self.origin = space.candidates(self.info, given, self.fixed)
+        space.check_names(self.info, self.configs)
+        self.key = space.resolve_key(self.info, key)
+        self.identity = results.identity(self.source, self.target, self.configs, self.key)
+        if timer is None:
+            from tawa.runtime.timing import CudaEventTimer, WallClockTimer
+            timer = CudaEventTimer() if self.target == "cuda" else WallClockTimer()
+        self.timer = timer
+        self.jobs = jobs
+        self.show_progress = show_progress
+        self.prune_spills = prune_spills
+        self.choices: dict = {}            # key values (tuple) -> Choice, for this process
+        self._lock = threading.Lock()      # one tuning run at a time: a second caller waits and reuses it
+        positions = space.symbol_positions(self.info)
+        self._where = [positions[s] for s in self.key]
+        self._nparams = len(self.info["params"])
+        self._defaults = self.info.get("constants")
+
+    # -- introspection -------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.info["name"]
+
+    def __repr__(self) -> str:
+        return (f"<tawa.autotune {self.name}: {len(self.configs)} {self.origin} candidates, key "
+                f"({', '.join(self.key)})>")
+
+    def key_of(self, args) -> tuple:
+        """The key values of a call: the extent of each key symbol, read from the argument that declares it."""
+        if len(args) != self._nparams:
+            names = ", ".join(self.info["params"])
+            raise LaunchError(f"kernel '{self.name}' takes {self._nparams} arguments ({names}), got {len(args)}")
+        return tuple(_extent(args[i], axis, self.info["params"][i]) for i, axis in self._where)
+
+    # -- launching -----------------------------------------------------------------------------------------
+    def __call__(self, *args, **kw):
+        key = self.key_of(args)
+        choice = self.choices.get(key)
+        if choice is None:
+            choice = self._choose(args, key, None, kw.get("stream"))
+        return choice.kernel(*args, **kw)
+
+    def __getitem__(self, grid):
+        """`tuner[grid](*args)`: an explicit grid, a tuple or a function of the chosen configuration's constants
+        (`lambda c: (cdiv(M, c["BLOCK_M"]), ...)`), since candidates may tile differently."""
+        def launch(*args, **kw):
+            key = self.key_of(args)
+            choice = self.choices.get(key)
+            if choice is None:
+                choice = self._choose(args, key, grid, kw.get("stream"))
+            return choice.kernel[_grid_for(grid, choice.kernel)](*args, **kw)
+        return launch
+
+    def tune(self, *args, stream=None, grid=None) -> Choice:
+        """Choose the configuration for these arguments (from memory, the disk, or by tuning) without the final
+        launch; returns the Choice."""
+        key = self.key_of(args)
+        choice = self.choices.get(key)
+        return choice if choice is not None else self._choose(args, key, grid, stream)
+
+    def kernel_for(self, *args):
+        """The `tawa.Kernel` chosen for these arguments."""
+        return self.tune(*args).kernel
+
+    def best_config(self, *args) -> dict:
+        """The configuration chosen for these arguments (a dict of constants and options)."""
+        return dict(self.tune(*args).config)
+
+    # -- choosing ------------------------------------------------------------------------------------------
+    def _choose(self, args, key: tuple, grid, stream) -> Choice:
+        with self._lock:
+            choice = self.choices.get(key)
+            return choice if choice is not None else self._choose_locked(args, key, grid, stream)
+
+    def _choose_locked(self, args, key: tuple, grid, stream) -> Choice:
+        from tawa.runtime.kernel import Kernel
+        extents = dict(zip(self.key, key))
+        how = mode()
+        candidates, shape_pruned = space.prune_by_shape(self.info, self.configs, extents)
+        if how == "off":
+            choice = self._first_that_compiles(candidates, shape_pruned)
+            self.choices[key] = choice
+            return choice
+        device_ordinal = _device_of(args)
+        device = self.timer.device_name(device_ordinal)
+        if how == "on":
+            record = results.load(self.identity, device, extents)
+            if record is not None and Config(record["config"]) in self.configs:
+                outcome = compiling.compile_one(self.source, self.filename, Config(record["config"]), self.target,
+                                                self._defaults)
+                if outcome.kernel is not None:
+                    choice = Choice(record["config"], Kernel(outcome.kernel, outcome.from_cache), "stored",
+                                    record.get("ms"), record.get("timings", []))
+                    self.choices[key] = choice
+                    return choice
+        choice = self._tune(args, extents, candidates, shape_pruned, device, device_ordinal, grid, stream)
+        self.choices[key] = choice
+        return choice
+
+    def _first_that_compiles(self, candidates: list, shape_pruned: list) -> Choice:
+        from tawa.runtime.kernel import Kernel
+        errors, spilling = [], None
+        for config in candidates:
+            outcome = compiling.compile_one(self.source, self.filename, config, self.target, self._defaults)
+            if outcome.kernel is None:
+                errors.append((config, f"does not compile: {outcome.error}"))
+            elif self.prune_spills and compiling.spill_bytes(outcome.kernel):
+                spilling = spilling or outcome          # used only if every candidate that compiles spills
+            else:
+                return Choice(config.as_dict(), Kernel(outcome.kernel, outcome.from_cache), "default")
+        if spilling is not None:
+            return Choice(spilling.config.as_dict(), Kernel(spilling.kernel, spilling.from_cache), "default")
+        raise self._none_left(errors + shape_pruned)
+
+    def _tune(self, args, extents, candidates, shape_pruned, device, ordinal, grid, stream) -> Choice:
+        from tawa.runtime.kernel import Kernel
+        show = progress.enabled(self.show_progress, sys.stderr)
+        title = f"tawa autotune {self.name} ({', '.join(f'{k}={v}' for k, v in extents.items())})"
+        bar = progress.Progress(f"{title} compile", len(candidates), show)
+        outcomes = compiling.compile_all(self.source, self.filename, candidates, self.target, self.jobs, bar,
+                                         self._defaults)
+        alive = compiling.prune(outcomes, spills=self.prune_spills)
+        bar.close(f"{len(alive)} of {len(candidates)} to time")
+        if not alive:
+            raise self._none_left([(o.config, o.pruned) for o in outcomes] + shape_pruned)
+        stream_value = _stream_of(args, stream) if self.target == "cuda" else 0
+        kernels = {id(o): Kernel(o.kernel, o.from_cache) for o in alive}
+        if len(alive) > 1:
+            bar = progress.Progress(f"{title} time", len(alive), show)
+            for o in alive:
+                kernel = kernels[id(o)]
+                launch = _launcher(kernel, args, grid, stream_value if self.target == "cuda" else None)
+                try:
+                    o.ms = float(self.timer(launch, stream=stream_value, device=ordinal, config=o.config.as_dict()))
+                except TawaError as e:          # a launch the driver refuses (resources), a bad grid, ...
+                    o.pruned = f"does not run: {e.message}"
+                bar.advance()
+            timed = [o for o in alive if o.pruned is None]
+            if not timed:
+                raise self._none_left([(o.config, o.pruned) for o in outcomes] + shape_pruned)
+            best = min(timed, key=lambda o: o.ms)
+            bar.close(f"best {best.config.label()}: {best.ms:.4f} ms")
+        else:
+            best = alive[0]                     # nothing to compare it with: no timing
+        timings = [{"config": o.config.as_dict(), "ms": o.ms} if o.pruned is None else
+                   {"config": o.config.as_dict(), "pruned": o.pruned} for o in outcomes]
+        timings += [{"config": c.as_dict(), "pruned": why} for c, why in shape_pruned]
+        results.store(results.new_record(self.identity, self.name, device, extents, best.config.as_dict(), best.ms,
+                                         best.cache_key, self.info.get("space_key"), timings))
+        return Choice(best.config.as_dict(), kernels[id(best)], "tuned", best.ms, timings)
+
+    def _none_left(self, reasons: list) -> AutotuneError:
+        shown = "\n".join(f"  {c.label()}: {(why or '').splitlines()[0] if why else '?'}" for c, why in reasons[:12])
+        more = f"\n  ... and {len(reasons) - 12} more" if len(reasons) > 12 else ""
+        return AutotuneError(f"kernel '{self.name}': no candidate configuration can run:\n{shown}{more}")
+
+
+# ---- reading arguments ---------------------------------------------------------------------------------------
+def _extent(obj, axis: int, name: str) -> int:
+    shape = getattr(obj, "shape", None)
+    if shape is None:
+        cai = getattr(obj, "__cuda_array_interface__", None)
+        shape = cai.get("shape") if isinstance(cai, dict) else None
+    if shape is None:
+        raise LaunchError(f"argument '{name}' must be an array, got {type(obj).__name__}")
+    if axis >= len(shape):
+        raise LaunchError(f"argument '{name}' has {len(shape)} dimensions {list(shape)}, expected more than {axis}")
+    return int(shape[axis])
+
+
+def _device_of(args) -> Optional[int]:
+    """The CUDA device of the first torch tensor on a GPU among `args`, else None (the driver's default)."""
+    for a in args:
+        device = getattr(a, "device", None)
+        if getattr(device, "type", None) == "cuda":
+            return device.index if device.index is not None else None
+    return None
+
+
+def _stream_of(args, stream) -> int:
+    """The raw stream the candidates run and are timed on: the caller's, else torch's current stream for torch
+    tensors (where the kernel itself would launch), else the legacy default stream."""
+    from tawa.runtime.launcher import stream_handle
+    if stream is not None:
+        return stream_handle(stream)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.is_cuda:
+                return int(torch.cuda.current_stream(a.device).cuda_stream)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and any(isinstance(a, cupy.ndarray) for a in args):
+        return int(cupy.cuda.get_current_stream().ptr)
+    return 0
+
+
+def _grid_for(grid, kernel):
+    return grid(dict(kernel.compiled.constants)) if callable(grid) else grid
+
+
+def _launcher(kernel, args, grid, stream):
+    """A zero-argument launch of `kernel` on `args` (on `stream`), for the timer."""
+    kw = {} if stream is None else {"stream": stream}
+    if grid is None:
+        return lambda: kernel(*args, **kw)
+    target = kernel[_grid_for(grid, kernel)]
+    return lambda: target(*args, **kw)

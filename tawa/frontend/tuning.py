@@ -1,0 +1,277 @@
+"""The `@autotune(...)` declaration: a kernel's tuning space, written in the .tawa file beside `@grid`.
+
+    @autotune(key=(M, N, K), configs=product(BLOCK_M=(128, 256), BLOCK_N=(128, 256)))
+    @autotune(key=(S,), configs=(config(), config(BLOCK_N=64), config(BLOCK_N=64, warp_specialize=False)))
+
+`key=` names the shape symbols whose values decide when to tune again; `configs=` lists candidate configurations,
+each `config(NAME=VALUE, ...)` (overrides of the kernel's `const` parameters and compile options, as
+`tawa.compile` takes them; `config()` is the kernel's defaults) or `product(NAME=(V1, V2, ...), ...)` (every
+combination, the first name varying slowest). Either may be left out: the key then defaults to every shape
+symbol, the configurations to the tuner's default space.
+
+Why here: the declaration is checked by the frontend that checks the rest of the file, so a mistake in it is one
+located error (`file:line:col`) even from a plain `tawa.compile`, which otherwise ignores it (compiling a file that
+declares a space gives the kernel's defaults, as before). `space_info` hands the tuner, as JSON, everything it needs
+from the source: the declared space, the `const` parameters and their defaults, the shape symbols and the argument
+dimension each is read from, the grid's `cdiv(SYMBOL, CONST)` tile pairs, and whether the kernel has a `dot`, so
+`tawa.autotune` can cache it and tune on a machine without the compiler.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+
+from tawa.errors import CompilationError
+from tawa.options import ALIASES, CompileOptions, InvalidOptionError, tunable_options
+
+from . import syntax as S
+from .dtypes import DTYPE_ALIASES, DType
+from .static import evaluate
+
+#: Most configurations one declaration may expand to (a product over many names grows fast).
+MAX_CONFIGS = 1024
+#: The keyword arguments of `@autotune`.
+_ARGUMENTS = ("key", "configs")
+
+
+# ---- the declaration ---------------------------------------------------------------------------------------
+def declared_space(kernel: S.Kernel, constants: dict, symbols, diag) -> dict | None:
+    """Check the kernel's `@autotune` decorator and return `{"key": [...] | None, "configs": [...] | None}`, or
+    None when it declares none. `constants` maps each `const` parameter to its value (a dtype-valued one to a
+    DType), `symbols` are the shape symbols. Raises one located CompilationError for any mistake."""
+    decos = [d for d in kernel.decorators if d.name == "autotune"]
+    if not decos:
+        return None
+    d = decos[0]
+    if len(decos) > 1:
+        raise diag.error(decos[1], "decorator '@autotune' given twice")
+    usage = "@autotune takes keyword arguments: key=(SYMBOL, ...) and/or configs=(config(NAME=VALUE, ...), ...)"
+    if d.args is None:
+        raise diag.error(d, usage)
+    if d.args:
+        raise diag.error(d.args[0], usage)
+    given: dict = {}
+    for kw in d.kwargs:
+        if kw.name not in _ARGUMENTS:
+            raise diag.error(kw, f"unknown argument '{kw.name}' of @autotune (it takes key= and configs=)")
+        if kw.name in given:
+            raise diag.error(kw, f"@autotune: '{kw.name}' given twice")
+        given[kw.name] = kw
+    if not given:
+        raise diag.error(d, usage)
+    key = _key(given["key"], list(symbols), diag) if "key" in given else None
+    configs = _configs(given["configs"], constants, diag) if "configs" in given else None
+    return {"key": key, "configs": configs}
+
+
+def _items(e) -> list:
+    """The items of a tuple expression, or the expression alone."""
+    return list(e.items) if isinstance(e, S.Tuple) else [e]
+
+
+def _key(kw: S.Keyword, symbols: list, diag) -> list:
+    names: list = []
+    items = _items(kw.value)
+    if not items:
+        raise diag.error(kw.value, "@autotune: key=() is empty; name the shape symbols that decide when to tune "
+                                   "again, e.g. key=(M, N, K)")
+    for item in items:
+        if not isinstance(item, S.Name) or item.id not in symbols:
+            what = f"'{item.id}'" if isinstance(item, S.Name) else "this expression"
+            raise diag.error(item, f"@autotune: key entries are shape symbols of the kernel's tensor parameters; "
+                                   f"{what} is not one (shape symbols: {', '.join(symbols) or 'none'})")
+        if item.id in names:
+            raise diag.error(item, f"@autotune: '{item.id}' appears twice in key=")
+        names.append(item.id)
+    return names
+
+
+def _configs(kw: S.Keyword, constants: dict, diag) -> list:
+    items = _items(kw.value)
+    if not items:
+        raise diag.error(kw.value, "@autotune: configs=() is empty; list config(NAME=VALUE, ...) items, or leave "
+                                   "configs= out for the default space")
+    out: list = []
+    for item in items:
+        if not (isinstance(item, S.Call) and isinstance(item.func, S.Name) and item.func.id in ("config", "product")):
+            raise diag.error(item, "@autotune: each item of configs= is config(NAME=VALUE, ...) or "
+                                   "product(NAME=(VALUE, ...), ...)")
+        if item.args:
+            raise diag.error(item.args[0], f"{item.func.id}() takes NAME=VALUE arguments only")
+        seen: set = set()
+        for a in item.kwargs:
+            if a.name in seen:
+                raise diag.error(a, f"@autotune: '{a.name}' given twice in {item.func.id}()")
+            seen.add(a.name)
+        if item.func.id == "config":
+            values = {a.name: _value(a, a.value, constants, diag) for a in item.kwargs}
+            _check_options(item, values, diag)
+            out.append(values)
+        else:
+            axes = []
+            for a in item.kwargs:
+                choices = _items(a.value)
+                if not choices:
+                    raise diag.error(a, f"@autotune: product() gives '{a.name}' no values")
+                axes.append([(a.name, _value(a, c, constants, diag)) for c in choices])
+            count = 1
+            for axis in axes:
+                count *= len(axis)
+            if len(out) + count > MAX_CONFIGS:
+                raise diag.error(item, f"@autotune declares more than {MAX_CONFIGS} configurations; tune fewer "
+                                       f"names or values at a time")
+            for combo in itertools.product(*axes):
+                values = dict(combo)
+                _check_options(item, values, diag)
+                out.append(values)
+        if len(out) > MAX_CONFIGS:
+            raise diag.error(item, f"@autotune declares more than {MAX_CONFIGS} configurations")
+    unique: list = []
+    for c in out:                      # a product may repeat a listed config: each candidate once, first place
+        if c not in unique:
+            unique.append(c)
+    return unique
+
+
+def _value(kw: S.Keyword, e, constants: dict, diag):
+    """The JSON value of `NAME=VALUE` in a config: a number, True/False, None (an option's auto) or a dtype
+    name. Checked against the constant's kind, or, for an option, left to `_check_options`."""
+    options = tunable_options()
+    if kw.name not in constants and kw.name not in options:
+        pool = list(constants) + options
+        close = difflib.get_close_matches(kw.name, pool, n=1)
+        raise diag.error(kw, f"@autotune: '{kw.name}' is neither a const parameter of the kernel nor a compile "
+                             f"option",
+                         note=f"did you mean {close[0]}?" if close else
+                         f"const parameters: {', '.join(constants) or 'none'}; options: {', '.join(options)}")
+    if isinstance(e, S.Name) and e.id == "None":
+        v = None
+    elif isinstance(e, S.Name) and e.id in DTYPE_ALIASES:
+        v = DTYPE_ALIASES[e.id]
+    else:
+        v = evaluate(e, {}, diag, f"@autotune: value of '{kw.name}'")
+    if kw.name in constants:
+        current = constants[kw.name]
+        if v is None or (current is not None and isinstance(current, DType) != isinstance(v, DType)):
+            want = "a dtype" if isinstance(current, DType) else "an int, float or bool"
+            raise diag.error(e, f"@autotune: constant '{kw.name}' takes {want}, got {_show(v)}")
+    return v.name if isinstance(v, DType) else v
+
+
+def _show(v) -> str:
+    return v.name if isinstance(v, DType) else repr(v)
+
+
+def _check_options(call: S.Call, values: dict, diag) -> None:
+    """The option values of one configuration, checked together (as `CompileOptions.validate` checks them)."""
+    names = set(tunable_options())
+    options = {k: v for k, v in values.items() if k in names}
+    if not options:
+        return
+    try:
+        CompileOptions(**options).validate()
+    except InvalidOptionError as e:
+        where = next((a.value for a in call.kwargs if a.name == e.option
+                      or ALIASES.get(a.name) == e.option), call)
+        raise diag.error(where, f"@autotune: {e.message}") from None
+    except CompilationError as e:      # an option and its alias in one config
+        raise diag.error(call, f"@autotune: {e.message}") from None
+
+
+# ---- what the tuner reads from a source --------------------------------------------------------------------
+def const_values(kernel: S.Kernel, diag) -> dict:
+    """Each `const` parameter -> its default (a DType for a dtype-valued one; None when it has no default)."""
+    constants: dict = {}
+    for p in kernel.params:
+        if p.type is not None and p.type.name == "const" and p.type.dims is None:
+            constants[p.name] = (evaluate(p.default, constants, diag, f"default of '{p.name}'")
+                                 if p.default is not None else None)
+    return constants
+
+
+def shape_symbols(kernel: S.Kernel, constants: dict) -> dict:
+    """Each shape symbol -> (argument index, axis) of the first tensor parameter that declares it. Arguments are
+    numbered as the kernel takes them at launch (const parameters are not arguments)."""
+    symbols: dict = {}
+    index = 0
+    for p in kernel.params:
+        if p.type is not None and p.type.name == "const":
+            continue
+        if p.type is not None and p.type.dims:
+            for axis, (name, _line, _col) in enumerate(p.type.dims):
+                if isinstance(name, str) and name not in constants:
+                    symbols.setdefault(name, (index, axis))
+        index += 1
+    return symbols
+
+
+def grid_tiles(kernel: S.Kernel, constants: dict, symbols) -> list:
+    """[(CONST, SYMBOL)] for each `cdiv(SYMBOL, CONST)` in the `@grid` expressions: the constant is the tile size
+    along the symbol's extent, which is what the tuner prunes oversized tiles by."""
+    pairs: list = []
+    for d in kernel.decorators:
+        if d.name != "grid" or not d.args:
+            continue
+        for node in _walk(d.args):
+            if (isinstance(node, S.Call) and isinstance(node.func, S.Name) and node.func.id == "cdiv"
+                    and len(node.args) == 2 and all(isinstance(a, S.Name) for a in node.args)
+                    and node.args[0].id in symbols and node.args[1].id in constants):
+                pair = (node.args[1].id, node.args[0].id)
+                if pair not in pairs:
+                    pairs.append(pair)
+    return pairs
+
+
+def has_dot(kernel: S.Kernel) -> bool:
+    """Whether the body calls `dot` (the kernels the default tile space is for)."""
+    return any(isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "dot"
+               for n in _walk(kernel.body))
+
+
+def _walk(roots):
+    """Every syntax node under `roots` (iterative: expressions may nest thousands deep)."""
+    todo = list(reversed(roots))          # a stack, pushed in reverse: nodes come out in source order
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(reversed(node))
+            continue
+        if not isinstance(node, S.Node):
+            continue
+        yield node
+        children = [getattr(node, f.name) for f in dataclasses.fields(node)]
+        todo.extend(reversed([c for c in children if isinstance(c, (list, S.Node))]))
+
+
+def space_info(source: str, filename: str = "<string>") -> dict:
+    """What the tuner needs from a kernel source, as JSON (see the module docstring). Parses the file and checks
+    the declaration; raises CompilationError as the compiler would for a malformed declaration or file."""
+    from .diag import Diagnostics
+    from .parser import parse
+
+    diag = Diagnostics(filename, source)
+    kernels = parse(source, filename)
+    if len(kernels) != 1:
+        if not kernels:
+            raise diag.error((1, 1), "no kernel in this file (expected one 'def')")
+        raise diag.error(kernels[1], f"a file holds one kernel; found {len(kernels)} "
+                                     f"({', '.join(k.name for k in kernels)})")
+    k = kernels[0]
+    constants = const_values(k, diag)
+    symbols = shape_symbols(k, constants)
+    declared = declared_space(k, constants, list(symbols), diag)
+    params = [p.name for p in k.params if not (p.type is not None and p.type.name == "const")]
+    return {
+        "name": k.name,
+        "params": params,
+        "constants": {n: (v.name if isinstance(v, DType) else v) for n, v in constants.items()},
+        "dtype_constants": [n for n, v in constants.items() if isinstance(v, DType)],
+        "symbols": [[n, arg, axis] for n, (arg, axis) in symbols.items()],      # a list: declaration order
+        "tiles": [list(p) for p in grid_tiles(k, constants, symbols)],
+        "has_dot": has_dot(k),
+        "declared": declared,
+    }
+
+
+__all__ = ["declared_space", "space_info", "MAX_CONFIGS"]

@@ -1,0 +1,23 @@
+"""How much shared memory an epilogue's TMA store stages, for the ring sizing (tile level) and the conversion.
+
+A tile stored with TMA goes registers -> shared staging -> global memory, in column boxes of 128 bytes. One
+program per CTA stages the whole tile, in the ring its main loop drained when that is large enough. A persistent
+kernel's ring is never drained (the producer is already filling it for the next tile), so its staging is
+separate memory taken from the ring: `STORE_BUFFERS` boxes used in turn, so that writing one box overlaps the
+TMA store of the previous one while a 128x256 bf16 tile takes 32 KiB of staging instead of 64 (one more ring
+slot).
+"""
+from __future__ import annotations
+
+from tawa import hopper
+
+#: Column boxes of staging a persistent kernel's store cycles through.
+STORE_BUFFERS = 2
+
+
+def staging_bytes(rows: int, cols: int, elem_bytes: int, persistent: bool) -> int:
+    """Shared bytes staged for a TMA store of a rows x cols tile (the whole tile unless persistent)."""
+    row_bytes = cols * elem_bytes
+    if not persistent or row_bytes % hopper.SWIZZLE_BYTES:
+        return rows * row_bytes
+    return rows * hopper.SWIZZLE_BYTES * min(row_bytes // hopper.SWIZZLE_BYTES, STORE_BUFFERS)

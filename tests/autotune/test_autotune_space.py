@@ -1,0 +1,108 @@
+"""Where candidates come from (Python, the file's declaration, the default space), the key, shape pruning, and
+the cached space record a machine without the compiler tunes from."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tawa.autotune import AutotuneError, Config
+from tawa.autotune import space
+
+from autotune_support import SCALE, SCALE_DECLARED
+
+#: What `space_info` gives for examples/gemm.tawa, minus the declaration.
+GEMM_INFO = {"name": "gemm", "params": ["A", "B", "C"],
+             "constants": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "DTYPE": "bf16"},
+             "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]],
+             "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]], "has_dot": True, "declared": None}
+
+
+def test_default_space_of_a_gemm_tries_the_hopper_tiles_best_guess_first():
+    configs = space.default_configs(GEMM_INFO)
+    tiles = [(c["BLOCK_M"], c["BLOCK_N"]) for c in configs]
+    assert tiles[0] == (256, 128)
+    assert {(128, 128), (128, 256), (256, 128), (64, 128)} <= set(tiles)
+    assert all(c["BLOCK_K"] == 64 for c in configs)
+    assert any(c.get("warp_specialize") is False for c in configs)          # the uniform-warp schedule too
+    assert all("num_buffers" not in c for c in configs)                       # ring depth: the compiler's choice
+    fp8 = dict(GEMM_INFO, constants=dict(GEMM_INFO["constants"], BLOCK_K=128))
+    assert all(c["BLOCK_K"] == 128 for c in space.default_configs(fp8))      # never below the kernel's own
+
+
+def test_default_space_of_other_kernels():
+    assert space.default_configs(dict(GEMM_INFO, constants={"HEAD_DIM": 64})) == [{}, {"warp_specialize": False}]
+    assert space.default_configs(dict(GEMM_INFO, has_dot=False)) == [{}]
+
+
+def test_python_configs_win_over_the_declaration_which_wins_over_the_default():
+    declared = dict(GEMM_INFO, declared={"key": None, "configs": [{"BLOCK_N": 256}, {"BLOCK_M": 256}]})
+    python = [Config({"BLOCK_M": 64})]
+    assert space.candidates(declared, python, {}) == (python, "python")
+    assert space.candidates(declared, None, {}) == ([Config({"BLOCK_N": 256}), Config({"BLOCK_M": 256})],
+                                                    "declared")
+    assert space.candidates(GEMM_INFO, None, {})[1] == "default"
+
+
+def test_fixed_arguments_apply_to_every_candidate_and_repeats_collapse():
+    declared = dict(GEMM_INFO, declared={"key": None, "configs": [{"BLOCK_M": 64, "BLOCK_N": 128},
+                                                                   {"BLOCK_M": 128, "BLOCK_N": 128},
+                                                                   {"BLOCK_M": 64, "BLOCK_N": 256}]})
+    got, _ = space.candidates(declared, None, {"BLOCK_M": 128, "DTYPE": "f16"})
+    assert [c.as_dict() for c in got] == [{"BLOCK_M": 128, "BLOCK_N": 128, "DTYPE": "f16"},
+                                          {"BLOCK_M": 128, "BLOCK_N": 256, "DTYPE": "f16"}]
+
+
+def test_key_defaults_and_checks():
+    assert space.resolve_key(GEMM_INFO, None) == ["M", "K", "N"]              # every symbol, declaration order
+    assert space.resolve_key(dict(GEMM_INFO, declared={"key": ["M", "N"], "configs": None}), None) == ["M", "N"]
+    assert space.resolve_key(GEMM_INFO, ["N", "M"]) == ["N", "M"]
+    assert space.resolve_key(GEMM_INFO, "K") == ["K"]
+    with pytest.raises(AutotuneError, match=r"key: 'BLOCK_M' is not a shape symbol of kernel 'gemm' \(shape "
+                                            r"symbols: M, K, N\)"):
+        space.resolve_key(GEMM_INFO, ["M", "BLOCK_M"])
+    with pytest.raises(AutotuneError, match="appears twice"):
+        space.resolve_key(GEMM_INFO, ["M", "M"])
+    with pytest.raises(AutotuneError, match="list of shape symbol names"):
+        space.resolve_key(GEMM_INFO, 3)
+
+
+def _tiles(configs):
+    return sorted({(c.get("BLOCK_M"), c.get("BLOCK_N")) for c in configs})
+
+
+@pytest.mark.parametrize("extents, kept", [
+    ({"M": 8, "N": 4096}, [(64, 128), (64, 256)]),                # decode: the 64-row tiles only
+    ({"M": 100, "N": 4096}, [(64, 128), (64, 256), (128, 128), (128, 256)]),
+    ({"M": 4096, "N": 100}, [(64, 128), (128, 128), (256, 128)]),
+    ({"M": 4096, "N": 4096}, [(64, 128), (64, 256), (128, 128), (128, 256), (256, 128)]),   # nothing oversized
+    ({"K": 16}, [(64, 128), (64, 256), (128, 128), (128, 256), (256, 128)]),                # K tiles no grid axis
+])
+def test_prune_by_shape_drops_tiles_larger_than_the_extent_needs(extents, kept):
+    configs = [Config(c) for c in space.default_configs(GEMM_INFO)]
+    got, pruned = space.prune_by_shape(GEMM_INFO, configs, extents)
+    assert _tiles(got) == kept
+    assert len(got) + len(pruned) == len(configs)
+    for config, why in pruned:
+        assert "is larger than" in why and "covers it" in why
+
+
+def test_prune_by_shape_counts_the_kernel_default_for_configs_that_do_not_set_the_tile():
+    configs = [Config({}), Config({"BLOCK_M": 64})]                  # {} is BLOCK_M=128, the default
+    got, pruned = space.prune_by_shape(GEMM_INFO, configs, {"M": 32})
+    assert got == [Config({"BLOCK_M": 64})] and pruned[0][1].startswith("BLOCK_M=128 is larger than M=32")
+
+
+def test_space_record_is_cached_and_read_without_the_compiler(own_cache, monkeypatch):
+    info = space.space_info(SCALE_DECLARED, "<string>")
+    assert info["declared"]["key"] == ["M"] and len(info["declared"]["configs"]) == 4
+    assert info["symbols"] == [["M", 0, 0], ["N", 0, 1]]
+    assert info["tiles"] == [["BLOCK_M", "M"], ["BLOCK_N", "N"]] and info["has_dot"] is False
+    # Without the frontend (as on a GPU machine without Lark and MLIR) the cached record still serves ...
+    monkeypatch.setitem(sys.modules, "tawa.frontend.tuning", None)
+    assert space.space_info(SCALE_DECLARED, "<string>") == info
+    # ... and a source never read here is a clean error saying how to get one.
+    with pytest.raises(AutotuneError) as e:
+        space.space_info(SCALE, "scale.tawa")
+    assert "the tuning space of scale.tawa is not in the kernel cache" in e.value.message
+    assert "--autotune-space" in e.value.note
