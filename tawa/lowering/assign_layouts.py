@@ -2,7 +2,7 @@
 
 Takes a tawa kernel (docs/ir.md); gives the same kernel with
 - `tawa.smem` on each `tawa.load` (and `tawa.trans` of one) whose value only feeds `tawa.dot` operands: that tile
-  lives in shared memory (TMA, 128-byte swizzle) and has no register layout;
+  lives in shared memory (TMA, swizzled rows of 32, 64 or 128 bytes: `smem_swizzle`) and has no register layout;
 - `tawa.layout = "<layout>"` on every other op producing a tile, and `tawa.layouts = [...]` (one entry per
   result, "" for scalars) on `scf.for` / `scf.if` carrying tiles.
 
@@ -15,8 +15,12 @@ shared-memory conversions in the lowering. Layout strings are parsed by `tawa.lo
 
 Warp-specialized kernels: each consumer warp-group region is laid out on its own, over its 4 x
 `tawa.num_warp_groups` warps (not the kernel's launch size, which includes the producer); the tiles an
-`aref_get` returns (and transposes of them) are shared-memory tiles like `tawa.smem` loads; the producer holds
-no register tiles (its `tawa.aref_load` loads are issued by the puts).
+`aref_get` returns (and transposes of them) are shared-memory tiles like `tawa.smem` loads; an op other than a dot
+that uses one reads it into registers in the `blocked` layout (or straight into its result's layout); the producer
+holds no register tiles (its `tawa.aref_load` loads are issued by the puts).
+
+A register A operand of a dot takes wgmma's A fragment layout (`layouts.wgmma_a`: the accumulator layout for
+16-bit operands, its own for tf32 and fp8).
 """
 from __future__ import annotations
 
@@ -38,14 +42,12 @@ from . import layouts as L
 
 NAME = "assign-layouts"
 
-#: A tile in shared memory used by anything but a dot (only warp-specialized kernels have such tiles, from arefs):
-#: the message, and what to do instead (also used by the NVVM conversion).
-SMEM_TILE_MESSAGE = "a tile loaded for a dot can only feed dots in a warp-specialized kernel, not `{op}`"
-SMEM_TILE_NOTE = ("the producer warps deliver it in shared memory; compile with warp_specialize=False to load it into "
-                  "registers (only the A operand of a dot may be computed)")
-#: ... when the tile is used transposed: a transposed A operand computed in registers is no workaround yet.
-SMEM_TRANSPOSED_NOTE = ("the producer warps deliver it in shared memory; for a transposed A operand store A as "
-                        "[M, K] (K contiguous) and load [BLOCK_M, BLOCK_K] tiles")
+#: A tile in shared memory carried out of its iteration or branch (only warp-specialized kernels have such tiles,
+#: from arefs): the message, and what to do instead.
+SMEM_TILE_MESSAGE = ("a tile loaded for a dot in a warp-specialized kernel cannot leave its loop iteration or "
+                     "branch (`{op}`)")
+SMEM_TILE_NOTE = ("the producer warps deliver it in a ring slot that is released within the iteration: carry a "
+                  "value computed from it (x * 1.0 is a register copy), or compile with warp_specialize=False")
 
 
 @contextmanager
@@ -59,20 +61,44 @@ def _at(op):
         raise
 
 
-def check_dot_tile(t, location) -> None:
+#: TMA swizzle widths a dot operand's rows may take, narrowest first; wgmma descriptors have a mode for each.
+SWIZZLES = (32, 64, hopper.SWIZZLE_BYTES)
+
+
+def smem_swizzle(cols: int, elem: str) -> int | None:
+    """The swizzle width (bytes) of a shared tile whose rows hold `cols` elements, None when no mode fits.
+
+    Rows of a multiple of 128 bytes are cut into 128-byte column boxes with the 128-byte swizzle; rows of exactly
+    32 or 64 bytes (BLOCK_K of 16 or 32 for 16-bit operands, 64 for fp8) are one box with the swizzle of that
+    width. wgmma reads all of them: the width only changes the row pitch and the descriptor's mode."""
+    row = cols * elem_bytes(elem)
+    if row % hopper.SWIZZLE_BYTES == 0:
+        return hopper.SWIZZLE_BYTES
+    return row if row in SWIZZLES else None
+
+
+def check_dot_tile(t, location, warp_specialized: bool = False) -> None:
     """Refuse a 2-D tile of type `t` that TMA cannot copy into shared memory for a dot: rows are written as
-    128-byte swizzled boxes, one copy moves at most 256 rows, and the tile must fit in shared memory. Called here
-    for every load feeding dots (both schedules) and by the NVVM conversion for every TMA load it emits."""
+    swizzled boxes of 32, 64 or 128 bytes, one copy moves at most 256 rows, and the tile must fit in shared
+    memory. Called here for every load feeding dots (both schedules) and by the NVVM conversion for every TMA
+    load it emits. `warp_specialized`: the tile travels through an aref ring, whose slots hold 128-byte rows."""
     rows, cols = tile_shape(t)
     elem = elem_type(t)
     box_cols = hopper.SWIZZLE_BYTES // elem_bytes(elem)
-    if cols % box_cols:
+    width = smem_swizzle(cols, elem)
+    if width is None:
         raise CompilationError(
-            f"a tile read by a dot needs rows of a multiple of {hopper.SWIZZLE_BYTES} bytes ({box_cols} {elem} "
-            f"elements), got {cols}", location,
-            note=f"make the loaded tile's last dimension a multiple of {box_cols}: the copy engine writes "
-                 f"{hopper.SWIZZLE_BYTES}-byte swizzled rows (a B tile narrower than that can be loaded as "
-                 f"[BLOCK_N, BLOCK_K] from a K-major tensor and used as b.T)")
+            f"a tile read by a dot needs rows of 32 or 64 bytes or a multiple of {hopper.SWIZZLE_BYTES} bytes, got "
+            f"{cols} {elem} elements ({cols * elem_bytes(elem)} bytes)", location,
+            note=f"make the loaded tile's last dimension {32 // elem_bytes(elem)}, {64 // elem_bytes(elem)} or a "
+                 f"multiple of {box_cols}: the copy engine writes swizzled rows of 32, 64 or 128 bytes (a B tile "
+                 f"narrower than that can be loaded as [BLOCK_N, BLOCK_K] from a K-major tensor and used as b.T)")
+    if warp_specialized and width != hopper.SWIZZLE_BYTES:
+        raise CompilationError(
+            f"a tile read by a dot in a warp-specialized kernel needs rows of a multiple of "
+            f"{hopper.SWIZZLE_BYTES} bytes ({box_cols} {elem} elements), got {cols}", location,
+            note=f"compile with warp_specialize=False (the uniform-warp schedule reads {width}-byte rows), or make "
+                 f"the loaded tile's last dimension a multiple of {box_cols}")
     if rows > 256:
         raise CompilationError(
             f"a tile read by a dot may have at most 256 rows, got {rows}", location,
@@ -86,9 +112,11 @@ def check_dot_tile(t, location) -> None:
 
 
 def _check_smem_uses(ops: list, smem: set) -> None:
-    """Shared-memory tiles feed dot operands, directly or through `tawa.trans`, and nothing else: refuse any
-    other use (in a warp-specialized consumer every tile an aref delivers lives in shared memory) where it
-    happens, and a dot whose shared-memory operands cannot fit in shared memory at all."""
+    """Shared-memory tiles feed dot operands, directly or through `tawa.trans`; any other use reads the tile into
+    registers where it happens (only warp-specialized consumers have such uses: every tile an aref delivers lives
+    in shared memory). Refuse, where they happen, a shared tile carried out of a loop iteration or a branch (the
+    slot it lives in is released within the iteration) and a dot whose shared-memory operands cannot fit in
+    shared memory at all."""
     for op in ops:
         if op.name == "tawa.dot":
             need = sum(tile_bytes(op.operands[i].type) for i in (0, 1) if op.operands[i] in smem)
@@ -98,15 +126,8 @@ def _check_smem_uses(ops: list, smem: set) -> None:
                     f"{hopper.SMEM_FOR_TILES // 1024} KiB a block can use", source_location(op),
                     note="use smaller tiles: the dot reads its [BLOCK_M, BLOCK_K] and [BLOCK_K, BLOCK_N] operand "
                          "tiles from shared memory (reduce BLOCK_K first)")
-            uses = [v for i, v in enumerate(op.operands) if i >= 2 and v in smem]
-        elif op.name == "tawa.trans":
-            continue
-        else:
-            uses = [v for v in op.operands if v in smem]
-        if uses:
-            transposed = any(owner_op(v) is not None and owner_op(v).name == "tawa.trans" for v in uses)
-            raise CompilationError(SMEM_TILE_MESSAGE.format(op=op.name), source_location(op),
-                                   note=SMEM_TRANSPOSED_NOTE if transposed else SMEM_TILE_NOTE)
+        elif op.name in ("scf.yield", "scf.for") and any(v in smem for v in op.operands):
+            raise CompilationError(SMEM_TILE_MESSAGE.format(op=op.name), source_location(op), note=SMEM_TILE_NOTE)
 
 
 def _is_tile(v) -> bool:
@@ -176,7 +197,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
     # tiles (its loads are issued by the aref puts, as TMA copies).
     for op in walk_block(body):
         if op.name == "tawa.load" and attrs.AREF_LOAD.get(op) and len(tile_shape(op.results[0].type)) == 2:
-            check_dot_tile(op.results[0].type, source_location(op))
+            check_dot_tile(op.results[0].type, source_location(op), warp_specialized=True)
     for g in groups:
         if warp_group_role(g) == attrs.CONSUMER:
             _assign(walk_block(g.regions[0].blocks[0]), hopper.WARPS_PER_GROUP * attrs.NUM_WARP_GROUPS.get(g),
@@ -184,25 +205,9 @@ def run(module: ir.Module, options=None) -> ir.Module:
     return module
 
 
-_FP8 = ("f8E4M3FN", "f8E5M2")
-
-
 def _is_splat(value) -> bool:
     op = owner_op(value)
     return op is not None and op.name == SplatOp.NAME
-
-
-def _check_register_fp8(ops: list, smem: set) -> None:
-    """fp8 tiles live only in shared memory on the GPU (dot operands loaded by TMA): the backend has no fp8
-    register arithmetic, loads or stores yet, so such code is refused here, at its source line."""
-    for op in ops:
-        for v in list(op.results) + list(op.operands):
-            if _is_tile(v) and v not in smem and str(ir.RankedTensorType(v.type).element_type) in _FP8:
-                raise CompilationError(
-                    f"'{op.name}' works on an fp8 tile in registers ({v.type}), which the GPU backend does not "
-                    f"support", source_location(op),
-                    note="use fp8 tiles only as dot operands loaded from memory; for elementwise code load and "
-                         "store f16/bf16/f32 tensors (or run it with target='cpu')")
 
 
 def _assign(ops: list, W: int, ctx) -> None:
@@ -221,7 +226,6 @@ def _assign(ops: list, W: int, ctx) -> None:
             attrs.SMEM.set(op)
             smem.add(op.results[0])
     _check_smem_uses(ops, smem)
-    _check_register_fp8(ops, smem)
 
     def mma_for(op):
         m, n = _shape(op.results[0])
@@ -258,10 +262,10 @@ def _assign(ops: list, W: int, ctx) -> None:
         if name == DotOp.NAME:
             dot = DotOp(op)
             want.setdefault(dot.acc, mma_for(op))
-            if dot.a not in smem:      # A from registers: the accumulator-like fragment layout
+            if dot.a not in smem:      # A from registers: wgmma's A fragment layout
                 m, k = _shape(dot.a)
                 with _at(op):
-                    want.setdefault(dot.a, L.mma(m, k, W))
+                    want.setdefault(dot.a, L.wgmma_a(m, k, W, elem_bytes(elem_type(dot.a.type))))
         elif _elementwise(op):
             w = want.get(op.results[0]) or anchor.get(op.results[0])
             if w is not None:
@@ -295,6 +299,8 @@ def _assign(ops: list, W: int, ctx) -> None:
     layout: dict = {}
 
     def lay_of(v):
+        if v in smem:     # read into registers by the op that uses it (`shape.register_tile`)
+            return L.blocked(_shape(v), W)
         return layout.get(v)
 
     def default(v):

@@ -64,29 +64,65 @@ def _warp_bits(num_warps: int) -> int:
     return num_warps.bit_length() - 1
 
 
+#: The rows one wgmma computes per warp group (m64), and the fewest rows of a dot tile: the 16 rows one warp
+#: holds of a 64-row slab (lanes cover 8 rows, the fragment's second register half the next 8).
+WGMMA_M = 64
+MIN_DOT_M = 16
+
+
 def mma(m: int, n: int, num_warps: int) -> Layout:
     """The wgmma m64nNk16 f32 accumulator fragment; warp groups split M in 64-row slabs.
 
     Thread (warp w in its group, lane l) holds, per slab, rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1).
     Slab s of warp group g covers rows 64 * (s * num_groups + g).
+
+    A tile of fewer rows than the warps cover (M of 16 or 32, or 64 over two warp groups) is replicated: the warp
+    bits that would address rows beyond M have zero basis vectors, so those warps hold copies of the rows the
+    others hold. The dot lowering makes that true by feeding every warp the rows it holds (row r of the 64-row
+    wgmma reads row r mod M of A), so the copies are real copies, never padding.
     """
     groups = max(num_warps // 4, 1)
     if num_warps % 4:
         raise CompilationError(f"a dot needs a multiple of 4 warps, got {num_warps}",
                                note="a dot runs on whole warp groups of 4 warps: use @num_warps(4) or @num_warps(8)")
     _warp_bits(num_warps)
-    if m % (64 * groups):
-        raise CompilationError(f"dot tile M={m} is not a multiple of 64 x {groups} warp group(s)",
-                               note=f"choose BLOCK_M as a multiple of {64 * groups} (each of the {groups} warp "
-                                    f"group(s) computes 64-row slabs)"
-                                    + (", or use 4 warps" if groups > 1 else ""))
+    if m < MIN_DOT_M or m & (m - 1) or (m > WGMMA_M * groups and m % (WGMMA_M * groups)):
+        raise CompilationError(f"dot tile M={m} is not supported: the tensor cores compute at least "
+                               f"{MIN_DOT_M} rows", note=f"choose BLOCK_M as a power of two of at least {MIN_DOT_M}")
     regs = []
-    for s in range(m // (64 * groups)):
+    for s in range(max(m // (WGMMA_M * groups), 1)):
         for i in range(n // 2):
-            regs.append((64 * groups * s + 8 * ((i // 2) % 2), 8 * (i // 4) + (i % 2)))
+            regs.append((WGMMA_M * groups * s + 8 * ((i // 2) % 2), 8 * (i // 4) + (i % 2)))
     lanes = ((0, 2), (0, 4), (1, 0), (2, 0), (4, 0))
-    warps = [(16, 0), (32, 0)] + [(64 * (1 << b), 0) for b in range(_warp_bits(num_warps) - 2)]
+    rows = [16, 32] + [WGMMA_M * (1 << b) for b in range(_warp_bits(num_warps) - 2)]
+    warps = [(r if r < m else 0, 0) for r in rows]
     return Layout((m, n), tuple(regs), lanes, tuple(warps), f"mma<{m}x{n},w={num_warps}>")
+
+
+def wgmma_a(m: int, k: int, num_warps: int, elem_bytes: int) -> Layout:
+    """The register fragment of a wgmma A operand, [m, k] elements of `elem_bytes` bytes (PTX ISA, "register
+    fragment layout for matrix A"): per 64-row slab and per k-step of 32 bytes (k16 for 16-bit, k8 for tf32, k32
+    for fp8), thread (warp w, lane l) holds four 32-bit registers of v = 4 / elem_bytes consecutive elements each:
+    register j covers row 16w + l/4 + 8 (j % 2), columns v (l % 4) + (k-step / 2) (j / 2) + [0, v). Registers run
+    slab, k-step, j, element. For 16-bit operands this is the accumulator layout `mma(m, k)`, which is returned
+    (so a computed A in the accumulator's layout needs no conversion). Rows beyond m replicate as in `mma`."""
+    if elem_bytes == 2:
+        return mma(m, k, num_warps)
+    acc = mma(m, 2 * 8, num_warps)          # checks m and the warps, gives the row bases
+    v = 4 // elem_bytes
+    step = 32 // elem_bytes
+    if k % step:
+        raise CompilationError(f"dot tile K={k} must be a multiple of {step}",
+                               note=f"choose BLOCK_K as a multiple of {step} (one wgmma step reads 32 bytes of K)")
+    groups = max(num_warps // 4, 1)
+    regs = []
+    for s in range(max(m // (WGMMA_M * groups), 1)):
+        for kk in range(k // step):
+            for j in range(4):
+                for e in range(v):
+                    regs.append((WGMMA_M * groups * s + 8 * (j % 2), step * kk + (step // 2) * (j // 2) + e))
+    lanes = ((0, v), (0, 2 * v), (1, 0), (2, 0), (4, 0))
+    return Layout((m, k), tuple(regs), lanes, acc.warps, f"wgmma_a<{m}x{k},w={num_warps},e={elem_bytes}>")
 
 
 def blocked(shape: tuple, num_warps: int) -> Layout:
@@ -174,7 +210,7 @@ def collapse(parent: Layout, shape: tuple) -> Layout:
 
 
 # ---- the string form ------------------------------------------------------------------------------------
-_TOKEN = re.compile(r"\s*(mma|blocked|slice|expand|trans|<|>|,|x|w=|\d+)")
+_TOKEN = re.compile(r"\s*(wgmma_a|mma|blocked|slice|expand|trans|<|>|,|x|w=|e=|\d+)")
 
 
 @lru_cache(maxsize=None)
@@ -213,6 +249,14 @@ def _parse(text: str) -> Layout:
             take(",")
             take("w=")
             lay = mma(m, n, int(take()))
+        elif kind == "wgmma_a":
+            m, k = dims()
+            take(",")
+            take("w=")
+            warps = int(take())
+            take(",")
+            take("e=")
+            lay = wgmma_a(m, k, warps, int(take()))
         elif kind == "blocked":
             shape = dims()
             take(",")

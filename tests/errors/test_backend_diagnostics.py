@@ -81,8 +81,8 @@ def test_malformed_layout_strings_are_internal_errors(text):
 
 def test_layout_refusals_carry_notes():
     with pytest.raises(CompilationError) as e:
-        layouts.mma(64, 128, 8)
-    assert "multiple of 128" in e.value.note
+        layouts.mma(8, 128, 4)
+    assert "at least 16" in e.value.note
     with pytest.raises(CompilationError) as e:
         layouts.blocked((64, 128), 12)
     assert "@num_warps(4)" in e.value.note

@@ -1,24 +1,35 @@
 """Lowering of `tawa.dot` to Hopper wgmma with shared-memory descriptors computed here.
 
-Operands live in shared memory as TMA wrote them (128-byte swizzle, column boxes of 128 bytes; see context.py).
-The accumulator is a register tile in the `mma` layout. Per 64-row slab of each warp group and per k-step
-(32 bytes of K) one `wgmma.mma_async.m64nNk{16,32}` is issued through inline PTX (so that the accumulate-or-
-overwrite input can be a run-time predicate: the first dot of a loop whose accumulator starts at zero overwrites).
+Operands live in shared memory as TMA wrote them: row-major `[rows, cols]` with swizzled rows of W = 32, 64 or 128
+bytes (`assign_layouts.smem_swizzle`: rows of a multiple of 128 bytes are cut into 128-byte column boxes, box j at
+byte `j * rows * 128`; rows of 32 or 64 bytes are one box of that width). The accumulator is a register tile in the
+`mma` layout. Per 64-row slab of each warp group and per k-step (32 bytes of K) one
+`wgmma.mma_async.m64nNk{8,16,32}` is issued through inline PTX (so that the accumulate-or-overwrite input can be a
+run-time predicate: the first dot of a loop whose accumulator starts at zero overwrites).
 
 Descriptors (PTX ISA "matrix descriptor"; CUTLASS's canonical GMMA layouts):
   bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset >> 4, 62-63 swizzle
-  (1 = 128 bytes).
-- K-major operand (A as loaded; B loaded as [N, K] and transposed): rows of 128 bytes, 8-row atoms 1024 bytes
-  apart (SBO = 1024); one k-step moves the start address by 32 bytes inside the swizzle atom, and crosses to
-  the next column box every 128 bytes.
-- MN-major B (loaded as [K, N], N contiguous, `tnspB`): 64-element (128-byte) N chunks are column boxes
-  `K * 128` bytes apart (LBO), 8-row K groups 1024 bytes apart (SBO); a k-step moves 16 rows = 2048 bytes.
+  (1 = 128 bytes, 2 = 64, 3 = 32).
+- K-major operand (A as loaded; B loaded as [N, K] and transposed): rows of W bytes, 8-row atoms 8W bytes apart
+  (SBO); one k-step moves the start address by 32 bytes inside the swizzle atom, and crosses to the next column
+  box every 128 bytes.
+- MN-major operand (B loaded as [K, N], N contiguous: `tnspB`; A loaded as [K, M] and transposed: `tnspA`, 16-bit
+  types only): column boxes of W / elem elements along M or N are `rows * W` bytes apart (LBO), 8-row K groups
+  8W bytes apart (SBO); a k-step moves 16 rows.
+
+Element types: bf16 and f16, fp8 (e4m3, e5m2: K-major operands only) and f32, which runs as tf32 (K-major
+operands only; the tensor cores read the top 19 bits of each f32, so operands lose their 13 low mantissa bits).
+
+A from registers: a computed A, an A of fewer rows than a 64-row wgmma (M of 16 or 32), and a transposed fp8 or
+f32 A (which wgmma cannot read from shared memory) are given to wgmma in registers, in its A fragment layout
+(`layouts.wgmma_a`). Such a dot completes before anything else may reuse those registers.
 """
 from __future__ import annotations
 
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
+from ..assign_layouts import smem_swizzle
 from . import sync
 from .builder import Builder, V
 from tawa.ir import attrs
@@ -27,12 +38,21 @@ from tawa.ir.types import elem_bytes
 
 from .context import Ctx, SmemTile, Tile, SWIZZLE_BYTES
 
-_PTX_TYPE = {"bf16": "bf16", "f16": "f16", "f8E4M3FN": "e4m3", "f8E5M2": "e5m2"}
+_PTX_TYPE = {"bf16": "bf16", "f16": "f16", "f8E4M3FN": "e4m3", "f8E5M2": "e5m2", "f32": "tf32"}
+#: Element types whose shared-memory operands wgmma may read MN-major (transposed).
+_TRANSPOSABLE = ("bf16", "f16")
+#: The descriptor's swizzle field, by swizzle width in bytes.
+_SWIZZLE_MODE = {128: 1, 64: 2, 32: 3}
 
 
-def smem_desc(b: Builder, addr: V, lbo: int, sbo: int) -> V:
-    """The 64-bit wgmma descriptor of a 128B-swizzled operand starting at shared address `addr`."""
-    hi = ((sbo >> 4) & 0x3FFF) | (1 << 30)       # bits 32-45 SBO, bits 62-63 = 1 (128B swizzle)
+def k_step(elem: str) -> int:
+    """Elements of K one wgmma reads: 32 bytes (k16 for 16-bit types, k8 for tf32, k32 for fp8)."""
+    return 32 // elem_bytes(elem)
+
+
+def smem_desc(b: Builder, addr: V, lbo: int, sbo: int, swizzle: int = SWIZZLE_BYTES) -> V:
+    """The 64-bit wgmma descriptor of a swizzled operand starting at shared address `addr`."""
+    hi = ((sbo >> 4) & 0x3FFF) | (_SWIZZLE_MODE[swizzle] << 30)    # bits 32-45 SBO, bits 62-63 swizzle mode
     lo_addr = b.and_(b.shr(addr, 4), 0x3FFF)
     lo = b.or_(lo_addr, ((lbo >> 4) & 0x3FFF) << 16)
     lo64 = b.cast("extui", lo, "i64")
@@ -40,11 +60,11 @@ def smem_desc(b: Builder, addr: V, lbo: int, sbo: int) -> V:
 
 
 def wgmma(b: Builder, acc: list, desc_a, desc_b: V, scale_d: V, n: int, k: int, in_type: str,
-          trans_b: bool) -> list:
+          trans_b: bool, trans_a: bool = False) -> list:
     """One warpgroup MMA m64nNkK, f32 accumulators in `acc` (n/2 registers); returns the new accumulators.
 
-    `desc_a` is a shared-memory descriptor, or a list of four i32 registers (A from registers: two 16-bit
-    elements each, in the accumulator-like fragment order; 16-bit types only)."""
+    `desc_a` is a shared-memory descriptor, or a list of four i32 registers (A from registers, in wgmma's A
+    fragment order). The transpose flags exist for 16-bit types only (the others read K-major operands)."""
     nacc = len(acc)
     t = _PTX_TYPE[in_type]
     outs = ", ".join(f"${i}" for i in range(nacc))
@@ -56,11 +76,13 @@ def wgmma(b: Builder, acc: list, desc_a, desc_b: V, scale_d: V, n: int, k: int, 
     else:
         ia, ib, isd = 2 * nacc, 2 * nacc + 1, 2 * nacc + 2
         a_text = f"${ia}"
-    if in_type in ("bf16", "f16"):
-        tail = f"p, 1, 1, {1 if trans_b else 0}" if reg_a else f"p, 1, 1, 0, {1 if trans_b else 0}"
+    if in_type in _TRANSPOSABLE:
+        if reg_a and trans_a:
+            raise InternalCompilerError("a wgmma was emitted with a transposed A operand in registers")
+        tail = f"p, 1, 1, {int(trans_b)}" if reg_a else f"p, 1, 1, {int(trans_a)}, {int(trans_b)}"
     else:
-        if trans_b:   # lower_dot refuses an MN-major fp8 B before emitting anything
-            raise InternalCompilerError("an fp8 wgmma was emitted with an MN-major B operand")
+        if trans_a or trans_b:   # _check_operands refuses an MN-major fp8/tf32 operand before emitting anything
+            raise InternalCompilerError(f"an {in_type} wgmma was emitted with an MN-major operand")
         tail = "p, 1, 1"
     asm = (f"{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, ${isd}, 0;\\0A"
            f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{t}.{t} {{{outs}}}, {a_text}, ${ib}, {tail};\\0A}}")
@@ -74,35 +96,54 @@ def wgmma(b: Builder, acc: list, desc_a, desc_b: V, scale_d: V, n: int, k: int, 
     return [b.op(f"llvm.extractvalue {res}[{i}] : {struct}", "f32") for i in range(nacc)]
 
 
-def _operand_a(ctx: Ctx, a: SmemTile, row0: V, kk: int, ksz: int) -> V:
-    """Descriptor of A rows [row0, row0+64), k-step `kk` (A is K-major: rows of K)."""
-    if a.transposed:   # lower_dot refuses it before emitting anything
-        raise InternalCompilerError("a wgmma descriptor was requested for a transposed A operand")
-    b = ctx.b
-    es = elem_bytes(a.elem)
-    kbyte = kk * ksz * es
-    box, inner = divmod(kbyte, SWIZZLE_BYTES)
-    off = b.add(b.add(a.offset, b.mul(row0, SWIZZLE_BYTES)), box * a.rows * SWIZZLE_BYTES + inner)
-    return smem_desc(b, ctx.smem_addr(off), 16, 1024)
+def _width(t: SmemTile) -> int:
+    w = smem_swizzle(t.cols, t.elem)
+    if w is None:   # check_dot_tile refused such a load before anything was emitted
+        raise InternalCompilerError(f"a shared tile of {t.cols} {t.elem} columns has no swizzle mode")
+    return w
 
 
-def _operand_b(ctx: Ctx, bt: SmemTile, kk: int, ksz: int) -> tuple:
-    """(descriptor, transposed-flag) of B rows of k-step `kk`."""
+def _k_major(ctx: Ctx, t: SmemTile, row0, kk: int) -> V:
+    """Descriptor of a K-major operand (stored [rows of M or N, K]) from row `row0` (i32 value or int), k-step
+    `kk`: rows of W bytes, 8-row atoms 8W bytes apart."""
     b = ctx.b
-    es = elem_bytes(bt.elem)
+    w = _width(t)
+    box, inner = divmod(kk * 32, w)
+    rows = b.mul(row0, w) if isinstance(row0, V) else b.i32(row0 * w)
+    off = b.add(b.add(t.offset, rows), box * t.rows * w + inner)
+    return smem_desc(b, ctx.smem_addr(off), 16, 8 * w, w)
+
+
+def _mn_major(ctx: Ctx, t: SmemTile, col0, kk: int) -> V:
+    """Descriptor of an MN-major operand (stored [K, M or N], 16-bit) from column `col0` (a multiple of the box's
+    columns; i32 value or int), k-step `kk` (16 rows): boxes `rows * W` bytes apart, 8-row K groups 8W apart."""
+    b = ctx.b
+    w = _width(t)
+    box_cols = w // elem_bytes(t.elem)
+    box_bytes = t.rows * w
+    boxes = b.mul(col0, box_bytes // box_cols) if isinstance(col0, V) else b.i32(col0 // box_cols * box_bytes)
+    off = b.add(b.add(t.offset, boxes), kk * k_step(t.elem) * w)
+    return smem_desc(b, ctx.smem_addr(off), box_bytes, 8 * w, w)
+
+
+def _operand_a(ctx: Ctx, a: SmemTile, row0, kk: int) -> V:
+    """Descriptor of A rows [row0, row0+64), k-step `kk`; a transposed A (stored [K, M]) is MN-major."""
+    return _mn_major(ctx, a, row0, kk) if a.transposed else _k_major(ctx, a, row0, kk)
+
+
+def _operand_b(ctx: Ctx, bt: SmemTile, kk: int) -> tuple:
+    """(descriptor, transposed-flag) of B's k-step `kk`: stored [N, K] and transposed it is K-major; stored
+    [K, N] (N contiguous) it is MN-major."""
     if bt.transposed:
-        # Stored [N, K] (K contiguous): K-major, same stepping as A.
-        kbyte = kk * ksz * es
-        box, inner = divmod(kbyte, SWIZZLE_BYTES)
-        off = b.add(bt.offset, box * bt.rows * SWIZZLE_BYTES + inner)
-        return smem_desc(b, ctx.smem_addr(off), 16, 1024), False
-    # Stored [K, N] (N contiguous): MN-major.
-    off = b.add(bt.offset, kk * ksz * SWIZZLE_BYTES)
-    return smem_desc(b, ctx.smem_addr(off), bt.rows * SWIZZLE_BYTES, 1024), True
+        return _k_major(ctx, bt, 0, kk), False
+    return _mn_major(ctx, bt, 0, kk), True
 
 
-#: The element types wgmma takes from registers (A operand only).
-_REGISTER_A_TYPES = ("bf16", "f16")
+def _register_a(a) -> bool:
+    """Whether the dot gives A to wgmma in registers: computed in registers, fewer rows than one 64-row wgmma
+    (every warp then feeds the rows it holds: see `layouts.mma`), or transposed in shared memory for a type wgmma
+    reads K-major only."""
+    return isinstance(a, Tile) or a.shape[0] < L.WGMMA_M or (a.transposed and a.elem not in _TRANSPOSABLE)
 
 
 def _check_operands(op, a, bt) -> None:
@@ -123,33 +164,21 @@ def _check_operands(op, a, bt) -> None:
     if a.elem not in _PTX_TYPE:
         raise CompilationError(
             f"dot on {a.elem} operands is not supported on the GPU", loc,
-            note="the tensor cores take bf16, f16 or fp8 (f8e4m3, f8e5m2) operands: store A and B as bf16 or f16 "
-                 "tensors (the accumulator stays f32), or compile with target='cpu'")
+            note="the tensor cores take bf16, f16, fp8 (f8e4m3, f8e5m2) or f32 (as tf32) operands: convert them "
+                 "before storing A and B, or compile with target='cpu'")
     m, kdim = a.shape
     n = bt.shape[1]
     if n > 256 or n % 8:
         raise CompilationError(f"dot tile N={n} must be a multiple of 8 and at most 256", loc,
                                note="choose BLOCK_N in 8..256, a multiple of 8 (wgmma computes N = 8..256 "
                                     "columns per instruction)")
-    if isinstance(a, Tile):
-        if a.elem not in _REGISTER_A_TYPES:
-            raise CompilationError(
-                "a dot with A in registers needs 16-bit operands", loc,
-                note=f"the tensor cores read an {a.elem} A operand from shared memory only: pass the loaded tile "
-                     f"to the dot unchanged (apply the computation before A is stored), or use bf16/f16 operands")
-        ksz = 16
-    else:
-        if a.transposed:
-            raise CompilationError(
-                "a transposed A operand is not supported by the GPU backend", loc,
-                note="store A as [M, K] (K contiguous) and load [BLOCK_M, BLOCK_K] tiles: the tensor cores read A "
-                     "from shared memory K-major only")
-        if a.elem not in _REGISTER_A_TYPES and not bt.transposed:
-            raise CompilationError(
-                "an fp8 dot needs a K-major B operand", loc,
-                note="store B as [N, K] (K contiguous), load [BLOCK_N, BLOCK_K] tiles and use b.T in the dot "
-                     "(as examples/gemm_fp8.tawa does)")
-        ksz = 32 // elem_bytes(a.elem)
+    if a.elem not in _TRANSPOSABLE and not bt.transposed:
+        kind = "an f32 (tf32)" if a.elem == "f32" else "an fp8"
+        raise CompilationError(
+            f"{kind} dot needs a K-major B operand", loc,
+            note="store B as [N, K] (K contiguous), load [BLOCK_N, BLOCK_K] tiles and use b.T in the dot (as "
+                 "examples/gemm_fp8.tawa does): the tensor cores read these types K-major only")
+    ksz = k_step(a.elem)
     if kdim % ksz:
         raise CompilationError(f"dot tile K={kdim} must be a multiple of {ksz}", loc,
                                note=f"choose BLOCK_K as a multiple of {ksz} for {a.elem} operands (one wgmma "
@@ -163,10 +192,10 @@ def lower_dot(ctx: Ctx, op) -> None:
         ctx.set(op.results[0], precomputed)
         return
     a, bt, acc = (ctx.get(v) for v in op.operands)
+    layout = L.parse(attrs.LAYOUT.get(op))     # checks M against the warps (assign-layouts built it)
     _check_operands(op, a, bt)
-    if isinstance(a, Tile):
-        return _lower_dot_register_a(ctx, op, a, bt, acc)
-    layout = L.parse(attrs.LAYOUT.get(op))
+    if _register_a(a):
+        return _lower_dot_register_a(ctx, op, a, bt, acc, layout)
     acc = convert(ctx, acc, layout)
     scale_d = ctx.schedule.scale_d(ctx, op)
     ctx.schedule.before_dot_issue(ctx, op)
@@ -174,57 +203,128 @@ def lower_dot(ctx: Ctx, op) -> None:
     _finish(ctx, op, regs, layout)
 
 
-def issue_shared(ctx: Ctx, a: SmemTile, bt: SmemTile, regs: list, scale_d) -> list:
-    """Issue the wgmmas of `acc + a @ bt` with both operands in shared memory, and commit them as one group (no
-    wait): `wgmma.fence`, then per 64-row slab of each warp group and per k-step one wgmma. Returns the new
-    accumulator registers, which are in flight until a `wgmma.wait_group` covers the group."""
-    m, kdim = a.shape
-    n = bt.shape[1]
-    ksz = 32 // elem_bytes(a.elem)
+def _slab_rows(ctx: Ctx, m: int, s: int):
+    """First row of slab `s` of this thread's warp group: 64 * (s * groups + group); 0 for a 64-row tile over two
+    warp groups, which both compute it (copies; see `layouts.mma`)."""
     b = ctx.b
     groups = max(ctx.num_warps // 4, 1)
-    slabs = m // (64 * groups)
+    if groups == 1:
+        return L.WGMMA_M * s
+    if m < L.WGMMA_M * groups:
+        return 0
+    return b.mul(b.add(ctx.warp_group(), s * groups), L.WGMMA_M)
+
+
+def issue_shared(ctx: Ctx, a: SmemTile, bt: SmemTile, regs: list, scale_d) -> list:
+    """Issue the wgmmas of `acc + a @ bt` and commit them as one group (no wait): `wgmma.fence`, then per 64-row
+    slab of each warp group and per k-step one wgmma. Returns the new accumulator registers, which are in flight
+    until a `wgmma.wait_group` covers the group. An A that wgmma must take from registers (`_register_a`) is read
+    from shared memory first, after every earlier wgmma group has completed (their register operands may share
+    physical registers with the fragments written here)."""
+    m, kdim = a.shape
+    n = bt.shape[1]
+    if _register_a(a):
+        sync.wgmma_wait(ctx.b, 0)
+        frags = _a_fragments(ctx, a)
+        return _issue_register_a(ctx, frags, bt, regs, scale_d, m, kdim, n, a.elem)
+    ksz = k_step(a.elem)
+    b = ctx.b
+    groups = max(ctx.num_warps // 4, 1)
+    slabs = max(m // (L.WGMMA_M * groups), 1)
     per_slab = n // 2
     sync.wgmma_fence(b)
     regs = list(regs)
     for s in range(slabs):
-        # Rows of this warp group's slab s: 64 * (s * groups + warp_group).
-        row0 = b.mul(b.add(ctx.warp_group(), s * groups), 64) if groups > 1 else b.i32(64 * s)
+        row0 = _slab_rows(ctx, m, s)
         chunk = regs[s * per_slab:(s + 1) * per_slab]
         for kk in range(kdim // ksz):
-            da = _operand_a(ctx, a, row0, kk, ksz)
-            db, trans_b = _operand_b(ctx, bt, kk, ksz)
-            chunk = wgmma(b, chunk, da, db, scale_d if kk == 0 else b.i32(1), n, ksz, a.elem, trans_b)
+            da = _operand_a(ctx, a, row0, kk)
+            db, trans_b = _operand_b(ctx, bt, kk)
+            chunk = wgmma(b, chunk, da, db, scale_d if kk == 0 else b.i32(1), n, ksz, a.elem, trans_b,
+                          a.transposed)
         regs[s * per_slab:(s + 1) * per_slab] = chunk
     sync.wgmma_commit(b)
     return regs
 
 
-def _finish(ctx: Ctx, op, regs: list, layout) -> None:
-    """The wgmma wait policy, written once (the group is committed): a dot the loop's schedule keeps in flight leaves one
-    group pending (the schedule waits for it later), any other dot waits for completion and fences its
-    accumulators so that nothing reads them early."""
+def _finish(ctx: Ctx, op, regs: list, layout, register_a: bool = False) -> None:
+    """The wgmma wait policy, written once (the group is committed): a dot the loop's schedule keeps in flight
+    leaves one group pending (the schedule waits for it later), any other dot -- and every dot with A in registers,
+    which the next iteration rewrites -- waits for completion and fences its accumulators so that nothing reads
+    them early."""
     b = ctx.b
     ctx.schedule.after_dot_issue(ctx, op)
-    pending = 1 if ctx.schedule.keeps_dot_async(op) else 0
+    pending = 1 if ctx.schedule.keeps_dot_async(op) and not register_a else 0
     sync.wgmma_wait(b, pending)
     if not pending:
         regs = sync.fence_registers(b, regs)
     ctx.set(op.results[0], Tile(regs, layout, "f32"))
 
 
-def _pack2(b: Builder, x: V, y: V) -> V:
-    vec = f"vector<2x{x.type}>"
+def _pack(b: Builder, elems: list) -> V:
+    """One 32-bit register of a wgmma A fragment from its 1, 2 or 4 elements (lowest address first)."""
+    if len(elems) == 1:
+        return b.op(f"arith.bitcast {elems[0]} : {elems[0].type} to i32", "i32")
+    from .fp8 import to_storage
+    elems = [to_storage(b, e) for e in elems]
+    t = elems[0].type
+    vec = f"vector<{len(elems)}x{t}>"
     u = b.op(f"llvm.mlir.undef : {vec}", vec)
-    u = b.op(f"llvm.insertelement {x}, {u}[{b.i32(0)} : i32] : {vec}", vec)
-    u = b.op(f"llvm.insertelement {y}, {u}[{b.i32(1)} : i32] : {vec}", vec)
+    for i, e in enumerate(elems):
+        u = b.op(f"llvm.insertelement {e}, {u}[{b.i32(i)} : i32] : {vec}", vec)
     return b.op(f"llvm.bitcast {u} : {vec} to i32", "i32")
 
 
-def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
-    """A from registers (e.g. attention's P): the m64k16 A fragment of thread (w, l) holds rows 16w + l/4 (+8),
-    columns 2(l%4) (+1) (+8) -- the accumulator layout of a 16-column chunk -- so an `mma<M x K>` tile feeds
-    wgmma with no data movement: registers 8kk .. 8kk+7 of each slab, packed in pairs.
+def _fragments(ctx: Ctx, a: Tile) -> dict:
+    """{(slab, k-step): four packed i32 registers} of a register tile in the `wgmma_a` layout."""
+    b = ctx.b
+    m, kdim = a.shape
+    per = 4 // elem_bytes(a.elem)               # elements per register
+    steps = kdim // k_step(a.elem)
+    slabs = max(m // (L.WGMMA_M * max(ctx.num_warps // 4, 1)), 1)
+    keys = [(s, kk) for s in range(slabs) for kk in range(steps)]
+    packed = []
+    for i in range(len(keys)):
+        r = a.regs[4 * per * i: 4 * per * (i + 1)]
+        packed.extend(_pack(b, r[per * j: per * (j + 1)]) for j in range(4))
+    return {key: packed[4 * i: 4 * i + 4] for i, key in enumerate(keys)}
+
+
+def _a_fragments(ctx: Ctx, a) -> dict:
+    """wgmma A fragments of a register tile, or of a shared tile read into registers (the warps that hold copies
+    of rows read the same rows), every register pinned before `wgmma.fence`."""
+    from .shape import convert, read_smem
+    m, kdim = a.shape
+    lay = L.wgmma_a(m, kdim, ctx.num_warps, elem_bytes(a.elem))
+    a = read_smem(ctx, a, lay, sync_after=False) if isinstance(a, SmemTile) else convert(ctx, a, lay)
+    frags = _fragments(ctx, a)
+    keys = list(frags)
+    flat = sync.fence_registers(ctx.b, [r for k in keys for r in frags[k]])
+    return {k: flat[4 * i: 4 * i + 4] for i, k in enumerate(keys)}
+
+
+def _issue_register_a(ctx: Ctx, frags: dict, bt: SmemTile, regs: list, scale_d, m: int, kdim: int, n: int,
+                      elem: str) -> list:
+    b = ctx.b
+    ksz = k_step(elem)
+    slabs = max(m // (L.WGMMA_M * max(ctx.num_warps // 4, 1)), 1)
+    per_slab = n // 2
+    sync.wgmma_fence(b)
+    regs = list(regs)
+    for s in range(slabs):
+        chunk = regs[s * per_slab:(s + 1) * per_slab]
+        for kk in range(kdim // ksz):
+            db, trans_b = _operand_b(ctx, bt, kk)
+            chunk = wgmma(b, chunk, frags[(s, kk)], db, scale_d if kk == 0 else b.i32(1), n, ksz, elem, trans_b)
+        regs[s * per_slab:(s + 1) * per_slab] = chunk
+    sync.wgmma_commit(b)
+    return regs
+
+
+def _lower_dot_register_a(ctx: Ctx, op, a, bt: SmemTile, acc, layout) -> None:
+    """A from registers (e.g. attention's P, or a small or transposed A read from shared memory): the wgmma A
+    fragment of thread (w, l) holds rows 16w + l/4 (+8) -- for 16-bit types the accumulator layout of a 16-column
+    chunk, so an `mma<M x K>` tile feeds wgmma with no data movement.
 
     Every fragment is packed before `wgmma.fence` and passed through `fence_registers`: a register written
     between the fence and the wgmma that reads it makes ptxas insert a warp-group arrive there and serialize
@@ -232,29 +332,9 @@ def _lower_dot_register_a(ctx: Ctx, op, a: Tile, bt: SmemTile, acc) -> None:
     from .shape import convert
     m, kdim = a.shape
     n = bt.shape[1]
-    a = convert(ctx, a, L.mma(m, kdim, ctx.num_warps))
-    layout = L.parse(attrs.LAYOUT.get(op))
+    frags = _a_fragments(ctx, a)
     acc = convert(ctx, acc, layout)
-    b = ctx.b
-    groups = max(ctx.num_warps // 4, 1)
-    slabs = m // (64 * groups)
-    per_slab, a_per_slab = n // 2, kdim // 2
     scale_d = ctx.schedule.scale_d(ctx, op)
-    steps = [(s, kk) for s in range(slabs) for kk in range(kdim // 16)]
-    packed = []
-    for s, kk in steps:
-        r = a.regs[s * a_per_slab + 8 * kk: s * a_per_slab + 8 * kk + 8]
-        packed.extend(_pack2(b, r[2 * j], r[2 * j + 1]) for j in range(4))
-    packed = sync.fence_registers(b, packed)
-    frags = {step: packed[4 * i:4 * i + 4] for i, step in enumerate(steps)}
     ctx.schedule.before_dot_issue(ctx, op)
-    sync.wgmma_fence(b)
-    regs = list(acc.regs)
-    for s in range(slabs):
-        chunk = regs[s * per_slab:(s + 1) * per_slab]
-        for kk in range(kdim // 16):
-            db, trans_b = _operand_b(ctx, bt, kk, 16)
-            chunk = wgmma(b, chunk, frags[(s, kk)], db, scale_d if kk == 0 else b.i32(1), n, 16, a.elem, trans_b)
-        regs[s * per_slab:(s + 1) * per_slab] = chunk
-    sync.wgmma_commit(b)
-    _finish(ctx, op, regs, layout)
+    regs = _issue_register_a(ctx, frags, bt, list(acc.regs), scale_d, m, kdim, n, a.elem)
+    _finish(ctx, op, regs, layout, register_a=True)

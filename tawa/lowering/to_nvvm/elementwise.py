@@ -3,6 +3,9 @@
 Each op is re-emitted in generic form with its own properties (comparison predicate, fast-math flags), once per
 register for tiles; every tile operand is first brought to the result's layout. `math` ops on 16-bit floats are
 computed in f32 (NVPTX has no 16-bit transcendental instructions).
+
+Every op with an fp8 operand or result goes through f32, as the interpreter computes it: the operands are widened
+exactly, the op runs in f32 and the result is rounded to fp8 (`fp8.float_cast`).
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from .builder import Builder, V
 from tawa.ir.types import elem_type, is_tile
 
 from .context import Ctx, Tile
+from .fp8 import float_cast, fp8_constant, fp8_to_f32, f32_to_fp8, is_fp8
 
 _MATH_VIA_F32 = {"math.exp", "math.exp2", "math.log", "math.log2", "math.sqrt", "math.rsqrt", "math.tanh",
                  "math.sin", "math.cos", "math.erf", "math.absf"}
@@ -51,7 +55,21 @@ def _asm(b: Builder, text: str, operands: list) -> V:
                 f'({", ".join(o.type for o in operands)}) -> f32', "f32")
 
 
+def _fp8_op(b: Builder, name: str, props: str, operands: list, result_type: str) -> V:
+    """An op with an fp8 operand or result, computed on the operands' f32 values."""
+    if name in ("arith.extf", "arith.truncf"):
+        return float_cast(b, operands[0], result_type)
+    if name == "arith.select":
+        return b.generic(name, operands, [result_type], props=props)[0]
+    wide = [fp8_to_f32(b, o) if is_fp8(o.type) else o for o in operands]
+    if not is_fp8(result_type):          # comparisons, fp8 -> integer conversions
+        return _scalar_op(b, name, props, wide, result_type)
+    return f32_to_fp8(b, _scalar_op(b, name, props, wide, "f32"), result_type)
+
+
 def _scalar_op(b: Builder, name: str, props: str, operands: list, result_type: str) -> V:
+    if is_fp8(result_type) or any(is_fp8(o.type) for o in operands):
+        return _fp8_op(b, name, props, operands, result_type)
     if result_type == "f32" and name in _FAST_F32:
         text, scale = _FAST_F32[name]
         if scale == "ln2":
@@ -79,9 +97,14 @@ def lower_constant(ctx: Ctx, op) -> None:
                                    note="build tiles that vary from arange() and arithmetic on it, or load them "
                                         "from a tensor")
         elem = elem_type(t)
-        scalar = ctx.b.op(f"arith.constant {dense.get_splat_value()} : {elem}", elem)
+        splat = dense.get_splat_value()
+        scalar = fp8_constant(ctx.b, ir.FloatAttr(splat).value, elem) if is_fp8(elem) else \
+            ctx.b.op(f"arith.constant {splat} : {elem}", elem)
         layout = layout_of(op)
         ctx.set(op.results[0], Tile([scalar] * len(layout.regs), layout, elem))
+        return
+    if is_fp8(str(t)):
+        ctx.set(op.results[0], fp8_constant(ctx.b, ir.FloatAttr(value).value, str(t)))
         return
     ctx.set(op.results[0], ctx.b.op(f"arith.constant {value}", str(t)))
 

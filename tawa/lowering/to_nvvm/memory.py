@@ -15,9 +15,10 @@ from tawa.ir.ops import DimOp, LoadOp, StoreOp
 from tawa.errors import InternalCompilerError
 
 from .. import layouts as L
-from ..assign_layouts import check_dot_tile
+from ..assign_layouts import check_dot_tile, smem_swizzle
 from . import sync
 from .builder import V, is_float
+from .fp8 import from_storage, storage_type, to_storage
 from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
@@ -28,7 +29,9 @@ from ..epilogue import STORE_BUFFERS
 
 # ---- TMA loads into shared tiles ---------------------------------------------------------------------------
 class TmaLoad:
-    """How one `tawa.load` of a 2-D tile is cut into TMA boxes (inner box extent = 128 bytes)."""
+    """How one `tawa.load` of a 2-D tile is cut into TMA boxes: rows of a multiple of 128 bytes into 128-byte
+    column boxes with the 128-byte swizzle, rows of 32 or 64 bytes into one box with the swizzle of that width
+    (`assign_layouts.smem_swizzle`, which the dot lowering reads the same way)."""
 
     def __init__(self, ctx: Ctx, op):
         self.op = op
@@ -44,12 +47,13 @@ class TmaLoad:
         self.rows, self.cols = shape
         self.elem = elem_type(op.results[0].type)
         es = elem_bytes(self.elem)
-        self.box_cols = SWIZZLE_BYTES // es
+        width = smem_swizzle(self.cols, self.elem)
+        self.box_cols = width // es
         self.nbox = self.cols // self.box_cols
-        self.box_bytes = self.rows * SWIZZLE_BYTES
+        self.box_bytes = self.rows * width
         self.bytes = self.nbox * self.box_bytes
         box = [1] * (self.src_rank - 2) + [self.rows, self.box_cols]
-        self.tmap = ctx.params.tensormap(self.arg, box, SWIZZLE_BYTES)
+        self.tmap = ctx.params.tensormap(self.arg, box, width)
 
     def issue(self, ctx: Ctx, offsets: list, dst_offset: V, bar: V) -> None:
         """Issue the copies (caller: one elected thread). `offsets`: i32 element offsets, outermost first."""
@@ -125,7 +129,7 @@ def _addressing(ctx: Ctx, op, src: ir.Value, offsets: list, layout: L.Layout):
             if d != rank - 1:
                 term = b.mul(term, ctx.params.stride(arg, d))
             index = term if index is None else b.add(index, term)
-        out.append((b.gep(ptr, index, elem), pred))
+        out.append((b.gep(ptr, index, storage_type(elem)), pred))
     return out, elem
 
 
@@ -133,18 +137,19 @@ def lower_register_load(ctx: Ctx, op) -> None:
     b = ctx.b
     layout = L.parse(attrs.LAYOUT.get(op))
     addrs, elem = _addressing(ctx, op, LoadOp(op).src, offsets_of(ctx, op), layout)
-    zero = b.const(0.0 if is_float(elem) else 0, elem)
+    st = storage_type(elem)     # fp8 is loaded as i8
+    zero = b.const(0.0 if is_float(st) else 0, st)
     regs = []
     for ptr, pred in addrs:
         def then():
-            return [b.op(f"llvm.load {ptr} : !llvm.ptr<1> -> {elem}", elem)]
-        regs.append(b.if_else_values(pred, then, lambda: [zero], [elem])[0])
+            return [b.op(f"llvm.load {ptr} : !llvm.ptr<1> -> {st}", st)]
+        regs.append(from_storage(b, b.if_else_values(pred, then, lambda: [zero], [st])[0], elem))
     ctx.set(op.results[0], Tile(regs, layout, elem))
 
 
 def lower_store(ctx: Ctx, op) -> None:
     from .shape import register_tile
-    value = register_tile(ctx.get(StoreOp(op).value), op)
+    value = register_tile(ctx.get(StoreOp(op).value), op, ctx)
     elem = elem_type(StoreOp(op).dst.type)
     if value.elem != elem:   # the frontend and the verifier (`store-dtype`) guarantee equal element types
         raise InternalCompilerError(f"storing a {value.elem} tile into a {elem} tensor", op=op.name,
@@ -159,7 +164,7 @@ def lower_store(ctx: Ctx, op) -> None:
     # Replicated elements are stored by each owner; the writes are identical.
     for (ptr, pred), v in zip(addrs, value.regs):
         with b.if_(pred):
-            b.line(f"llvm.store {v}, {ptr} : {elem}, !llvm.ptr<1>")
+            b.line(f"llvm.store {to_storage(b, v)}, {ptr} : {storage_type(elem)}, !llvm.ptr<1>")
 
 
 def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
@@ -251,7 +256,7 @@ def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | No
             b.line(f"llvm.store {u}, {ptr} : {vec}, !llvm.ptr<3>")
             done.add(pair)
         else:
-            b.line(f"llvm.store {tile.regs[i]}, {ptr} : {tile.elem}, !llvm.ptr<3>")
+            b.line(f"llvm.store {to_storage(b, tile.regs[i])}, {ptr} : {storage_type(tile.elem)}, !llvm.ptr<3>")
 
 
 def wait_stores_read(ctx: Ctx, pending: int = 0) -> None:

@@ -13,9 +13,9 @@ from .. import layouts as L
 from . import sync
 from .builder import Builder, V, is_float
 from tawa.ir.location import source_location
-from tawa.ir.types import elem_bytes
 
 from .context import Ctx, Tile
+from .fp8 import float_cast, is_fp8
 from .shape import register_tile
 
 
@@ -28,7 +28,7 @@ def _combine(b: Builder, kind: str, x: V, y: V) -> V:
 
 def lower_reduce(ctx: Ctx, op) -> None:
     b = ctx.b
-    src = register_tile(ctx.get(ReduceOp(op).src), op)
+    src = register_tile(ctx.get(ReduceOp(op).src), op, ctx)
     axis = op.attributes["axis"].value
     kind = op.attributes["kind"].value
     if kind not in ("sum", "max", "min"):   # the frontend and the verifier (REDUCE_KINDS) allow no other
@@ -36,9 +36,9 @@ def lower_reduce(ctx: Ctx, op) -> None:
     lay = src.layout
     out_lay = L.slice_(lay, axis)
     elem = src.elem
-    # Shuffles and the scratch work on 32-bit values.
-    work = "f32" if elem in ("f16", "bf16") else elem
-    regs = [b.cast("extf", r, work) if work != elem else r for r in src.regs]
+    # Shuffles and the scratch work on 32-bit values (fp8 through its exact f32 value).
+    work = "f32" if elem in ("f16", "bf16") or is_fp8(elem) else elem
+    regs = [float_cast(b, r, work) for r in src.regs]
     # 1) in-thread
     partial = {}
     for c, v in zip(lay.regs, regs):
@@ -87,7 +87,7 @@ def lower_reduce(ctx: Ctx, op) -> None:
         ctx.sync_threads()
     out = [partial[k] for k in out_lay.regs]
     if work != elem:
-        out = [b.cast("truncf", v, elem) for v in out]
+        out = [float_cast(b, v, elem) for v in out]
     if out_lay.rank == 0:
         ctx.set(op.results[0], out[0])
     else:

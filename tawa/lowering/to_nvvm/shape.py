@@ -5,16 +5,18 @@ picks, for each result register, the source register with the same coordinates o
 are zeroed: no data moves when the source has the collapsed form of the result's layout (what assign-layouts
 arranges, e.g. a bias vector in the column slice of the accumulator layout). Otherwise the source is converted
 first, through shared memory.
+
+A tile that lives in shared memory (`SmemTile`, as TMA wrote it) is read into registers where register code uses
+it (`read_smem`, `smem_offset`: the swizzle TMA applied is undone per element): a warp-specialized consumer
+computing on a tile an aref delivered, and a dot whose A operand wgmma must take from registers.
 """
 from __future__ import annotations
 
 from tawa.ir.ops import BroadcastOp, ExpandDimsOp, SplatOp, TransOp
-from tawa.errors import CompilationError, InternalCompilerError
+from tawa.errors import InternalCompilerError
 
 from .. import layouts as L
-from ..assign_layouts import SMEM_TILE_MESSAGE, SMEM_TILE_NOTE
-from . import sync
-from .builder import V, is_float
+from .builder import V
 from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
@@ -22,15 +24,57 @@ from tawa.ir.types import elem_bytes, elem_type, tile_shape
 from .context import Ctx, SmemTile, Tile
 
 
-def register_tile(value, op) -> Tile:
-    """`value` as a register tile for `op`, which computes on it; a tile that lives in shared memory (a dot
-    operand loaded by TMA or delivered by an aref) is refused with a located error."""
+def register_tile(value, op, ctx: Ctx | None = None) -> Tile:
+    """`value` as a register tile for `op`, which computes on it. A tile that lives in shared memory (a dot
+    operand an aref delivered to a warp-specialized consumer) is read into registers in the `blocked` layout,
+    the one assign-layouts gave it for its non-dot users (`ctx` is needed for that)."""
     if isinstance(value, Tile):
         return value
+    if isinstance(value, SmemTile) and ctx is not None:
+        return read_smem(ctx, value, L.blocked(value.shape, ctx.num_warps))
     if isinstance(value, SmemTile):
-        raise CompilationError(SMEM_TILE_MESSAGE.format(op=op.name), source_location(op), note=SMEM_TILE_NOTE)
+        raise InternalCompilerError("a shared-memory tile reached register code without a context", op=op.name,
+                                    location=source_location(op))
     raise InternalCompilerError(f"expected a register tile, got {type(value).__name__}", op=op.name,
                                 location=source_location(op))
+
+
+def smem_offset(ctx: Ctx, t: SmemTile, row: V, col: V) -> V:
+    """Byte offset (i32) in the shared segment of element (row, col) of the tile `t` as used (after its
+    transpose, if any), where TMA wrote it: column box, then row of W bytes, then the 16-byte chunk XORed with
+    address bits 7.. (TMA's swizzle of width W: `Swizzle<log2(W/16), 4, 3>`; tiles start on a multiple of 8W)."""
+    from ..assign_layouts import smem_swizzle
+    b = ctx.b
+    if t.transposed:
+        row, col = col, row
+    w = smem_swizzle(t.cols, t.elem)
+    if w is None:    # check_dot_tile refused such a load before anything was emitted
+        raise InternalCompilerError(f"a shared tile of {t.cols} {t.elem} columns has no swizzle mode")
+    byte = b.mul(col, elem_bytes(t.elem))
+    box = b.shr(byte, w.bit_length() - 1)
+    lin = b.add(b.mul(row, w), b.and_(byte, w - 1))
+    swz = b.shl(b.and_(b.shr(lin, 7), w // 16 - 1), 4)
+    return b.add(b.add(b.xor(lin, swz), b.mul(box, t.rows * w)), t.offset)
+
+
+def read_smem(ctx: Ctx, t: SmemTile, layout: L.Layout, sync_after: bool = True) -> Tile:
+    """A shared tile read into registers in `layout` (one shared load per register). `sync_after`: a barrier over
+    this context's threads follows, so that every thread has read the tile before any of them lets it be
+    overwritten (a warp-specialized consumer releases the slot from one thread; a dot reading its A fragments
+    needs none, since its wgmma is a warp-group-wide instruction issued after the reads)."""
+    from .fp8 import from_storage, storage_type
+    if tuple(layout.shape) != tuple(t.shape):
+        raise InternalCompilerError(f"reading a {t.shape} shared tile in the layout {layout}")
+    b = ctx.b
+    st = storage_type(t.elem)
+    regs = []
+    for r in range(len(layout.regs)):
+        i, j = ctx.coords(layout, r)
+        ptr = ctx.smem_ptr(smem_offset(ctx, t, i, j))
+        regs.append(from_storage(b, b.op(f"llvm.load {ptr} : !llvm.ptr<3> -> {st}", st), t.elem))
+    if sync_after:
+        ctx.sync_threads()
+    return Tile(regs, layout, t.elem)
 
 
 def layout_of(op, index: int = 0) -> L.Layout:
@@ -41,13 +85,12 @@ def layout_of(op, index: int = 0) -> L.Layout:
 
 
 def as_tile(ctx: Ctx, value, layout: L.Layout, elem: str, op=None) -> Tile:
-    """A scalar used where a tile is expected is splatted. `op`: the op using the value, for errors."""
+    """A scalar used where a tile is expected is splatted; a shared tile is read straight into `layout`. `op`: the
+    op using the value, for errors."""
     if isinstance(value, Tile):
         return convert(ctx, value, layout)
     if isinstance(value, SmemTile):
-        if op is not None:
-            register_tile(value, op)
-        raise InternalCompilerError("a shared-memory tile reached register code")
+        return read_smem(ctx, value, layout)
     return Tile([value] * len(layout.regs), layout, elem)
 
 
@@ -62,6 +105,7 @@ def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
     if len({r.name for r in tile.regs}) == 1:
         # A splat is the same value in every register of every thread: nothing to move.
         return Tile([tile.regs[0]] * len(layout.regs), layout, tile.elem)
+    from .fp8 import from_storage, storage_type, to_storage
     b = ctx.b
     es = elem_bytes(tile.elem)
     total = 1
@@ -78,11 +122,12 @@ def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
             idx = b.add(b.mul(idx, lay.shape[d]), coords[d])
         return ctx.smem_ptr(b.add(b.mul(idx, es), off))
 
+    st = storage_type(tile.elem)
     ctx.sync_threads()
     for r, v in enumerate(tile.regs):
-        b.line(f"llvm.store {v}, {flat(tile.layout, r)} : {tile.elem}, !llvm.ptr<3>")
+        b.line(f"llvm.store {to_storage(b, v)}, {flat(tile.layout, r)} : {st}, !llvm.ptr<3>")
     ctx.sync_threads()
-    regs = [b.op(f"llvm.load {flat(layout, r)} : !llvm.ptr<3> -> {tile.elem}", tile.elem)
+    regs = [from_storage(b, b.op(f"llvm.load {flat(layout, r)} : !llvm.ptr<3> -> {st}", st), tile.elem)
             for r in range(len(layout.regs))]
     ctx.sync_threads()
     return Tile(regs, layout, tile.elem)
@@ -103,7 +148,7 @@ def lower_arange(ctx: Ctx, op) -> None:
 
 
 def lower_expand_dims(ctx: Ctx, op) -> None:
-    src = register_tile(ctx.get(ExpandDimsOp(op).src), op)
+    src = register_tile(ctx.get(ExpandDimsOp(op).src), op, ctx)
     lay = L.expand(src.layout, op.attributes["axis"].value)
     out = Tile(src.regs, lay, src.elem)
     want = layout_of(op)
@@ -111,7 +156,7 @@ def lower_expand_dims(ctx: Ctx, op) -> None:
 
 
 def lower_broadcast(ctx: Ctx, op) -> None:
-    src = register_tile(ctx.get(BroadcastOp(op).src), op)
+    src = register_tile(ctx.get(BroadcastOp(op).src), op, ctx)
     layout = layout_of(op)
     src_shape = tile_shape(BroadcastOp(op).src.type)
     need = L.collapse(layout, src_shape)

@@ -1,0 +1,80 @@
+"""fp8 (f8E4M3FN, f8E5M2) values in the emitted code: conversions and memory access.
+
+fp8 values keep their MLIR type in the emitted code (the LLVM lowering stores them as i8); loads and stores go
+through i8 (`storage_type`, `to_storage`, `from_storage`). Arithmetic on them runs in f32, as the interpreter
+computes it: operands are widened exactly (`cvt.rn.f16x2.e4m3x2`) and results rounded to nearest even
+(`cvt.rn.satfinite.e4m3x2.f32`). That hardware conversion saturates where the interpreter (ml_dtypes) overflows, so
+the overflow is restored: beyond the largest finite value's rounding range e4m3 gives NaN (it has no infinity) and
+e5m2 gives infinity, with the input's sign.
+"""
+from __future__ import annotations
+
+from .builder import Builder, V
+
+
+FP8 = ("f8E4M3FN", "f8E5M2")
+_FP8_PTX = {"f8E4M3FN": "e4m3x2", "f8E5M2": "e5m2x2"}
+#: (|x| limit, comparison that overflows, magnitude bits of the overflow value) of ml_dtypes' rounding: e4m3 rounds
+#: up to 448 until 464 and to NaN above; e5m2 rounds to infinity from 61440 (a tie, to the even infinity) up.
+_FP8_OVERFLOW = {"f8E4M3FN": (464.0, "ogt", 0x7F), "f8E5M2": (61440.0, "oge", 0x7C)}
+_BITS = {"f8E4M3FN": 8, "f8E5M2": 8, "f16": 16, "bf16": 16, "f32": 32, "f64": 64}
+
+
+def is_fp8(t: str) -> bool:
+    return t in FP8
+
+
+def storage_type(elem: str) -> str:
+    """The type an element is loaded and stored as (fp8 has no LLVM type: i8)."""
+    return "i8" if is_fp8(elem) else elem
+
+
+def to_storage(b: Builder, v: V) -> V:
+    return b.op(f"arith.bitcast {v} : {v.type} to i8", "i8") if is_fp8(v.type) else v
+
+
+def from_storage(b: Builder, v: V, elem: str) -> V:
+    return b.op(f"arith.bitcast {v} : {v.type} to {elem}", elem) if is_fp8(elem) else v
+
+
+def fp8_to_f32(b: Builder, v: V) -> V:
+    """The exact f32 value of an fp8 element (through the hardware's fp8x2 -> f16x2 conversion)."""
+    h = b.cast("extui", to_storage(b, v), "i16")
+    pair = b.op(f'"llvm.inline_asm"({h}) <{{asm_string = "cvt.rn.f16x2.{_FP8_PTX[v.type]} $0, $1;", '
+                f'constraints = "=r,h"}}> : (i16) -> i32', "i32")
+    half = b.op(f"arith.bitcast {b.cast('trunci', pair, 'i16')} : i16 to f16", "f16")
+    return b.cast("extf", half, "f32")
+
+
+def f32_to_fp8(b: Builder, x: V, elem: str) -> V:
+    """f32 -> fp8, rounded to nearest even, overflowing as ml_dtypes does (see the module docstring)."""
+    pair = b.op(f'"llvm.inline_asm"({b.const(0.0, "f32")}, {x}) <{{asm_string = '
+                f'"cvt.rn.satfinite.{_FP8_PTX[elem]}.f32 $0, $1, $2;", constraints = "=h,f,f"}}> : (f32, f32) -> i16',
+                "i16")
+    bits = b.cast("trunci", pair, "i8")
+    limit, pred, special = _FP8_OVERFLOW[elem]
+    ax = b.op(f"math.absf {x} : f32", "f32")
+    over = b.op(f"arith.cmpf {pred}, {ax}, {b.const(limit, 'f32')} : f32", "i1")
+    sign = b.cast("trunci", b.and_(b.shr(b.op(f"arith.bitcast {x} : f32 to i32", "i32"), 24), 0x80), "i8")
+    return from_storage(b, b.select(over, b.or_(sign, special), bits), elem)
+
+
+def float_cast(b: Builder, v: V, to: str) -> V:
+    """A float conversion where either side may be fp8 (through the exact f32 value); else extf/truncf."""
+    if v.type == to:
+        return v
+    if not (is_fp8(v.type) or is_fp8(to)):
+        if _BITS[v.type] == _BITS[to]:     # f16 <-> bf16: through the exact f32 value
+            return b.cast("truncf", b.cast("extf", v, "f32"), to)
+        return b.cast("extf" if _BITS[v.type] < _BITS[to] else "truncf", v, to)
+    x = fp8_to_f32(b, v) if is_fp8(v.type) else b.cast("extf", v, "f32")
+    return f32_to_fp8(b, x, to) if is_fp8(to) else (x if to == "f32" else b.cast("truncf", x, to))
+
+
+def fp8_constant(b: Builder, value: float, elem: str) -> V:
+    """An fp8 constant, as its bit pattern (the value is an fp8 literal: converting it is exact)."""
+    import ml_dtypes
+    import numpy as np
+    dtype = {"f8E4M3FN": ml_dtypes.float8_e4m3fn, "f8E5M2": ml_dtypes.float8_e5m2}[elem]
+    bits = int(np.array(value, dtype=np.float32).astype(dtype).view(np.uint8))
+    return from_storage(b, b.const(bits, "i8"), elem)
