@@ -13,34 +13,22 @@ from tawa.runtime.interp.compiler import handler, int_attr, str_attr
 from tawa.runtime.interp.dtypes import F32, to_repr
 
 
-@handler("tawa.program_id")
-def _program_id(c, op):
-    axis, rt = int_attr(op, "axis"), c.rt
-    (r,) = c.results(op)
+def _grid_query(field: str):
+    """A closure factory for an op that reads axis `axis` of one of the runtime's grid tuples."""
+    def compile_op(c, op):
+        axis, rt = int_attr(op, "axis"), c.rt
+        (r,) = c.results(op)
 
-    def run(env):
-        env[r] = rt.pid[axis]
-    return run, False
-
-
-@handler("tawa.num_programs")
-def _num_programs(c, op):
-    axis, rt = int_attr(op, "axis"), c.rt
-    (r,) = c.results(op)
-
-    def run(env):
-        env[r] = rt.grid[axis]
-    return run, False
+        def run(env):
+            env[r] = getattr(rt, field)[axis]
+        return run, False
+    return compile_op
 
 
-@handler("tawa.grid_extent")
-def _grid_extent(c, op):
-    axis, rt = int_attr(op, "axis"), c.rt
-    (r,) = c.results(op)
-
-    def run(env):
-        env[r] = rt.tile_grid[axis]
-    return run, False
+# A persistent kernel's program ids and counts name the programs launched; grid_extent the grid it was written for.
+handler("tawa.program_id")(_grid_query("pid"))
+handler("tawa.num_programs")(_grid_query("grid"))
+handler("tawa.grid_extent")(_grid_query("tile_grid"))
 
 
 @handler("tawa.dim")
