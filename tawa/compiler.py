@@ -26,7 +26,7 @@ from tawa.abi import CompiledKernel
 from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import kernel_info, verify
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, lower_to_llvm,
-                           partition, persistent_tiles, protocol_check, register_realloc, software_pipeline,
+                           mask_elision, partition, persistent_tiles, protocol_check, register_realloc, software_pipeline,
                            to_nvvm, ws_analysis)
 from tawa.options import CompileOptions
 
@@ -61,6 +61,8 @@ class Pass:
 PIPELINE = [
     # Tile level, target independent.
     Pass("canonicalize", canonicalize.run),
+    # Masks that a scalar test proves all-true on most iterations (attention's bounds and causal masks) are skipped.
+    Pass("mask-elision", mask_elision.run),
     # Warp specialization (tile level): loads feeding dots become aref puts in a producer warp group.
     Pass("aref-insertion", aref_insertion.run, when=_ws),
     Pass("partition", partition.run, when=_ws),

@@ -328,7 +328,15 @@ def _assign(ops: list, W: int, ctx) -> None:
             attrs.LAYOUTS.set(op, descs)
             continue
         if name == "scf.if":
-            continue  # decided after its branches, below
+            # Before its branches (and the ops after it) are visited: a value the then-branch yields from
+            # outside decides (an elided mask yields the unmasked tile), else the branches' own values, later.
+            then_yield = ops_of(op.regions[0].blocks[0])[-1]
+            for res_j, v in zip(op.results, then_yield.operands):
+                if _is_tile(res_j):
+                    lay = want.get(res_j) or lay_of(v)
+                    if lay is not None:
+                        layout[res_j] = lay
+            continue
         if not _is_tile(res):
             continue
         if res in smem:
@@ -362,7 +370,7 @@ def _assign(ops: list, W: int, ctx) -> None:
             descs = []
             for res, v in zip(op.results, then_yield.operands):
                 if _is_tile(res):
-                    lay = want.get(res) or lay_of(v) or default(res)
+                    lay = layout.get(res) or want.get(res) or lay_of(v) or default(res)
                     layout[res] = lay
                     descs.append(lay.desc)
                 else:

@@ -48,7 +48,9 @@ def lookahead_dot(loop):
     body = ForOp(loop).body
     gets = [op for op in ops_of(body) if op.name == ArefGetOp.NAME]
     dots = [op for op in ops_of(body) if op.name == DotOp.NAME]
-    if len(gets) != 1 or not dots or any(op.regions for op in ops_of(body)):
+    # Branches in the body may hold math (an elided mask), not dots or aref ops: those run in straight-line code.
+    nested = [o for op in ops_of(body) if op.regions for o in walk(op) if o != op]
+    if len(gets) != 1 or not dots or any(o.name in (DotOp.NAME,) or o.name.startswith("tawa.aref") for o in nested):
         return None
     get, dot = gets[0], DotOp(dots[0])
     if ArefCreateOp(defining_op(ArefGetOp(get).aref)).depth < 2:

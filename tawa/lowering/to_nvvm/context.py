@@ -160,6 +160,14 @@ class Ctx:
         """Lower the ops of `block` in this context."""
         self.lowerer(self, block)
 
+    def lower_ops(self, ops: list) -> None:
+        """Lower these ops now, in the order given (a schedule lowering the ops it deferred)."""
+        saved, self.schedule = self.schedule, NO_SCHEDULE
+        try:
+            self.lowerer(self, list(ops))
+        finally:
+            self.schedule = saved
+
     # ---- values --------------------------------------------------------------------------------------------
     def get(self, value: ir.Value):
         try:

@@ -6,23 +6,21 @@ schedule (program order, every dot completes). Adding a schedule means adding it
 """
 from __future__ import annotations
 
-from tawa.errors import InternalCompilerError
-from tawa.ir import attrs
 from tawa.ir.ops import ForOp, IfOp
 from tawa.ir.traversal import ops_of
-from tawa.ir.types import elem_type
 
-from .. import layouts as L
 from . import arefs, sync
 from .builder import V
-from .context import Ctx, SmemTile, Tile
+from .context import Ctx
+from .loop_values import flat_types, flatten, iter_layouts, unflatten
 from .schedule import LoopSchedule
 from .uniform_pipeline import UniformPipeline
 from .ws_consumer_loop import WarpSpecializedConsumerLoop
 from .ws_lookahead_loop import LookaheadConsumerLoop
+from .ws_softmax_pipeline_loop import SoftmaxPipelineLoop
 
 #: Loop schedules in priority order (see schedule.py).
-LOOP_SCHEDULES = [UniformPipeline, LookaheadConsumerLoop, WarpSpecializedConsumerLoop]
+LOOP_SCHEDULES = [UniformPipeline, SoftmaxPipelineLoop, LookaheadConsumerLoop, WarpSpecializedConsumerLoop]
 
 
 def select_schedule(ctx: Ctx, for_op) -> LoopSchedule:
@@ -30,46 +28,6 @@ def select_schedule(ctx: Ctx, for_op) -> LoopSchedule:
         if cls.applies(ctx, for_op):
             return cls(ctx, for_op)
     return LoopSchedule(ctx, for_op)
-
-
-def _iter_layouts(op) -> list:
-    descs = attrs.LAYOUTS.get(op)
-    if descs is None:
-        return [None] * len(op.results)
-    return [L.parse(d) if d else None for d in descs]
-
-
-def flatten(ctx: Ctx, value, layout) -> list:
-    if isinstance(value, SmemTile):
-        raise InternalCompilerError("a shared-memory tile cannot be carried through a loop or branch")
-    if layout is not None:
-        from .shape import as_tile
-        return as_tile(ctx, value, layout, value.elem if isinstance(value, Tile) else value.type).regs
-    return [value]
-
-
-def _types(ir_values, layouts) -> list:
-    out = []
-    for v, lay in zip(ir_values, layouts):
-        t = v.type
-        if lay is not None:
-            out.extend([elem_type(t)] * len(lay.regs))
-        else:
-            out.append(str(t))
-    return out
-
-
-def _unflatten(vals: list, ir_values, layouts) -> list:
-    out, pos = [], 0
-    for v, lay in zip(ir_values, layouts):
-        if lay is not None:
-            n = len(lay.regs)
-            out.append(Tile(vals[pos:pos + n], lay, elem_type(v.type)))
-            pos += n
-        else:
-            out.append(vals[pos])
-            pos += 1
-    return out
 
 
 def _results(b, base: str, types: list) -> list:
@@ -82,15 +40,17 @@ def lower_for(ctx: Ctx, op) -> None:
     b = ctx.b
     loop = ForOp(op)
     lb, ub, step = (ctx.get(v) for v in loop.bounds)
-    layouts = _iter_layouts(op)
+    layouts = iter_layouts(op)
     # Rings used in loops nested in this one: their use counts are carried from one iteration to the next.
     direct_rings, nested_rings = arefs.rings_used(ctx, op)
     sched = select_schedule(ctx, op)
     sched.before_loop(ctx, lb, ub, step)
+    peeled = sched.prologue(ctx, lb, ub, step)
+    loop_lb, inits = peeled if peeled is not None else (lb, [ctx.get(v) for v in loop.inits])
     flat_init = []
-    for v, lay in zip(loop.inits, layouts):
-        flat_init.extend(flatten(ctx, ctx.get(v), lay))
-    types = _types(op.results, layouts)
+    for val, lay in zip(inits, layouts):
+        flat_init.extend(flatten(ctx, val, lay))
+    types = flat_types(op.results, layouts)
     if sched.opaque_inits:
         # Accumulators stay in flight across iterations: give them opaque initial values, so that LLVM neither
         # rematerialises constants into them on some path while a wgmma group may be in flight (ptxas then
@@ -108,12 +68,12 @@ def lower_for(ctx: Ctx, op) -> None:
     if types:
         iter_text = " iter_args(" + ", ".join(f"{a} = {i}" for a, i in zip(args, flat_init)) + ") -> (" + \
                     ", ".join(types) + ")"
-    b.line(f"{res}scf.for {iv} = {lb} to {ub} step {step}{iter_text} : {lb.type} {{")
+    b.line(f"{res}scf.for {iv} = {loop_lb} to {ub} step {step}{iter_text} : {lb.type} {{")
     saved = ctx.schedule
     ctx.loop_depth += 1
     with b.indented():
         ctx.set(loop.iv, iv)
-        for barg, val in zip(loop.iter_args, _unflatten(args[len(extra):], loop.iter_args, layouts)):
+        for barg, val in zip(loop.iter_args, unflatten(args[len(extra):], loop.iter_args, layouts)):
             ctx.set(barg, val)
         if sched.installs:
             ctx.schedule = sched
@@ -131,17 +91,18 @@ def lower_for(ctx: Ctx, op) -> None:
     ctx.schedule = saved
     results = _results(b, base, types) if types else []
     arefs.set_ring_counts(ctx, nested_rings, results[:n_counts])
+    sched.extra_results = results[n_counts:len(extra)]
     results = sched.after_loop(ctx, results[len(extra):])
     arefs.advance_rings(ctx, direct_rings, lb, ub, step)
-    for r, val in zip(op.results, _unflatten(results, list(op.results), layouts)):
+    for r, val in zip(op.results, unflatten(results, list(op.results), layouts)):
         ctx.set(r, val)
 
 
 def lower_if(ctx: Ctx, op) -> None:
     b = ctx.b
     cond = ctx.get(IfOp(op).condition)
-    layouts = _iter_layouts(op)
-    types = _types(op.results, layouts)
+    layouts = iter_layouts(op)
+    types = flat_types(op.results, layouts)
 
     def branch(region):
         def fn():
@@ -151,7 +112,9 @@ def lower_if(ctx: Ctx, op) -> None:
             out = []
             for v, lay in zip(y.operands, layouts):
                 out.extend(flatten(ctx, ctx.get(v), lay))
-            return out
+            # Tiles leave each branch through an opaque pin, so that LLVM keeps the branch rather than computing
+            # both sides and selecting (which would undo an elided mask: see mask_elision).
+            return sync.fence_registers(ctx.b, out) if any(lay is not None for lay in layouts) else out
         return fn
 
     if not types:
@@ -165,5 +128,5 @@ def lower_if(ctx: Ctx, op) -> None:
         b.line("}")
         return
     vals = b.if_else_values(cond, branch(op.regions[0]), branch(op.regions[1]), types)
-    for r, val in zip(op.results, _unflatten(vals, list(op.results), layouts)):
+    for r, val in zip(op.results, unflatten(vals, list(op.results), layouts)):
         ctx.set(r, val)

@@ -191,6 +191,7 @@ def lower_dot(ctx: Ctx, op) -> None:
     if precomputed is not None:     # the loop's schedule issued this dot ahead, in the previous iteration
         ctx.set(op.results[0], precomputed)
         return
+    ctx.schedule.before_dot(ctx, op)
     a, bt, acc = (ctx.get(v) for v in op.operands)
     layout = L.parse(attrs.LAYOUT.get(op))     # checks M against the warps (assign-layouts built it)
     _check_operands(op, a, bt)
@@ -254,7 +255,7 @@ def _finish(ctx: Ctx, op, regs: list, layout, register_a: bool = False) -> None:
     them early."""
     b = ctx.b
     ctx.schedule.after_dot_issue(ctx, op)
-    pending = 1 if ctx.schedule.keeps_dot_async(op) and not register_a else 0
+    pending = 1 if ctx.schedule.keeps_dot_async(op) else 0
     sync.wgmma_wait(b, pending)
     if not pending:
         regs = sync.fence_registers(b, regs)

@@ -67,9 +67,21 @@ def _fp8_op(b: Builder, name: str, props: str, operands: list, result_type: str)
     return f32_to_fp8(b, _scalar_op(b, name, props, wide, "f32"), result_type)
 
 
+#: f32 ops that may be contracted into fused multiply-adds (as CUDA and Triton do by default): `x * c - m`
+#: before an exponential becomes one FFMA, and a rescale-and-add one FFMA, instead of two rounded instructions.
+_CONTRACTIBLE = ("arith.addf", "arith.subf", "arith.mulf")
+
+
+def _contract(props: str) -> str:
+    parts = [p for p in props.split(", ") if p and not p.startswith("fastmath")]
+    return ", ".join(parts + ["fastmath = #arith.fastmath<contract>"])
+
+
 def _scalar_op(b: Builder, name: str, props: str, operands: list, result_type: str) -> V:
     if is_fp8(result_type) or any(is_fp8(o.type) for o in operands):
         return _fp8_op(b, name, props, operands, result_type)
+    if name in _CONTRACTIBLE and result_type == "f32":
+        props = _contract(props)
     if result_type == "f32" and name in _FAST_F32:
         text, scale = _FAST_F32[name]
         if scale == "ln2":

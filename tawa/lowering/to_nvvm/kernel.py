@@ -54,10 +54,11 @@ HANDLERS = {
 
 
 def lower_block(ctx: Ctx, block) -> None:
-    """Lower every op of `block`; an error without a location gets the op's source location."""
-    for op in ops_of(block):
+    """Lower every op of `block` (a block, or a list of ops), except those the loop's schedule lowers itself
+    later; an error without a location gets the op's source location."""
+    for op in block if isinstance(block, list) else ops_of(block):
         name = op.name
-        if name in ("scf.yield", "func.return"):
+        if name in ("scf.yield", "func.return") or ctx.schedule.defers(op):
             continue
         try:
             if name in HANDLERS:

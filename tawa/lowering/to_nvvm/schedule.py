@@ -14,6 +14,7 @@ The hooks, in the order `lower_for` calls them (each may emit code at that point
     sched = Schedule(ctx, for_op)             construction: analysis and resource allocation, emits nothing
     sched.before_loop(ctx, lb, ub, step)       prologue before the loop (e.g. the first loads in flight)
     sched.opaque_inits                         whether the carried accumulators get opaque initial values
+    sched.prologue(ctx, lb, ub, step)          peeled iterations; may move the lower bound and the initial values
     sched.extra_iter_args(ctx)                 schedule-owned loop-carried values (e.g. an iteration counter)
       scf.for ... {
     sched.begin_iteration(ctx, iv, extra)      top of the body (e.g. wait for this iteration's slot)
@@ -21,6 +22,7 @@ The hooks, in the order `lower_for` calls them (each may emit code at that point
     sched.end_iteration(ctx, iv, lb, ub, step) bottom of the body; returns the next values of extra iter args
       }
     sched.after_loop(ctx, results)             epilogue; returns the loop's results without the extra ones
+                                               (which it finds in `sched.extra_results`)
 """
 from __future__ import annotations
 
@@ -50,6 +52,11 @@ class LoopSchedule:
     @property
     def opaque_inits(self) -> bool:
         return False
+
+    def prologue(self, ctx, lb, ub, step):
+        """Emit iterations peeled before the loop: returns (the loop's new lower bound, the lowered initial values
+        of the program's iteration arguments), or None to keep both."""
+        return None
 
     def extra_iter_args(self, ctx) -> list:
         """[(initial value, type)] of loop-carried values the schedule adds before the program's own."""
@@ -87,6 +94,15 @@ class LoopSchedule:
     def slot_acquired(self, get_op) -> bool:
         """Whether the schedule already waited for the slot this `aref_get` takes."""
         return False
+
+    def defers(self, op) -> bool:
+        """Whether the schedule lowers this op of the loop body itself, later than its place in program order
+        (the body's lowering then skips it)."""
+        return False
+
+    def before_dot(self, ctx, dot_op) -> None:
+        """Called when the dot's lowering begins, before its operands are taken (a schedule may issue other work
+        or lower the ops it deferred here)."""
 
     def before_dot_issue(self, ctx, dot_op) -> None:
         """Called right before the dot's wgmmas are issued (after its operands are ready)."""

@@ -113,18 +113,23 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
                 for ring in self.released:
                     stage, _ = stage_of(ctx, ring, b.sub(trips, 1))
                     release(ctx, ring, stage)
-        for op in ops_of(loop.body) if not ctx.persistent else ():
-            if op.name == ArefGetOp.NAME:
-                aref = aref_of(op)
-                ring = ctx.get(aref)
-                if all(u.name == ArefPutOp.NAME or is_ancestor(self.for_op, u) for u in users(aref)):
-                    ctx.dead_smem.append((ring.base, ring.depth * ring.slot_bytes))
+        self.mark_drained_rings(ctx)
         if self.deferred:
             results = sync.fence_registers(b, results)
         if self.pingpong_dot is not None:
             with b.if_(b.and_(b.cmpi("eq", ctx.warp_group(), 0), b.cmpi("sgt", self.trips, 0))):
                 sync.named_barrier_sync(b, b.i32(PINGPONG_BARRIERS[0]), 2 * hopper.THREADS_PER_WARP_GROUP)
         return results
+
+    def mark_drained_rings(self, ctx) -> None:
+        """After the loop, rings whose every get is in this loop are dead shared memory (not in a persistent
+        kernel, whose producer is already filling them for the next tile)."""
+        for op in ops_of(ForOp(self.for_op).body) if not ctx.persistent else ():
+            if op.name == ArefGetOp.NAME:
+                aref = aref_of(op)
+                ring = ctx.get(aref)
+                if all(u.name == ArefPutOp.NAME or is_ancestor(self.for_op, u) for u in users(aref)):
+                    ctx.dead_smem.append((ring.base, ring.depth * ring.slot_bytes))
 
     # ---- queries ------------------------------------------------------------------------------------------
     def keeps_dot_async(self, op) -> bool:

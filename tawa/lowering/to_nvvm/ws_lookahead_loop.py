@@ -67,8 +67,11 @@ class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
         if self.ring.value_offsets[self.index]:
             offset = b.add(offset, self.ring.value_offsets[self.index])
         bt = SmemTile(offset, rows, cols, elem, self.transposed)
-        zeros = [b.const(0.0, "f32")] * len(self.layout.regs)
-        return issue_shared(ctx, self.a, bt, zeros, b.i32(0))
+        # The wgmma overwrites its accumulator (scale-d 0): its inputs are undefined rather than zeros, so that
+        # no instruction writes or reads them while another wgmma group is in flight (ptxas would serialize
+        # every wgmma, C7514).
+        undef = b.op("llvm.mlir.undef : f32", "f32")
+        return issue_shared(ctx, self.a, bt, [undef] * len(self.layout.regs), b.i32(0))
 
     def _wait_full(self, ctx, k) -> None:
         b = ctx.b

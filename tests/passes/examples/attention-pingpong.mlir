@@ -10,10 +10,13 @@
 // OFF-NOT: tawa.pingpong
 // GEMM-NOT: tawa.pingpong
 
-// In the PTX each consumer group waits for its turn on its named barrier (id 14 + group, 256 threads) before the
-// loop's first dot, issues it, and arrives on the other group's barrier once the wgmma group is committed.
+// In the PTX each consumer group, in each iteration of its softmax-pipelined loop, waits for its turn on its own
+// named barrier (id 14 + group, 256 threads), issues S_k and then P·V of the previous block as two wgmma groups,
+// and then arrives on the other group's barrier.
 // PTX:      bar.sync{{.*}}%r{{[0-9]+}}, 256;
 // PTX:      wgmma.fence.sync.aligned;
 // PTX:      wgmma.mma_async.sync.aligned.m64n128k16
+// PTX:      wgmma.commit_group.sync.aligned;
+// PTX:      wgmma.fence.sync.aligned;
 // PTX:      wgmma.commit_group.sync.aligned;
 // PTX:      bar.arrive

@@ -1,0 +1,302 @@
+"""The softmax-pipelined consumer loop: attention's loop with its P·V product in flight under the next softmax.
+
+Applies to a lookahead loop (`ws_lookahead_loop`: the first dot S = A @ B(slot) has A loaded before the loop)
+with a second dot D2 whose A operand is computed in registers (attention's P), whose B operand is a tile of the
+same aref slot (V), and whose result only flows, as iteration argument `acc`, into the next iteration, where the
+body reads acc solely to compute D2's accumulator input (attention's rescale `acc * alpha`: the "chain").
+
+The loop is rotated by one iteration so that D2 of iteration k-1 runs under the math of iteration k:
+
+    prologue (k = 0): wait full[0]; S_0 = A @ B(slot 0); wait; <the body's math on S_0>; pack P_0
+    for k in 1..n-1:
+        wait full[k]; issue S_k = A @ B(slot k)
+        acc' = chain(acc, values of iteration k-1); issue D2_{k-1} = P_{k-1} @ V_{k-1} + acc'
+        wgmma.wait_group 1                  -- S_k is done, D2_{k-1} still runs
+        <the body's math on S_k>            -- the softmax, under D2_{k-1}
+        wgmma.wait_group 0; release slot k-1; pack P_k
+    epilogue: acc' = chain(...); D2_{n-1}; wait; release slot n-1
+
+This is FlashAttention-3's intra-warpgroup overlap: S_k and D2_{k-1} reach the tensor cores back to back and
+the warp group's exponentials run while the tensor cores work, instead of the warp group idling while its P·V
+completes. No wgmma group is in flight across the loop's back edge (ptxas serializes every wgmma when a
+register of a group that may still be in flight there is read, C7514), and every register an in-flight wgmma
+reads or writes is left alone until a wait covers it. What D2_{k-1} needs in iteration k -- P_{k-1} packed into
+wgmma A fragments, V_{k-1}'s shared address, and the values of iteration k-1 the chain reads (alpha) -- is
+carried as loop arguments. With n = 0 the prologue computes on a slot nobody filled, and its results are
+discarded (the loop's results are selected from the initial values). The consumer holds two slots at once
+(k-1 under D2, k under S), which a ring of two or more slots allows.
+
+With the consumer ping-pong the two groups take turns issuing S_k and D2_{k-1} (FlashAttention-3's warp
+scheduler barrier), so one group's softmax runs while the other's products occupy the tensor cores.
+"""
+from __future__ import annotations
+
+from tawa import hopper
+from tawa.ir.ops import ArefGetOp, BroadcastOp, DotOp, ExpandDimsOp, ForOp, SplatOp, TransOp
+from tawa.ir.traversal import defining_op, ops_of, users
+
+from .. import layouts as L
+from . import sync
+from .arefs import release, stage_of
+from .context import SmemTile, Tile
+from .loop_values import flatten, iter_layouts, unflatten
+from .dot import _a_fragments, _check_operands, _issue_register_a
+from .schedule import a_from_shared
+from .ws_consumer_loop import PINGPONG_BARRIERS
+from .ws_lookahead_loop import LookaheadConsumerLoop
+
+#: Ops that only reshape or replicate values (no arithmetic): the chain takes them along with it.
+_SHAPE_OPS = (ExpandDimsOp.NAME, BroadcastOp.NAME, SplatOp.NAME)
+
+
+def _owner(use):
+    return use.owner.operation if hasattr(use.owner, "operation") else use.owner
+
+
+def pipelined_second_dot(for_op, first_dot):
+    """(D2, index of its accumulating iteration argument, chain ops in program order) when the loop's second dot
+    can run one iteration late (see the module docstring), else None."""
+    loop = ForOp(for_op)
+    body = loop.body
+    ops = ops_of(body)
+    dots = [o for o in ops if o.name == DotOp.NAME]
+    gets = [o for o in ops if o.name == ArefGetOp.NAME]
+    if len(dots) != 2 or dots[0] != first_dot or len(gets) != 1:
+        return None
+    d2 = DotOp(dots[1])
+    if a_from_shared(d2.op) or defining_op(d2.a) is None or defining_op(d2.a).block != body:
+        return None
+    b = defining_op(d2.b)
+    if b is not None and b.name == TransOp.NAME:
+        b = defining_op(TransOp(b).src)
+    if b != gets[0]:
+        return None
+    uses = list(d2.result.uses)
+    if len(uses) != 1 or _owner(uses[0]) != loop.yield_op:
+        return None
+    index = uses[0].operand_number
+    acc = loop.iter_args[index]
+    # Forward from acc: every op reading it (transitively) must lead only to D2's accumulator operand.
+    chain, frontier = [], [acc]
+    while frontier:
+        for use in frontier.pop().uses:
+            owner = _owner(use)
+            if owner == d2.op:
+                if use.operand_number != DotOp.ACC:
+                    return None
+                continue
+            if owner.block != body or owner.regions or len(owner.results) != 1:
+                return None
+            if owner not in chain:
+                chain.append(owner)
+                frontier.append(owner.results[0])
+    if not chain and d2.acc != acc:
+        return None
+    # Backward: reshapes feeding the chain and used by nothing else go with it (alpha is carried, not alpha[:, None]).
+    grew = True
+    while grew:
+        grew = False
+        for op in list(chain):
+            for v in op.operands:
+                src = defining_op(v)
+                if src is not None and src.block == body and src.name in _SHAPE_OPS and src not in chain and \
+                        all(u in chain for u in users(src.results[0])):
+                    chain.append(src)
+                    grew = True
+    for op in chain:
+        if any(u not in chain and u != d2.op for u in users(op.results[0])):
+            return None
+        # The chain runs one iteration late: it may read acc, values computed in the body (carried to the next
+        # iteration) and loop invariants, but no other iteration argument (nor the induction variable).
+        if any(_is_block_arg(v, body) and v != acc for v in op.operands):
+            return None
+    return d2.op, index, sorted(chain, key=ops.index)
+
+
+def _is_block_arg(value, block) -> bool:
+    return defining_op(value) is None and value.owner == block
+
+
+class SoftmaxPipelineLoop(LookaheadConsumerLoop):
+
+    @classmethod
+    def applies(cls, ctx, for_op) -> bool:
+        if not super().applies(ctx, for_op):
+            return False
+        first = next(o for o in ops_of(ForOp(for_op).body) if o.name == DotOp.NAME)
+        return pipelined_second_dot(for_op, first) is not None
+
+    def __init__(self, ctx, for_op):
+        super().__init__(ctx, for_op)
+        self.second, self.acc_index, self.chain = pipelined_second_dot(for_op, self.dot)
+        body = ForOp(for_op).body
+        d2 = DotOp(self.second)
+        inside = set(ops_of(body))
+        # Values of iteration k-1 that the chain reads (defined in the body, outside the chain).
+        self.carried = []
+        for op in self.chain:
+            for v in op.operands:
+                src = defining_op(v)
+                if src in inside and src not in self.chain and v not in self.carried:
+                    self.carried.append(v)
+        self.d2_layout = L.parse(_layout_attr(self.second))
+        self.prologue_done = False
+        self.pending = None     # (P fragments, V tile, carried values) of the D2 still to issue
+        self.d2 = d2
+
+    # ---- the rotation ---------------------------------------------------------------------------------------
+    def before_loop(self, ctx, lb, ub, step) -> None:
+        b = ctx.b
+        self.trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+        self.k = b.i32(0)
+        stage = self._wait_full(ctx, self.k)
+        self.s_cur = sync.fence_registers(b, self._issue(ctx, stage))
+        sync.wgmma_wait(b, 0)
+
+    def prologue(self, ctx, lb, ub, step):
+        """Lower the body once for iteration 0 (its D2 left pending); the loop then starts at lb + step."""
+        loop = ForOp(self.for_op)
+        ctx.set(loop.iv, lb)
+        for arg, init in zip(loop.iter_args, loop.inits):
+            ctx.set(arg, ctx.get(init))
+        saved, ctx.schedule = ctx.schedule, self
+        ctx.lower_block(loop.body)
+        ctx.schedule = saved
+        self.prologue_done = True
+        inits = [ctx.get(v) for v in loop.yield_op.operands]
+        self.initial = [ctx.get(v) for v in loop.inits]
+        return ctx.b.add(lb, step), inits
+
+    def extra_iter_args(self, ctx) -> list:
+        frags, v_offset, carried = self.pending
+        out = [(r, "i32") for r in frags] + [(v_offset, "i32")]
+        for val in carried:
+            regs = val.regs if isinstance(val, Tile) else [val]
+            out.extend((r, r.type) for r in regs)
+        return out
+
+    def _unpack(self, extra: list) -> tuple:
+        frags, v_offset, carried = self.pending
+        pos = len(frags)
+        new_frags, v_offset = extra[:pos], extra[pos]
+        pos += 1
+        vals = []
+        for val in carried:
+            if isinstance(val, Tile):
+                n = len(val.regs)
+                vals.append(Tile(extra[pos:pos + n], val.layout, val.elem))
+                pos += n
+            else:
+                vals.append(extra[pos])
+                pos += 1
+        return new_frags, v_offset, vals
+
+    def _issue_pending(self, ctx, frags, v_offset, carried) -> list:
+        """acc' = chain(acc, carried values); issue D2 with the pending P fragments on V at `v_offset`."""
+        for v, val in zip(self.carried, carried):
+            ctx.set(v, val)
+        ctx.lower_ops(self.chain)
+        acc = self._convert(ctx, ctx.get(self.d2.acc))
+        bt = self._v_tile(ctx, v_offset)
+        m, kdim = self.d2_a_shape
+        return _issue_register_a(ctx, self._frag_dict(frags), bt, list(acc.regs), ctx.b.i32(1), m, kdim,
+                                 bt.shape[1], bt.elem)
+
+    def begin_iteration(self, ctx, iv, extra: list) -> None:
+        super(LookaheadConsumerLoop, self).begin_iteration(ctx, iv, [])    # self.k
+        b = ctx.b
+        frags, v_offset, carried = self._unpack(extra)
+        stage = self._wait_full(ctx, self.k)
+        group = ctx.warp_group()
+        if self.pingpong:
+            # Group 0 skips its first turn (k = 1); both hand the turn over after every issue.
+            with b.if_(b.or_(b.cmpi("ne", group, 0), b.cmpi("sgt", self.k, 1))):
+                sync.named_barrier_sync(b, b.add(group, PINGPONG_BARRIERS[0]), 2 * hopper.THREADS_PER_WARP_GROUP)
+        s_regs = self._issue(ctx, stage)
+        self.d2_regs = self._issue_pending(ctx, frags, v_offset, carried)
+        if self.pingpong:
+            sync.named_barrier_arrive(b, b.sub(b.i32(PINGPONG_BARRIERS[1]), group), 2 * hopper.THREADS_PER_WARP_GROUP)
+        sync.wgmma_wait(b, 1)
+        self.s_cur = sync.fence_registers(b, s_regs)
+
+    def end_iteration(self, ctx, iv, lb, ub, step) -> list:
+        return [v for v, _ in self.extra_iter_args(ctx)]
+
+    def after_loop(self, ctx, results: list) -> list:
+        """Issue the last D2 and wait for it, release the last slot; with no iteration at all, the results are the
+        initial values (the prologue computed on a slot nobody filled)."""
+        b = ctx.b
+        loop = ForOp(self.for_op)
+        layouts = iter_layouts(self.for_op)
+        values = unflatten(results, list(self.for_op.results), layouts)
+        ctx.set(loop.iter_args[self.acc_index], values[self.acc_index])
+        regs = self._issue_pending(ctx, *self._unpack(self.extra_results))
+        sync.wgmma_wait(b, 0)
+        values[self.acc_index] = Tile(sync.fence_registers(b, regs), self.d2_layout, "f32")
+        ran = b.cmpi("sgt", self.trips, 0)
+        with b.if_(ran):
+            stage, _ = stage_of(ctx, self.ring, b.sub(self.trips, 1))
+            release(ctx, self.ring, stage)
+        if self.pingpong:
+            with b.if_(b.and_(b.cmpi("eq", ctx.warp_group(), 0), b.cmpi("sgt", self.trips, 1))):
+                sync.named_barrier_sync(b, b.i32(PINGPONG_BARRIERS[0]), 2 * hopper.THREADS_PER_WARP_GROUP)
+        self.mark_drained_rings(ctx)
+        out = []
+        for val, init, lay in zip(values, self.initial, layouts):
+            new, old = flatten(ctx, val, lay), flatten(ctx, init, lay)
+            out.extend(b.select(ran, x, y) for x, y in zip(new, old))
+        return out
+
+    # ---- queries ------------------------------------------------------------------------------------------
+    def defers(self, op) -> bool:
+        return op in self.chain
+
+    def precomputed_dot(self, ctx, op):
+        if op == self.dot:
+            return Tile(self.s_cur, self.layout, "f32")
+        if op != self.second:
+            return None
+        # D2's place in program order, after the math: D2_{k-1} completes; P_k, V_k and the chain's inputs are
+        # kept for the next issue. The result stands for acc up to iteration k-1.
+        b = ctx.b
+        a, bt = ctx.get(self.d2.a), ctx.get(self.d2.b)
+        if not self.prologue_done:
+            _check_operands(op, a, bt)
+            self.d2_a_shape = a.shape
+            self.v_shape = (bt.rows, bt.cols, bt.elem, bt.transposed)
+            acc = self._convert(ctx, ctx.get(ForOp(self.for_op).iter_args[self.acc_index]))
+        else:
+            sync.wgmma_wait(b, 0)
+            acc = Tile(sync.fence_registers(b, self.d2_regs), self.d2_layout, "f32")
+        frags = _a_fragments(ctx, a)
+        self.frag_keys = list(frags)
+        flat = [r for key in self.frag_keys for r in frags[key]]
+        self.pending = (flat, bt.offset, [ctx.get(v) for v in self.carried])
+        return acc
+
+    def release_slot(self, ctx, consumed_op, ring) -> bool:
+        if not self.prologue_done:
+            return True        # slot 0 is released once D2_0 completes, in iteration 1
+        stage, _ = stage_of(ctx, ring, ctx.b.sub(self.k, 1))
+        release(ctx, ring, stage)
+        return True
+
+    def keeps_dot_async(self, op) -> bool:
+        return False
+
+    # ---- helpers ------------------------------------------------------------------------------------------
+    def _convert(self, ctx, acc):
+        from .shape import convert
+        return convert(ctx, acc, self.d2_layout)
+
+    def _frag_dict(self, flat: list) -> dict:
+        return {key: flat[4 * i: 4 * i + 4] for i, key in enumerate(self.frag_keys)}
+
+    def _v_tile(self, ctx, offset) -> SmemTile:
+        rows, cols, elem, transposed = self.v_shape
+        return SmemTile(offset, rows, cols, elem, transposed)
+
+
+def _layout_attr(op):
+    from tawa.ir import attrs
+    return attrs.LAYOUT.get(op)
