@@ -91,3 +91,17 @@ def test_register_a_operand_is_not_serialized():
     kernel = tawa.compile(str(path), warp_specialize=False, cache=False)
     report = [n for n in kernel.notes if n.startswith("ptxas")]
     assert report and not any(SERIALIZED.search(n) for n in report), report
+
+
+@pytest.mark.parametrize("example", ["flash_attention", "gqa_attention"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_attention_softmax_runs_under_the_previous_pv(example, head_dim):
+    """The consumer loop is softmax-pipelined (`ws_softmax_pipeline_loop`): S_0 is issued and awaited before the
+    loop (wait 0); in the loop S_k and P·V of block k-1 are committed back to back and only S_k is awaited
+    (wait 1) before the softmax, then P·V (wait 0); the last P·V is issued after the loop. Nothing serializes."""
+    kernel = tawa.compile(str(EXAMPLES / f"{example}.tawa"), cache=False, HEAD_DIM=head_dim)
+    events = re.findall(r"wgmma\.(commit_group|wait_group)\.sync\.aligned\s*(\d?)", kernel.ptx)
+    sequence = " ".join(kind if kind == "commit_group" else f"wait{n}" for kind, n in events)
+    assert sequence == "commit_group wait0 commit_group commit_group wait1 wait0 commit_group wait0", sequence
+    report = [n for n in kernel.notes if n.startswith("ptxas")]
+    assert report and not any(SERIALIZED.search(n) for n in report), report
