@@ -147,3 +147,14 @@ def test_wgmma_a_matches_ptx_fragments(elem_bytes, step):
             assert L.coords_of(lay, lane, w) == want
     assert L.parse(lay.desc).same_mapping(lay) and L.parse(lay.desc).desc == lay.desc
     assert L.wgmma_a(64, 32, 4, 2).desc == L.mma(64, 32, 4).desc
+
+
+@pytest.mark.parametrize("ws", [None, False], ids=["auto", "uniform"])
+def test_register_a_dot_completes_before_its_fragments_are_rewritten(ws):
+    """A dot whose A goes through registers (here a transposed f32 A) waits for its wgmma group to complete
+    (`wait_group 0`) right after committing it: the next iteration rewrites those fragment registers. Leaving
+    the group in flight, as for an A in shared memory, gave wrong results on the GPU."""
+    kernel = gemm(DTYPE="f32", A_T=1, B_T=1, BLOCK_K=32, BLOCK_M=64, BLOCK_N=64, warp_specialize=ws)
+    waits = re.findall(r"wgmma\.commit_group\.sync\.aligned;\s*(?://.*\s*)*wgmma\.wait_group\.sync\.aligned\s*(\d)",
+                       kernel.ptx)
+    assert waits and set(waits) == {"0"}, waits

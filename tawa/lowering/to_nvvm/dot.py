@@ -255,7 +255,7 @@ def _finish(ctx: Ctx, op, regs: list, layout, register_a: bool = False) -> None:
     them early."""
     b = ctx.b
     ctx.schedule.after_dot_issue(ctx, op)
-    pending = 1 if ctx.schedule.keeps_dot_async(op) else 0
+    pending = 1 if ctx.schedule.keeps_dot_async(op) and not register_a else 0
     sync.wgmma_wait(b, pending)
     if not pending:
         regs = sync.fence_registers(b, regs)
