@@ -61,7 +61,7 @@ class CompileOptions:
     consumer_pingpong: Optional[bool] = _opt(
         None, help="order the tensor-core phases of two consumer warp groups with named barriers, so that one "
                    "group's math (a softmax) runs under the other's wgmma, where the consumer loop does math on a "
-                   "dot's result (auto: off, measured slower today)")
+                   "dot's result (auto: on where the consumer loop is softmax-pipelined, as attention's)")
     consumer_lookahead: Optional[bool] = _opt(
         None, help="inside each consumer warp group, issue the next iteration's first dot (attention's Q K^T) "
                    "before this iteration's math on the current one, so the two overlap (auto: where the dot's "

@@ -7,16 +7,19 @@ Takes: a partitioned kernel after `register-realloc` (one producer region, consu
 - `tawa.aref_load` (and `tawa.smem`) on every producer `tawa.load` whose tile only goes into `aref_put`s: the put
   issues its TMA copy into the ring slot, the load itself emits nothing;
 - `tawa.pingpong` on a consumer region of two warp groups whose loop does math on a dot's result (attention's
-  softmax), when `consumer_pingpong=True`: the conversion then orders the groups' tensor-core phases with named
-  barriers, so that one group's math runs while the other's wgmmas occupy the tensor cores (FlashAttention-3's
-  ping-pong). It is off by default: measured on attention with the lookahead below, it costs 2-4% as long as
-  each group still waits for its P.V wgmma every iteration (docs/performance.md). A GEMM main loop, whose dots
-  only accumulate, gains nothing from it and never gets it;
+  softmax), when `consumer_pingpong=True`, and by default where the loop is softmax-pipelined (below): the
+  conversion then orders the groups' tensor-core phases with named barriers, so that one group's math runs while
+  the other's wgmmas occupy the tensor cores (FlashAttention-3's ping-pong). Measured on attention it gains 1-5%
+  at head dim 128 with the softmax pipeline, and cost 2-4% with the plain lookahead, where each group still
+  waits for its P.V wgmma every iteration (docs/performance.md), so it stays off there. A GEMM main loop, whose
+  dots only accumulate, gains nothing from it and never gets it;
 - `tawa.lookahead` on a consumer loop whose first dot can be issued one iteration early, unless
   `consumer_lookahead=False`: its A operand is a tile loaded before the loop, its B operand an aref slot's tile
   (or its transpose), its accumulator zero, and the ring has at least two slots. The conversion then issues
   iteration j+1's dot before iteration j's math on the result of iteration j's (FlashAttention-3's
-  intra-warpgroup overlap: attention's Q K^T for the next key block runs under the current block's softmax).
+  intra-warpgroup overlap: attention's Q K^T for the next key block runs under the current block's softmax); when
+  the loop's second dot qualifies (`pipelined_second_dot`: attention's P.V), the conversion's softmax-pipelined
+  schedule runs it one iteration late instead, under the next block's softmax.
 Why: these are the facts the NVVM conversion needs to lower regions and arefs (`tawa.lowering.to_nvvm.warp_groups`
 and `.arefs`), decided at tile level where a dump shows them.
 """
@@ -28,8 +31,8 @@ from tawa import hopper
 from tawa.errors import CompilationError
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
-from tawa.ir.ops import (ArefCreateOp, ArefGetOp, ArefPutOp, DotOp, ForOp, LoadOp, TransOp, is_zero_splat,
-                         warp_group_role, warp_groups)
+from tawa.ir.ops import (ArefCreateOp, ArefGetOp, ArefPutOp, BroadcastOp, DotOp, ExpandDimsOp, ForOp, LoadOp,
+                         SplatOp, TransOp, is_zero_splat, warp_group_role, warp_groups)
 from tawa.ir.traversal import defining_op, is_ancestor, ops_of, parent_op, users, walk
 
 
@@ -69,6 +72,91 @@ def lookahead_dot(loop):
     return dots[0]
 
 
+#: Ops that only reshape or replicate values (no arithmetic): the chain takes them along with it.
+_SHAPE_OPS = (ExpandDimsOp.NAME, BroadcastOp.NAME, SplatOp.NAME)
+
+
+def _owner(use):
+    return use.owner.operation if hasattr(use.owner, "operation") else use.owner
+
+
+def pipelined_second_dot(for_op, first_dot):
+    """(D2, index of its accumulating iteration argument, chain ops in program order) when the loop's second dot
+    can run one iteration late in the softmax-pipelined schedule (`to_nvvm/ws_softmax_pipeline_loop.py`): its A
+    is computed in registers (attention's P), its B is a tile of the loop's one aref slot (V), its result only
+    flows into the next iteration as iteration argument `acc`, which the body reads only to compute D2's
+    accumulator input (the chain: attention's `acc * alpha`); else None."""
+    loop = ForOp(for_op)
+    body = loop.body
+    ops = ops_of(body)
+    dots = [o for o in ops if o.name == DotOp.NAME]
+    gets = [o for o in ops if o.name == ArefGetOp.NAME]
+    if len(dots) != 2 or dots[0] != first_dot or len(gets) != 1:
+        return None
+    d2 = DotOp(dots[1])
+    a_def = defining_op(d2.a)
+    if a_def is None or a_def.block != body or a_def.name in (ArefGetOp.NAME, LoadOp.NAME, TransOp.NAME):
+        return None
+    b = defining_op(d2.b)
+    if b is not None and b.name == TransOp.NAME:
+        b = defining_op(TransOp(b).src)
+    if b != gets[0]:
+        return None
+    uses = list(d2.result.uses)
+    if len(uses) != 1 or _owner(uses[0]) != loop.yield_op:
+        return None
+    index = uses[0].operand_number
+    acc = loop.iter_args[index]
+    # Forward from acc: every op reading it (transitively) must lead only to D2's accumulator operand.
+    chain, frontier = [], [acc]
+    while frontier:
+        for use in frontier.pop().uses:
+            owner = _owner(use)
+            if owner == d2.op:
+                if use.operand_number != DotOp.ACC:
+                    return None
+                continue
+            if owner.block != body or owner.regions or len(owner.results) != 1:
+                return None
+            if owner not in chain:
+                chain.append(owner)
+                frontier.append(owner.results[0])
+    if not chain and d2.acc != acc:
+        return None
+    # Backward: reshapes feeding the chain and used by nothing else go with it (alpha is carried, not alpha[:, None]).
+    grew = True
+    while grew:
+        grew = False
+        for op in list(chain):
+            for v in op.operands:
+                src = defining_op(v)
+                if src is not None and src.block == body and src.name in _SHAPE_OPS and src not in chain and \
+                        all(u in chain for u in users(src.results[0])):
+                    chain.append(src)
+                    grew = True
+    for op in chain:
+        if any(u not in chain and u != d2.op for u in users(op.results[0])):
+            return None
+        # The chain runs one iteration late: it may read acc, values computed in the body (carried to the next
+        # iteration) and loop invariants, but no other iteration argument (nor the induction variable).
+        if any(_is_block_arg(v, body) and v != acc for v in op.operands):
+            return None
+    return d2.op, index, sorted(chain, key=ops.index)
+
+
+def _is_block_arg(value, block) -> bool:
+    return defining_op(value) is None and value.owner == block
+
+
+def _softmax_pipelined(region) -> bool:
+    """Whether a consumer region's loop gets the softmax-pipelined schedule (where ping-pong is on by default)."""
+    for loop in ops_of(region.regions[0].blocks[0]):
+        if loop.name == ForOp.NAME and attrs.LOOKAHEAD.get(loop) and \
+                pipelined_second_dot(loop, lookahead_dot(loop)) is not None:
+            return True
+    return False
+
+
 def annotate_kernel(func, options=None) -> None:
     groups = warp_groups(func)
     if not groups:
@@ -82,10 +170,6 @@ def annotate_kernel(func, options=None) -> None:
         attrs.FIRST_WARP_GROUP.set(g, first)
         first += attrs.NUM_WARP_GROUPS.get(g)
     attrs.NUM_WARPS.set(func, hopper.WARPS_PER_GROUP * first)
-    if getattr(options, "consumer_pingpong", None):
-        for g in groups:
-            if warp_group_role(g) == attrs.CONSUMER and attrs.NUM_WARP_GROUPS.get(g) == 2 and _does_math_on_dots(g):
-                attrs.PINGPONG.set(g)
     if getattr(options, "consumer_lookahead", None) is not False:
         for g in groups:
             if warp_group_role(g) != attrs.CONSUMER:
@@ -93,6 +177,11 @@ def annotate_kernel(func, options=None) -> None:
             for loop in ops_of(g.regions[0].blocks[0]):
                 if loop.name == ForOp.NAME and lookahead_dot(loop) is not None:
                     attrs.LOOKAHEAD.set(loop)
+    pingpong = getattr(options, "consumer_pingpong", None)
+    for g in groups:
+        if warp_group_role(g) == attrs.CONSUMER and attrs.NUM_WARP_GROUPS.get(g) == 2 and _does_math_on_dots(g) \
+                and (pingpong or (pingpong is None and _softmax_pipelined(g))):
+            attrs.PINGPONG.set(g)
     for op in walk(producers[0]):
         if op.name == LoadOp.NAME:
             used_by = users(LoadOp(op).result)

@@ -124,7 +124,7 @@ def test_gemm_fp8(ws):
     assert rel_err(c, ref) < 1e-2
 
 
-ATTENTION_SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"consumer_pingpong": True}, id="ws-pingpong"),
+ATTENTION_SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"consumer_pingpong": False}, id="ws-no-pingpong"),
                        pytest.param({"consumer_lookahead": False}, id="ws-no-lookahead"),
                        pytest.param({"BLOCK_N": 64}, id="auto-n64"),
                        pytest.param({"warp_specialize": False}, id="uniform")]

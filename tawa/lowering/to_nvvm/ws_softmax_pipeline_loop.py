@@ -32,8 +32,10 @@ scheduler barrier), so one group's softmax runs while the other's products occup
 from __future__ import annotations
 
 from tawa import hopper
-from tawa.ir.ops import ArefGetOp, BroadcastOp, DotOp, ExpandDimsOp, ForOp, SplatOp, TransOp
-from tawa.ir.traversal import defining_op, ops_of, users
+from tawa.ir.ops import DotOp, ForOp
+from tawa.ir.traversal import defining_op, ops_of
+
+from ..assign_warp_groups import pipelined_second_dot
 
 from .. import layouts as L
 from . import sync
@@ -41,81 +43,8 @@ from .arefs import release, stage_of
 from .context import SmemTile, Tile
 from .loop_values import flatten, iter_layouts, unflatten
 from .dot import _a_fragments, _check_operands, _issue_register_a
-from .schedule import a_from_shared
 from .ws_consumer_loop import PINGPONG_BARRIERS
 from .ws_lookahead_loop import LookaheadConsumerLoop
-
-#: Ops that only reshape or replicate values (no arithmetic): the chain takes them along with it.
-_SHAPE_OPS = (ExpandDimsOp.NAME, BroadcastOp.NAME, SplatOp.NAME)
-
-
-def _owner(use):
-    return use.owner.operation if hasattr(use.owner, "operation") else use.owner
-
-
-def pipelined_second_dot(for_op, first_dot):
-    """(D2, index of its accumulating iteration argument, chain ops in program order) when the loop's second dot
-    can run one iteration late (see the module docstring), else None."""
-    loop = ForOp(for_op)
-    body = loop.body
-    ops = ops_of(body)
-    dots = [o for o in ops if o.name == DotOp.NAME]
-    gets = [o for o in ops if o.name == ArefGetOp.NAME]
-    if len(dots) != 2 or dots[0] != first_dot or len(gets) != 1:
-        return None
-    d2 = DotOp(dots[1])
-    if a_from_shared(d2.op) or defining_op(d2.a) is None or defining_op(d2.a).block != body:
-        return None
-    b = defining_op(d2.b)
-    if b is not None and b.name == TransOp.NAME:
-        b = defining_op(TransOp(b).src)
-    if b != gets[0]:
-        return None
-    uses = list(d2.result.uses)
-    if len(uses) != 1 or _owner(uses[0]) != loop.yield_op:
-        return None
-    index = uses[0].operand_number
-    acc = loop.iter_args[index]
-    # Forward from acc: every op reading it (transitively) must lead only to D2's accumulator operand.
-    chain, frontier = [], [acc]
-    while frontier:
-        for use in frontier.pop().uses:
-            owner = _owner(use)
-            if owner == d2.op:
-                if use.operand_number != DotOp.ACC:
-                    return None
-                continue
-            if owner.block != body or owner.regions or len(owner.results) != 1:
-                return None
-            if owner not in chain:
-                chain.append(owner)
-                frontier.append(owner.results[0])
-    if not chain and d2.acc != acc:
-        return None
-    # Backward: reshapes feeding the chain and used by nothing else go with it (alpha is carried, not alpha[:, None]).
-    grew = True
-    while grew:
-        grew = False
-        for op in list(chain):
-            for v in op.operands:
-                src = defining_op(v)
-                if src is not None and src.block == body and src.name in _SHAPE_OPS and src not in chain and \
-                        all(u in chain for u in users(src.results[0])):
-                    chain.append(src)
-                    grew = True
-    for op in chain:
-        if any(u not in chain and u != d2.op for u in users(op.results[0])):
-            return None
-        # The chain runs one iteration late: it may read acc, values computed in the body (carried to the next
-        # iteration) and loop invariants, but no other iteration argument (nor the induction variable).
-        if any(_is_block_arg(v, body) and v != acc for v in op.operands):
-            return None
-    return d2.op, index, sorted(chain, key=ops.index)
-
-
-def _is_block_arg(value, block) -> bool:
-    return defining_op(value) is None and value.owner == block
-
 
 class SoftmaxPipelineLoop(LookaheadConsumerLoop):
 

@@ -1,11 +1,13 @@
 // RUN: tawa-opt %examples/flash_attention.tawa --consumer-pingpong on --passes aref-insertion,partition,protocol-check,register-realloc,assign-warp-groups | FileCheck %s --check-prefix=ATTN
-// RUN: tawa-opt %examples/flash_attention.tawa --passes aref-insertion,partition,protocol-check,register-realloc,assign-warp-groups | FileCheck %s --check-prefix=OFF
+// RUN: tawa-opt %examples/flash_attention.tawa --passes aref-insertion,partition,protocol-check,register-realloc,assign-warp-groups | FileCheck %s --check-prefix=ATTN
+// RUN: tawa-opt %examples/flash_attention.tawa --consumer-pingpong off --passes aref-insertion,partition,protocol-check,register-realloc,assign-warp-groups | FileCheck %s --check-prefix=OFF
+// RUN: tawa-opt %examples/flash_attention.tawa --consumer-lookahead off --passes aref-insertion,partition,protocol-check,register-realloc,assign-warp-groups | FileCheck %s --check-prefix=OFF
 // RUN: tawa-opt %examples/gemm.tawa --consumer-pingpong on --passes aref-insertion,partition,protocol-check,register-realloc,assign-warp-groups | FileCheck %s --check-prefix=GEMM
 // RUN: tawac %examples/flash_attention.tawa --consumer-pingpong on --emit ptx | FileCheck %s --check-prefix=PTX
 
-// With `consumer_pingpong=True`, attention's two consumer warp groups (their loop does math, the softmax, on a
-// dot's result) get the ping-pong schedule; by default they do not; a GEMM main loop (dots that only accumulate)
-// never gets it.
+// Attention's two consumer warp groups (their loop does math, the softmax, on a dot's result) get the ping-pong
+// schedule by default, where their loop is softmax-pipelined; not with `consumer_pingpong=False`, nor by default
+// without the pipeline (`consumer_lookahead=False`); a GEMM main loop (dots that only accumulate) never gets it.
 // ATTN: tawa.num_warp_groups = 2 : i32, tawa.pingpong, tawa.warp_group = "consumer"
 // OFF-NOT: tawa.pingpong
 // GEMM-NOT: tawa.pingpong
