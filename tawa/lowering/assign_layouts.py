@@ -77,11 +77,11 @@ def smem_swizzle(cols: int, elem: str) -> int | None:
     return row if row in SWIZZLES else None
 
 
-def check_dot_tile(t, location, warp_specialized: bool = False) -> None:
+def check_dot_tile(t, location) -> None:
     """Refuse a 2-D tile of type `t` that TMA cannot copy into shared memory for a dot: rows are written as
     swizzled boxes of 32, 64 or 128 bytes, one copy moves at most 256 rows, and the tile must fit in shared
     memory. Called here for every load feeding dots (both schedules) and by the NVVM conversion for every TMA
-    load it emits. `warp_specialized`: the tile travels through an aref ring, whose slots hold 128-byte rows."""
+    load it emits (an aref ring's slots hold tiles in the same swizzled form)."""
     rows, cols = tile_shape(t)
     elem = elem_type(t)
     box_cols = hopper.SWIZZLE_BYTES // elem_bytes(elem)
@@ -93,12 +93,6 @@ def check_dot_tile(t, location, warp_specialized: bool = False) -> None:
             note=f"make the loaded tile's last dimension {32 // elem_bytes(elem)}, {64 // elem_bytes(elem)} or a "
                  f"multiple of {box_cols}: the copy engine writes swizzled rows of 32, 64 or 128 bytes (a B tile "
                  f"narrower than that can be loaded as [BLOCK_N, BLOCK_K] from a K-major tensor and used as b.T)")
-    if warp_specialized and width != hopper.SWIZZLE_BYTES:
-        raise CompilationError(
-            f"a tile read by a dot in a warp-specialized kernel needs rows of a multiple of "
-            f"{hopper.SWIZZLE_BYTES} bytes ({box_cols} {elem} elements), got {cols}", location,
-            note=f"compile with warp_specialize=False (the uniform-warp schedule reads {width}-byte rows), or make "
-                 f"the loaded tile's last dimension a multiple of {box_cols}")
     if rows > 256:
         raise CompilationError(
             f"a tile read by a dot may have at most 256 rows, got {rows}", location,
@@ -197,7 +191,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
     # tiles (its loads are issued by the aref puts, as TMA copies).
     for op in walk_block(body):
         if op.name == "tawa.load" and attrs.AREF_LOAD.get(op) and len(tile_shape(op.results[0].type)) == 2:
-            check_dot_tile(op.results[0].type, source_location(op), warp_specialized=True)
+            check_dot_tile(op.results[0].type, source_location(op))
     for g in groups:
         if warp_group_role(g) == attrs.CONSUMER:
             _assign(walk_block(g.regions[0].blocks[0]), hopper.WARPS_PER_GROUP * attrs.NUM_WARP_GROUPS.get(g),

@@ -61,16 +61,16 @@ DOT_CASES = [
     *_case("f8e4m3", 32, 64, 128, b_t=1),
     *_case("bf16", 64, 128, 64, schedules=(UNIFORM,), num_warps=8),
     *_case("bf16", 64, 128, 64, schedules=(AUTO,), num_consumer_groups=2),
-    # Narrow K tiles: 32- and 64-byte swizzled rows (warp-specialized kernels need 128-byte rows).
-    *_case("bf16", 128, 128, 16, schedules=(UNIFORM,)),
-    *_case("bf16", 128, 128, 32, b_t=1, schedules=(UNIFORM,)),
-    *_case("f16", 64, 64, 32, a_t=1, schedules=(UNIFORM,)),
-    *_case("bf16", 16, 64, 16, b_t=1, schedules=(UNIFORM,)),
-    *_case("f8e4m3", 128, 128, 64, b_t=1, schedules=(UNIFORM,)),
+    # Narrow K tiles: 32- and 64-byte swizzled rows, in aref slots too under warp specialization.
+    *_case("bf16", 128, 128, 16),
+    *_case("bf16", 128, 128, 32, b_t=1),
+    *_case("f16", 64, 64, 32, a_t=1),
+    *_case("bf16", 16, 64, 16, b_t=1),
+    *_case("f8e4m3", 128, 128, 64, b_t=1),
     *_case("f8e4m3", 128, 64, 128, a_t=1, b_t=1),
     # Narrow MN-major B rows: BLOCK_N of 16 and 32.
-    *_case("bf16", 128, 16, 64, schedules=(UNIFORM,)),
-    *_case("bf16", 64, 32, 32, schedules=(UNIFORM,)),
+    *_case("bf16", 128, 16, 64),
+    *_case("bf16", 64, 32, 32),
 ]
 
 

@@ -92,10 +92,15 @@ def test_narrow_mn_major_b():
     assert swizzles(kernel)[(64, 16)] == 32
 
 
-def test_narrow_k_tiles_under_warp_specialization_are_refused_with_a_workaround():
-    with pytest.raises(tawa.CompilationError) as e:
-        gemm(BLOCK_K=32, warp_specialize=True)
-    assert e.value.location is not None and "warp_specialize=False" in e.value.note
+@pytest.mark.parametrize("dtype,bk,width", [("bf16", 16, 32), ("bf16", 32, 64), ("f8e4m3", 64, 64)])
+def test_narrow_k_tiles_travel_through_aref_slots(dtype, bk, width):
+    """Under warp specialization the producer's TMA writes 32- or 64-byte rows into the ring slots with the
+    swizzle of that width, and the consumers' wgmma descriptors read them so (once refused)."""
+    kernel = gemm(DTYPE=dtype, BLOCK_K=bk, B_T=1, warp_specialize=True)
+    assert "setmaxnreg" in kernel.ptx                   # warp specialized: a producer and consumer warp groups
+    assert set(swizzles(kernel).values()) == {width}
+    constant = ((8 * width >> 4) | ({64: 2, 32: 3}[width] << 30)) << 32 | 1 << 16
+    assert f"{constant - (1 << 64)};" in kernel.ptx
 
 
 @pytest.mark.parametrize("dtype", ["f8e4m3", "f8e5m2"])

@@ -34,6 +34,7 @@ from tawa.ir.ops import (AREF_USE_OPS, aref_of, ArefCreateOp, ArefGetOp, ArefPut
 from tawa.ir.traversal import ops_of, parent_op, walk
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
+from ..assign_layouts import smem_swizzle
 from . import sync
 from .context import SmemTile
 from .memory import TmaLoad, issue_elected
@@ -68,9 +69,10 @@ def slot_tile(t, op=None) -> tuple:
         raise CompilationError(f"an aref slot holds 2-D tiles, got {t}", note="load 2-D tiles for dot operands")
     rows, cols = shape
     elem = elem_type(t)
-    if (cols * elem_bytes(elem)) % hopper.SWIZZLE_BYTES:
+    if smem_swizzle(cols, elem) is None:       # check_dot_tile refused such tiles at their load, with a location
         raise CompilationError(
-            f"a tile carried by an aref needs rows of a multiple of {hopper.SWIZZLE_BYTES} bytes, got {t}",
+            f"a tile carried by an aref needs rows of 32 or 64 bytes or a multiple of {hopper.SWIZZLE_BYTES} "
+            f"bytes, got {t}",
             note=f"make the tile's last dimension a multiple of {hopper.SWIZZLE_BYTES // elem_bytes(elem)} "
                  f"elements, or compile with warp_specialize=False")
     return rows, cols, elem, rows * cols * elem_bytes(elem)
