@@ -10,8 +10,9 @@ machines:
 
 The GEMM sweep (bf16 and fp16; M x N x K = 4096^3, 8192^3, 8192x8192x2048, 4096x14336x4096, 512x8192x8192)
 times, side by side in one process and alternating over rounds, `examples/gemm.tawa` warp specialized (three tile
-shapes, see GEMM_VARIANTS; "Tawa-WS" is BLOCK_M=256) and uniform-warp, torch.matmul (cuBLAS) and a plain
-Triton matmul with a small autotune set; it prints TFLOP/s, ratios to cuBLAS and their geometric means.
+shapes, see GEMM_VARIANTS, each with its tile constants spelled out; "Tawa-WS" is 256x128) and uniform-warp,
+torch.matmul (cuBLAS) and a plain Triton matmul with a small autotune set; it prints TFLOP/s, ratios to cuBLAS and
+their geometric means.
 """
 from __future__ import annotations
 
@@ -32,16 +33,17 @@ KERNELS = {
     "flash_attention": ("flash_attention.tawa", {}, {}),
     "flash_attention_causal": ("flash_attention.tawa", {"CAUSAL": 1}, {}),
 }
-#: The GEMM variants of the sweep: warp specialized (1 producer + 2 consumer warp groups, the ring depth chosen by
-#: the compiler: 6 slots for 128x128 tiles, 4 for 128x256 / 256x128) and uniform-warp (software pipelined).
+#: The GEMM variants of the sweep, each with its tile spelled out (the example's default is 128x256): warp
+#: specialized (1 producer + 2 consumer warp groups, the ring depth chosen by the compiler: 6 slots for 128x128
+#: tiles, 4 for 128x256 / 256x128) and uniform-warp (software pipelined).
 GEMM_VARIANTS = {
-    "ws_128x128": ({}, {"warp_specialize": True, "schedule": "tile"}),
+    "ws_128x128": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "tile"}),
     "ws_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True, "schedule": "tile"}),
-    "ws_256x128": ({"BLOCK_M": 256}, {"warp_specialize": True, "schedule": "tile"}),
-    "pers_128x128": ({}, {"warp_specialize": True, "schedule": "persistent"}),
+    "ws_256x128": ({"BLOCK_M": 256, "BLOCK_N": 128}, {"warp_specialize": True, "schedule": "tile"}),
+    "pers_128x128": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "persistent"}),
     "pers_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True, "schedule": "persistent"}),
-    "pers_256x128": ({"BLOCK_M": 256}, {"warp_specialize": True, "schedule": "persistent"}),
-    "uni_128x128": ({}, {"warp_specialize": False, "num_stages": 3}),
+    "pers_256x128": ({"BLOCK_M": 256, "BLOCK_N": 128}, {"warp_specialize": True, "schedule": "persistent"}),
+    "uni_128x128": ({"BLOCK_N": 128}, {"warp_specialize": False, "num_stages": 3}),
     "uni_128x256": ({"BLOCK_N": 256}, {"warp_specialize": False, "num_stages": 3, "num_warps": 8}),
 }
 for _dt in ("bf16", "f16"):
@@ -221,7 +223,7 @@ def gemm_sweep(out, dev, check) -> None:
 
 
 #: The warp-specialized variant reported as "Tawa-WS": one fixed configuration for the whole sweep (gemm.tawa with
-#: BLOCK_M=256: each consumer warp group computes 128x128 of a 256x128 tile). "WS best" picks per shape.
+#: BLOCK_M=256, BLOCK_N=128: each consumer warp group computes 128x128 of a 256x128 tile). "WS best" picks per shape.
 HEADLINE_WS = "ws_256x128"
 
 

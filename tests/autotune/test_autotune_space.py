@@ -2,6 +2,7 @@
 the cached space record a machine without the compiler tunes from."""
 from __future__ import annotations
 
+import pathlib
 import sys
 
 import pytest
@@ -13,9 +14,17 @@ from autotune_support import SCALE, SCALE_DECLARED
 
 #: What `space_info` gives for examples/gemm.tawa, minus the declaration.
 GEMM_INFO = {"name": "gemm", "params": ["A", "B", "C"],
-             "constants": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "DTYPE": "bf16"},
+             "constants": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "DTYPE": "bf16"},
              "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]],
              "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]], "has_dot": True, "declared": None}
+
+
+def test_gemm_info_is_what_space_info_reads_from_the_example(own_cache):
+    from tawa.frontend import read_source
+    gemm = pathlib.Path(__file__).resolve().parents[2] / "examples" / "gemm.tawa"
+    info = space.space_info(*read_source(str(gemm)))
+    keys = [k for k in GEMM_INFO if k != "declared"]
+    assert {k: info[k] for k in keys} == {k: GEMM_INFO[k] for k in keys}
 
 
 def test_default_space_of_a_gemm_tries_the_hopper_tiles_best_guess_first():

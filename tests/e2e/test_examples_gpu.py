@@ -10,10 +10,10 @@ from e2e_support import compiled, poisoned, rel_err
 pytestmark = pytest.mark.gpu
 SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"schedule": "tile"}, id="ws-tile"),
              pytest.param({"warp_specialize": False}, id="uniform")]
-# Ragged against the 128x128x64 tile; row strides stay multiples of 16 bytes, as TMA needs.
-# (1000, 3000): 8 x 24 = 192 tiles, not a multiple of the SMs (132 on an H200, 114 on a PCIe H100); (129, 72): a
+# Ragged against the default 128x256x64 tile; row strides stay multiples of 16 bytes, as TMA needs.
+# (1000, 6000): 8 x 24 = 192 tiles, not a multiple of the SMs (132 on an H200, 114 on a PCIe H100); (129, 72): a
 # single column of two tiles; (64, 200, 8): K smaller than BLOCK_K; (100, 120): a single tile.
-GEMM_SHAPES = [(256, 256, 256), (1000, 3000, 712), (129, 72, 88), (64, 200, 8), (100, 120, 40), (4096, 4096, 4096),
+GEMM_SHAPES = [(256, 256, 256), (1000, 6000, 712), (129, 72, 88), (64, 200, 8), (100, 120, 40), (4096, 4096, 4096),
                (2176, 2304, 256)]
 
 

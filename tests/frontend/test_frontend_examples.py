@@ -34,8 +34,8 @@ def test_example_verifies_and_round_trips(name):
 def test_gemm():
     m = lower("gemm.tawa")
     attrs = kernel_attrs(m)
-    assert attrs["tawa.grid"] == ["cdiv(M, 128)", "cdiv(N, 128)"]
-    assert attrs["tawa.constants"] == {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "DTYPE": "bf16"}
+    assert attrs["tawa.grid"] == ["cdiv(M, 128)", "cdiv(N, 256)"]
+    assert attrs["tawa.constants"] == {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "DTYPE": "bf16"}
     assert attrs["tawa.params"] == [
         {"name": "A", "kind": "tensor", "dtype": "bf16", "shape": ["M", "K"]},
         {"name": "B", "kind": "tensor", "dtype": "bf16", "shape": ["K", "N"]},

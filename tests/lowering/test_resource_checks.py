@@ -32,7 +32,9 @@ def test_gemm_lines_are_where_the_tests_expect():
 
 # ---- shared memory
 
-@pytest.mark.parametrize("num_buffers", [8, 20])
+# gemm.tawa's default 128x256x64 bf16 tile takes 48 KiB per ring slot: four slots (and the epilogue's staging)
+# fit in the 226 KiB a block can use, five do not.
+@pytest.mark.parametrize("num_buffers", [5, 8, 20])
 @pytest.mark.parametrize("ws", [None, True])
 def test_too_many_buffers_refused_at_the_loop(num_buffers, ws):
     with pytest.raises(CompilationError) as info:
@@ -41,10 +43,10 @@ def test_too_many_buffers_refused_at_the_loop(num_buffers, ws):
     assert "shared memory" in e.message and f"num_buffers={num_buffers}" in e.message
     assert e.location is not None and e.location.filename == GEMM
     assert e.location.line == GEMM_LOOP_LINE
-    assert e.note and "num_buffers=7 or less" in e.note and "smaller tiles" in e.note
+    assert e.note and "num_buffers=4 or less" in e.note and "smaller tiles" in e.note
 
 
-@pytest.mark.parametrize("num_buffers", [None, 1, 2, 3, 4, 5, 6, 7])
+@pytest.mark.parametrize("num_buffers", [None, 1, 2, 3, 4])
 def test_buffers_that_fit_compile_within_the_limit(num_buffers):
     k = _compile(GEMM, num_buffers=num_buffers)
     assert 0 < k.shared_bytes <= hopper.SMEM_PER_BLOCK

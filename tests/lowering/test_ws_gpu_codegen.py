@@ -60,7 +60,8 @@ def sass(cubin: bytes) -> str | None:
 
 
 @needs_ptxas
-@pytest.mark.parametrize("constants", [{}, {"BLOCK_N": 256}, {"BLOCK_M": 256, "DTYPE": "f16"}])
+# the default 128x256 tile, 128x128 and 256x128 (f16): the three tile shapes bench/bench_gemm.py times
+@pytest.mark.parametrize("constants", [{}, {"BLOCK_N": 128}, {"BLOCK_M": 256, "BLOCK_N": 128, "DTYPE": "f16"}])
 def test_gemm_ws_ptx(constants):
     k = build("gemm", constants)
     assert k.num_threads == 384           # 1 producer + 2 consumer warp groups
@@ -86,9 +87,11 @@ def test_other_examples_specialize(name, constants):
 
 
 @needs_ptxas
-def test_uniform_fallback_not_serialized():
-    k = build("gemm", warp_specialize=False)
-    assert k.num_threads == 128 and "setmaxnreg" not in k.ptx
+@pytest.mark.parametrize("constants,threads", [({}, 256), ({"BLOCK_N": 128}, 128)])
+def test_uniform_fallback_not_serialized(constants, threads):
+    """The uniform-warp schedule: 8 warps for the default 128x256 tile, 4 for 128x128."""
+    k = build("gemm", constants, warp_specialize=False)
+    assert k.num_threads == threads and "setmaxnreg" not in k.ptx
     assert_clean_ptxas(k)
 
 

@@ -83,11 +83,12 @@ def test_gemm_nvvm(monkeypatch):
     assert counts == ["1"] * 4 + ["2"] * 4
     producer = text[text.index("setmaxregister  decrease 40"):text.index("setmaxregister  increase 232")]
     consumer = text[text.index("setmaxregister  increase 232"):]
-    # producer: wait empty with the flipped phase, expect-tx of the slot, the TMA copies (A: 1 box, B: 2 boxes)
+    # producer: wait empty with the flipped phase, expect-tx of the slot (the default 128x256x64 bf16 tile: A 16 KiB
+    # + B 32 KiB), the TMA copies (A: 1 box, B: 4 boxes of 64 columns)
     assert re.search(r"arith\.xori %\S+, %c1_i32 : i32\n\s+nvvm\.mbarrier\.try_wait\.parity", producer)
     assert "nvvm.elect.sync" in producer
-    assert "nvvm.mbarrier.arrive.expect_tx %" in producer and "%c32768_i32" in producer
-    assert producer.count("nvvm.cp.async.bulk.tensor.shared.cluster.global") == 3
+    assert "nvvm.mbarrier.arrive.expect_tx %" in producer and "%c49152_i32" in producer
+    assert producer.count("nvvm.cp.async.bulk.tensor.shared.cluster.global") == 5
     assert "wgmma" not in producer
     # stage = k & 3 and phase = (k >> 2) & 1 for depth 4
     assert re.search(r"arith\.andi %\S+, %c3_i32", producer) and re.search(r"arith\.shrui %\S+, %c2_i32", producer)

@@ -13,7 +13,7 @@ from tawa.lowering import aref_insertion, partition, protocol_check, ws_ir
 
 from ws_support import example_module, ops_named, region, run_passes
 
-AREF = r"aref #0 <tensor<128x64xbf16>, tensor<64x128xbf16>; depth \d+>"
+AREF = r"aref #0 <tensor<128x64xbf16>, tensor<64x256xbf16>; depth \d+>"   # gemm.tawa at its default 128x256x64 tile
 
 
 @pytest.fixture

@@ -3,13 +3,14 @@
 // RUN: FileCheck %s --input-file %t.ptx --check-prefix=NO-BAR0
 // RUN: FileCheck %s --input-file %t.dump --check-prefix=DUMP
 // RUN: FileCheck %s --input-file %t.dump --check-prefix=DUMP-NOT-UNIFORM
-// RUN: tawac %examples/gemm.tawa --schedule tile --emit ptx -D BLOCK_N=256 | tee %t.n256.ptx | FileCheck %s
-// RUN: FileCheck %s --input-file %t.n256.ptx --check-prefix=NO-BAR0
-// RUN: tawac %examples/gemm.tawa --schedule tile --emit ptx -D BLOCK_M=256 -D DTYPE=f16 | tee %t.m256.ptx | FileCheck %s
+// RUN: tawac %examples/gemm.tawa --schedule tile --emit ptx -D BLOCK_N=128 | tee %t.n128.ptx | FileCheck %s
+// RUN: FileCheck %s --input-file %t.n128.ptx --check-prefix=NO-BAR0
+// RUN: tawac %examples/gemm.tawa --schedule tile --emit ptx -D BLOCK_M=256 -D BLOCK_N=128 -D DTYPE=f16 | tee %t.m256.ptx | FileCheck %s
 // RUN: FileCheck %s --input-file %t.m256.ptx --check-prefix=NO-BAR0
 
 // The warp-specialized GEMM end to end (tawac, PTX), one program per CTA: the schedule the passes decided is what
-// the hardware runs. (gemm-persistent-ptx.mlir: the persistent schedule.)
+// the hardware runs, at the default 128x256 tile, at 128x128 and at 256x128 (f16). (gemm-persistent-ptx.mlir: the
+// persistent schedule.)
 
 // CHECK:       mbarrier.init.shared.b64
 // CHECK:       setmaxnreg.dec.sync.aligned.u32 40;

@@ -6,10 +6,10 @@
 
 // After aref-insertion: the two tiles go through one aref; the program is still sequential (no warp groups) and
 // the protocol holds in program order (protocol-check passes).
-// AREF:      %[[R:[0-9]+]] = "tawa.aref_create"() : () -> !tawa.aref<[tensor<128x64xbf16>, tensor<64x128xbf16>], {{[0-9]+}} : i32>
+// AREF:      %[[R:[0-9]+]] = "tawa.aref_create"() : () -> !tawa.aref<[tensor<128x64xbf16>, tensor<64x256xbf16>], {{[0-9]+}} : i32>
 // AREF:      scf.for {{.*}} iter_args
 // AREF:        "tawa.load"(%arg0, {{.*}}-> tensor<128x64xbf16>
-// AREF:        "tawa.load"(%arg1, {{.*}}-> tensor<64x128xbf16>
+// AREF:        "tawa.load"(%arg1, {{.*}}-> tensor<64x256xbf16>
 // AREF:        "tawa.aref_put"(%[[R]], %{{[0-9]+}}, %{{[0-9]+}}) {operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0>}
 // AREF-NOT:    tawa.dot
 // AREF:        %[[G:[0-9]+]]:2 = "tawa.aref_get"
@@ -34,7 +34,7 @@
 // PART:      } {tawa.warp_group = "producer"}
 // PART:      scf.execute_region {
 // PART:        "tawa.program_id"() {axis = 0
-// PART:        scf.for {{.*}} iter_args(%arg{{[0-9]+}} = %{{[0-9]+}}) -> (tensor<128x128xf32>)
+// PART:        scf.for {{.*}} iter_args(%arg{{[0-9]+}} = %{{[0-9]+}}) -> (tensor<128x256xf32>)
 // PART-NOT:      tawa.load
 // PART-NOT:      aref_put
 // PART:          "tawa.aref_get"

@@ -9,17 +9,17 @@
 // CHECK:         "tawa.dim"(%arg0) {axis = 1 : i32}
 // CHECK:         "tawa.program_id"() {axis = 0 : i32}
 // CHECK:         "tawa.program_id"() {axis = 1 : i32}
-// CHECK:         %[[ACC0:.*]] = "tawa.splat"{{.*}}-> tensor<128x128xf32>
-// CHECK:         %[[ACC:.*]] = scf.for {{.*}} iter_args(%[[A:.*]] = %[[ACC0]]) -> (tensor<128x128xf32>) : i32
+// CHECK:         %[[ACC0:.*]] = "tawa.splat"{{.*}}-> tensor<128x256xf32>
+// CHECK:         %[[ACC:.*]] = scf.for {{.*}} iter_args(%[[A:.*]] = %[[ACC0]]) -> (tensor<128x256xf32>) : i32
 // CHECK:           %[[TA:.*]] = "tawa.load"(%arg0, {{.*}}) -> tensor<128x64xbf16>
-// CHECK:           %[[TB:.*]] = "tawa.load"(%arg1, {{.*}}) -> tensor<64x128xbf16>
-// CHECK:           %[[D:.*]] = "tawa.dot"(%[[TA]], %[[TB]], %[[A]]) : (tensor<128x64xbf16>, tensor<64x128xbf16>, tensor<128x128xf32>) -> tensor<128x128xf32>
+// CHECK:           %[[TB:.*]] = "tawa.load"(%arg1, {{.*}}) -> tensor<64x256xbf16>
+// CHECK:           %[[D:.*]] = "tawa.dot"(%[[TA]], %[[TB]], %[[A]]) : (tensor<128x64xbf16>, tensor<64x256xbf16>, tensor<128x256xf32>) -> tensor<128x256xf32>
 // CHECK:           scf.yield %[[D]]
-// CHECK:         %[[OUT:.*]] = arith.truncf %[[ACC]] : tensor<128x128xf32> to tensor<128x128xbf16>
+// CHECK:         %[[OUT:.*]] = arith.truncf %[[ACC]] : tensor<128x256xf32> to tensor<128x256xbf16>
 // CHECK:         "tawa.store"(%arg2, %[[OUT]],
 // CHECK:         return
 
 // F16: memref<?x?xf16>
 // F16: tensor<128x64xf16>
-// F16: tensor<128x128xf32> to tensor<128x128xf16>
+// F16: tensor<128x256xf32> to tensor<128x256xf16>
 // NO-BF16-NOT: bf16
