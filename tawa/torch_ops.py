@@ -62,7 +62,9 @@ def custom_op(name: str, kernel=None, /, *, outputs: Sequence[str] = (), mutates
     """Register a torch operator `name` ("namespace::op") that launches Tawa kernels; return it (a
     `torch.library.CustomOpDef`, callable like `torch.ops.namespace.op`).
 
-    With a `Kernel` (`custom_op(name, kernel, outputs=[...])`):
+    With a `Kernel` (`custom_op(name, kernel, outputs=[...])`), or a `tawa.autotune` tuner in its place (the
+    operator then launches the configuration tuned for each call's key; tuning happens on the first eager call
+    for a key, never inside a CUDA-graph capture):
       - `outputs`: names of the kernel's tensor arguments that the operator allocates and returns (none: the
         operator returns nothing, and must write through `mutates_args`).
       - `mutates_args`: names of the other tensor arguments that the kernel writes in place (default none). It
@@ -88,6 +90,10 @@ def custom_op(name: str, kernel=None, /, *, outputs: Sequence[str] = (), mutates
     if isinstance(kernel, Kernel):
         return _KernelOp(name, kernel, outputs, mutates_args or (), out_shapes or {}, grid,
                          device_types).register()
+    tuner = _as_autotuner(kernel)
+    if tuner is not None:
+        return _KernelOp(name, _signature_kernel(tuner), outputs, mutates_args or (), out_shapes or {}, grid,
+                         device_types, tuner=tuner).register()
     if callable(kernel):
         if mutates_args is None:
             raise TorchOpError(f"custom_op('{name}', fn) needs mutates_args: the names of the arguments the "
@@ -95,6 +101,29 @@ def custom_op(name: str, kernel=None, /, *, outputs: Sequence[str] = (), mutates
         return _function_op(name, kernel, mutates_args, device_types)
     raise TorchOpError(f"custom_op('{name}', ...): expected a tawa Kernel (from tawa.compile) or a function, "
                        f"got {type(kernel).__name__}")
+
+
+def _as_autotuner(obj):
+    """`obj` if it is a `tawa.autotune` tuner (imported only when one could be), else None."""
+    if type(obj).__name__ != "Autotuner":
+        return None
+    from tawa.autotune.tuner import Autotuner
+    return obj if isinstance(obj, Autotuner) else None
+
+
+def _signature_kernel(tuner) -> Kernel:
+    """A compiled candidate of the tuner, for the operator's schema: every candidate of one source has the same
+    arguments (constants and options change the code, not the signature). A kernel-cache hit when the space was
+    compiled ahead of time."""
+    from tawa.autotune import compiling
+    errors = []
+    for config in tuner.configs:
+        outcome = compiling.compile_one(tuner.source, tuner.filename, config, tuner.target, tuner.info.get(
+            "constants"))
+        if outcome.kernel is not None:
+            return Kernel(outcome.kernel, outcome.from_cache)
+        errors.append(outcome.error)
+    raise TorchOpError(f"no candidate of the tuner for '{tuner.name}' compiles: {errors[0] if errors else '?'}")
 
 
 def _torch():
@@ -136,8 +165,8 @@ def _function_op(name: str, fn, mutates_args, device_types):
 class _KernelOp:
     """The operator for one kernel: schema, output allocation, launch; built once, at registration."""
 
-    def __init__(self, name, kernel: Kernel, outputs, mutates_args, out_shapes, grid, device_types):
-        self.name, self.kernel = name, kernel
+    def __init__(self, name, kernel: Kernel, outputs, mutates_args, out_shapes, grid, device_types, tuner=None):
+        self.name, self.kernel, self.tuner = name, kernel, tuner
         params = kernel.compiled.params
         self.params = params
         index = {p["name"]: i for i, p in enumerate(params)}
@@ -266,9 +295,25 @@ class _KernelOp:
             full[i] = args[pos]
         for out, i in zip(outs, self.outputs):
             full[i] = out
+        launcher = self.kernel if self.tuner is None else self._tuned(full)
         if self.grid is not None:
-            self.kernel[tuple(self.grid(*args))](*full)
+            launcher[tuple(self.grid(*args))](*full)
         else:
-            self.kernel(*full)
+            launcher(*full)
         return self._result(outs)
+
+    def _tuned(self, full):
+        """The tuner, after checking that it will not tune inside a CUDA-graph capture: tuning times candidates
+        with events and synchronizes, which a capture forbids. A key tuned before (in this process, or stored on
+        disk) only looks its choice up."""
+        torch = self.torch
+        tuner = self.tuner
+        key = tuner.key_of(full)
+        if key not in tuner.choices and tuner.target == "cuda" and torch.cuda.is_current_stream_capturing():
+            shape = ", ".join(f"{k}={v}" for k, v in zip(tuner.key, key))
+            raise TorchOpError(
+                f"operator '{self.name}' would tune kernel '{tuner.name}' for {shape} inside a CUDA-graph capture",
+                note="run the operator once on these shapes before capturing (torch.compile's reduce-overhead "
+                     "mode does so in its warm-up runs), or set TAWA_AUTOTUNE=0 to take the first candidate")
+        return tuner
 

@@ -183,3 +183,51 @@ def test_llama_block_matches_the_stock_layer(llama, torch):
         print(f"{name}: stock {stock_err:.2e} tawa {tawa_err:.2e}")
     assert [name for name, *_ in rows] == ["attention", "mlp", "layer", "layer, compiled"]
     assert all(ok for *_, ok in rows), rows
+
+
+#: A small tuning space for the autotuned operator (compiled into the cache in prefill mode).
+TUNED = [{"BLOCK_N": 128}, {"BLOCK_N": 256}]
+
+
+@pytest.fixture(scope="module")
+def tuned_gemm():
+    import tawa
+    from torch_support import PREFILL
+    gemm = str(EXAMPLES / "gemm.tawa")
+    if PREFILL:
+        outcomes = tawa.autotune.compile_space(gemm, configs=TUNED)
+        assert all(o.kernel is not None for o in outcomes), [o.error for o in outcomes]
+        pytest.skip("the tuning space is compiled into the cache; the check runs on a GPU")
+    return tawa.autotune(gemm, configs=TUNED, show_progress=False)
+
+
+def test_autotuned_op_tunes_eagerly_and_replays_in_cuda_graphs(tuned_gemm, torch):
+    """An operator made from a tuner: capturing a key that was never tuned is refused with a clear error (tuning
+    times candidates, which a capture forbids); after one eager call the key's choice is captured and replayed on
+    new data, and torch.compile's reduce-overhead mode (which warms up eagerly) works as is."""
+    from tawa import torch_ops
+    from tawa.torch_ops import TorchOpError
+    op = torch_ops.custom_op(op_name("tuned_gemm"), tuned_gemm, outputs=["C"])
+    a, b = bf16(torch, 384, 512), bf16(torch, 512, 640)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(TorchOpError, match="inside a CUDA-graph capture"):
+        with torch.cuda.graph(graph):
+            op(a, b)
+    assert not tuned_gemm.choices
+    c = op(a, b)                                               # eager: tunes for (384, 640, 512), then launches
+    assert rel_err(c, a.float() @ b.float()) < 1e-2 and list(tuned_gemm.choices) == [(384, 640, 512)]
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = op(a, b)
+    for _ in range(2):
+        a.copy_(bf16(torch, 384, 512))
+        c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(c, a.float() @ b.float()) < 1e-2
+    w = bf16(torch, 512, 256)
+    compiled = torch.compile(lambda x: torch.relu(op(x, w)), fullgraph=True, mode="reduce-overhead")
+    for _ in range(4):
+        x = bf16(torch, 256, 512)
+        out = compiled(x).clone()
+        assert rel_err(out, torch.relu(x.float() @ w.float())) < 1e-2

@@ -184,3 +184,23 @@ def test_interpreted_kernel_refuses_gpu_tensors(gemm_f32, monkeypatch):
     t = torch.zeros(2).as_subclass(OnGpu)
     with pytest.raises(LaunchError, match=r"argument 'A' is on cuda:0; a kernel compiled for the CPU interpreter"):
         _numpy_view(t, "A")
+
+
+def test_autotuned_op_launches_the_tuned_configuration(tmp_path, monkeypatch):
+    """An operator made from a `tawa.autotune` tuner: the schema comes from a candidate, the first call for a
+    key tunes (here with the interpreter and wall-clock timing), later calls and torch.compile use the choice."""
+    monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path))
+    tuner = tawa.autotune(GEMM, configs=[{"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16},
+                                         {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16}],
+                          target="cpu", DTYPE="f32", show_progress=False)
+    op = torch_ops.custom_op(op_name("tuned_gemm"), tuner, outputs=["C"])
+    assert str(op._opoverload._schema).endswith("(Tensor A, Tensor B) -> Tensor")
+    a, b = torch.randn(40, 24), torch.randn(24, 20)
+    assert not tuner.choices
+    c = op(a, b)
+    torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)
+    assert list(tuner.choices) == [(40, 20, 24)]          # tuned once, for the key (M, N, K) of the call
+    out = compiled_without_breaks(lambda x, y: op(x, y) * 2, a, b)
+    torch.testing.assert_close(out, (a @ b) * 2, rtol=1e-5, atol=1e-5)
+    assert list(tuner.choices) == [(40, 20, 24)]
+    torch.library.opcheck(op, (a, b))
