@@ -11,6 +11,7 @@ compute bit-for-bit what the sequential kernel computes.
 from __future__ import annotations
 
 import pathlib
+import re
 
 import ml_dtypes
 import numpy as np
@@ -22,7 +23,7 @@ from tawa.ir.traversal import ops_of, walk
 from tawa.errors import TawaError
 from tawa.frontend import parse_and_lower
 from tawa.ir.convert import to_python
-from tawa.lowering import aref_insertion, partition, persistent_tiles, protocol_check
+from tawa.lowering import aref_insertion, mask_elision, partition, persistent_tiles, protocol_check
 from tawa.options import CompileOptions
 from tawa.runtime.grid import bind_numpy_args, eval_grid
 from tawa.runtime.interpreter import InterpreterDeadlock, run_kernel, run_with_interleavings
@@ -38,10 +39,14 @@ def build(name: str, constants: dict, specialize: bool = True, persistent: bool 
     m = parse_and_lower(path.read_text(), str(path), constants)
     if specialize:
         opts = CompileOptions(warp_specialize=True, schedule="persistent" if persistent else None, **options)
-        passes = (aref_insertion, partition, protocol_check) + ((persistent_tiles,) if persistent else ())
+        # mask-elision first, as in the pipeline: attention's consumers then branch around the mask per key block.
+        passes = (mask_elision, aref_insertion, partition, protocol_check) + ((persistent_tiles,) if persistent else ())
         for p in passes:
             p.run(m, opts)
         assert "warp_group = \"producer\"" in str(m)
+        if name.endswith("attention"):
+            # The elided mask: a branch yielding the f32 score tile, in the specialized consumer.
+            assert re.search(r"scf\.if %\S+ -> \(tensor<\d+x\d+xf32>\)", str(m))
     return m
 
 
