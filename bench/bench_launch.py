@@ -4,7 +4,7 @@
     python bench/bench_launch.py [run] [-n 20000]   # time launches on the GPU (needs no MLIR once cached)
     python bench/bench_launch.py run --profile      # also print a cProfile of the Tawa launches
 
-The Tawa kernel is `examples/softmax.tawa` (BLOCK_M=4, BLOCK_N=1024) on a 1 x 1024 f32 row: one CTA, so the GPU
+The Tawa kernel is `examples/softmax.tawa` (BLOCK_M=2, BLOCK_N=1024) on a 1 x 1024 f32 row: one CTA, so the GPU
 finishes each launch long before the host issues the next and the loop measures the host. It is loaded through
 `tawa.compile`, i.e. the disk kernel cache (TAWA_CACHE_DIR): `build` on a machine with MLIR, copy the cache, `run`
 on the GPU machine. Timed, per launch, over N launches after a warm-up, the median of several rounds:

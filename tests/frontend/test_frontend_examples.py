@@ -61,7 +61,7 @@ def test_gemm_fp8():
 
 def test_softmax():
     m = lower("softmax.tawa")
-    assert kernel_attrs(m)["tawa.grid"] == ["cdiv(M, 4)"]
+    assert kernel_attrs(m)["tawa.grid"] == ["cdiv(M, 2)"]
 
 
 def test_flash_attention():
