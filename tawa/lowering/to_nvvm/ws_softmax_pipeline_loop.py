@@ -32,19 +32,20 @@ scheduler barrier), so one group's softmax runs while the other's products occup
 from __future__ import annotations
 
 from tawa import hopper
+from tawa.ir import attrs
 from tawa.ir.ops import DotOp, ForOp
 from tawa.ir.traversal import defining_op, ops_of
 
-from ..assign_warp_groups import pipelined_second_dot
-
 from .. import layouts as L
+from ..assign_warp_groups import pipelined_second_dot
 from . import sync
 from .arefs import release, stage_of
 from .context import SmemTile, Tile
-from .loop_values import flatten, iter_layouts, unflatten
 from .dot import _a_fragments, _check_operands, _issue_register_a
+from .loop_values import flatten, iter_layouts, unflatten
 from .ws_consumer_loop import PINGPONG_BARRIERS
 from .ws_lookahead_loop import LookaheadConsumerLoop
+
 
 class SoftmaxPipelineLoop(LookaheadConsumerLoop):
 
@@ -68,9 +69,9 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
                 src = defining_op(v)
                 if src in inside and src not in self.chain and v not in self.carried:
                     self.carried.append(v)
-        self.d2_layout = L.parse(_layout_attr(self.second))
+        self.d2_layout = L.parse(attrs.LAYOUT.get(self.second))
         self.prologue_done = False
-        self.pending = None     # (P fragments, V tile, carried values) of the D2 still to issue
+        self.pending = None     # (P's packed fragments, V's shared offset, carried values) of the D2 to issue
         self.d2 = d2
 
     # ---- the rotation ---------------------------------------------------------------------------------------
@@ -225,7 +226,3 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
         rows, cols, elem, transposed = self.v_shape
         return SmemTile(offset, rows, cols, elem, transposed)
 
-
-def _layout_attr(op):
-    from tawa.ir import attrs
-    return attrs.LAYOUT.get(op)
