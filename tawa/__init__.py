@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 
-from tawa.errors import CompilationError, DriverError, LaunchError, TawaError  # noqa: F401
+from tawa.errors import (CompilationError, DriverError, LaunchError, TawaError, TawaPerformanceWarning,  # noqa: F401
+                         TmaAlignmentError)
 from tawa.options import CompileOptions
 from tawa.version import __version__  # noqa: F401
 from tawa.source import read_source  # noqa: F401  (re-exported: `tawa.read_source`)
@@ -33,20 +34,24 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
 
     options = CompileOptions.from_kwargs(dict(kwargs, target=target)).validate()
     source, filename = read_source(path_or_source)
+    # With tma left automatic, arguments that break TMA's alignment rules get the variant compiled without it.
+    without_tma = None
+    if target == "cuda" and options.tma is None:
+        without_tma = lambda: compile(path_or_source, target=target, cache=cache, **kwargs, tma=False)  # noqa: E731
     key = None
     if cache and target == "cuda":
         from tawa.runtime import cache as disk_cache
         key = disk_cache.cache_key(source, options)
         hit = disk_cache.load(key)
         if hit is not None:
-            return Kernel(hit, from_cache=True)
+            return Kernel(hit, from_cache=True, without_tma=without_tma)
     from tawa.compiler import compile_source
     t0 = time.perf_counter()
     compiled = compile_source(source, filename, options)
     compiled.compile_seconds = time.perf_counter() - t0
     if key is not None:
         disk_cache.store(key, compiled)
-    return Kernel(compiled)
+    return Kernel(compiled, without_tma=without_tma)
 
 
 def interpret(path_or_source: str, **kwargs):

@@ -46,6 +46,15 @@ class LaunchError(TawaError):
     """A kernel was launched with arguments that do not match its declaration."""
 
 
+class TawaPerformanceWarning(UserWarning):
+    """Something runs, but slower than it could (for instance a kernel variant without TMA)."""
+
+
+class TmaAlignmentError(LaunchError):
+    """An argument the kernel reads or writes through TMA breaks its 16-byte rules (base address or row stride).
+    A kernel from `tawa.compile` then switches to its variant compiled with `tma=False`."""
+
+
 class InternalCompilerError(TawaError):
     """A bug in the compiler, not in the user's program: a pass met IR it should never see, or broke an
     invariant. The message names the pass and the op; the program may still be fine under other options."""

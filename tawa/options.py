@@ -66,6 +66,11 @@ class CompileOptions:
         None, help="inside each consumer warp group, issue the next iteration's first dot (attention's Q K^T) "
                    "before this iteration's math on the current one, so the two overlap (auto: where the dot's "
                    "operands allow it)")
+    tma: Optional[bool] = _opt(
+        None, help="load dot operands and store tiles with TMA copies (auto and on); off: the threads copy them, "
+                   "for tensors whose rows or base address are not 16-byte aligned (slower; implies the "
+                   "uniform-warp schedule). With auto, a JIT-compiled kernel launched on such tensors switches "
+                   "to the off variant by itself")
     schedule: Optional[str] = _opt(
         None, choices=SCHEDULES,
         help="tile schedule of a warp-specialized kernel: 'tile' runs one program per output tile as the grid "
@@ -111,6 +116,11 @@ class CompileOptions:
             bad("warp_specialize", self.warp_specialize, "True, False or None (auto)")
         if self.consumer_lookahead is not None and not is_bool(self.consumer_lookahead):
             bad("consumer_lookahead", self.consumer_lookahead, "True, False or None (auto)")
+        if self.tma is not None and not is_bool(self.tma):
+            bad("tma", self.tma, "True, False or None (auto)")
+        if self.tma is False and self.warp_specialize is True:
+            raise InvalidOptionError("warp_specialize", True, "False or None with tma=False (the producer warp "
+                                     "group loads through TMA)")
         if self.consumer_pingpong is not None and not is_bool(self.consumer_pingpong):
             bad("consumer_pingpong", self.consumer_pingpong, "True, False or None (auto)")
         if self.schedule is not None and self.schedule not in SCHEDULES:

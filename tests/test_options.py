@@ -26,7 +26,7 @@ BAD = [
     ("consumer_registers", 0), ("consumer_registers", 300), ("consumer_registers", 232.0),
     ("num_consumer_groups", 3), ("num_consumer_groups", 0), ("num_consumer_groups", True),
     ("num_warps", 2), ("num_warps", 16), ("num_warps", 4.0),
-    ("target", "rocm"), ("target", None),
+    ("target", "rocm"), ("target", None), ("tma", "off"), ("tma", 0),
 ]
 
 
@@ -52,7 +52,8 @@ def test_compile_checks_options_before_reading_the_file():
     {}, dict(num_stages=1), dict(num_buffers=1), dict(warp_specialize=False), dict(warp_specialize=True),
     dict(producer_registers=hopper.SETMAXNREG_MIN, consumer_registers=hopper.SETMAXNREG_MAX),
     dict(num_consumer_groups=1), dict(num_consumer_groups=2), dict(num_warps=4), dict(num_warps=8),
-    dict(target="cpu"), dict(dump_ir_after_all=True, verify_each=True),
+    dict(target="cpu"), dict(dump_ir_after_all=True, verify_each=True), dict(tma=False), dict(tma=True),
+    dict(tma=False, warp_specialize=False),
 ])
 def test_good_values_pass(kwargs):
     opts = CompileOptions(**kwargs)
@@ -133,3 +134,9 @@ def test_tawac_bad_option_has_no_traceback_in_a_subprocess():
                          text=True, cwd=ROOT)
     assert out.returncode == 2
     assert "--num-stages" in out.stderr and "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_tma_off_cannot_be_warp_specialized():
+    """The producer warp group loads through TMA: asking for both is refused, naming the conflict."""
+    with pytest.raises(CompilationError, match="invalid option warp_specialize=True.*tma=False"):
+        CompileOptions(tma=False, warp_specialize=True).validate()

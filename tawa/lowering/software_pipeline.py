@@ -63,6 +63,8 @@ def run(module: ir.Module, options=None) -> ir.Module:
     func = kernel_function(module)
     if warp_groups(func):
         return module   # warp specialized: the aref rings are the pipeline
+    if getattr(options, "tma", None) is False:
+        return module   # the threads copy each tile when it is used (memory.lower_thread_copy)
     stages_wanted = max(int(getattr(options, "num_stages", 3) or 1), 1)
     loops = []
     _loops(body_block(func), 0, loops)

@@ -215,6 +215,9 @@ def decide(func_op, options) -> tuple:
     """
     if options.warp_specialize is False:
         return False, ""
+    if getattr(options, "tma", None) is False:
+        return False, (f"kernel '{kernel_name(func_op)}' uses the uniform-warp schedule: tma=False (its producer "
+                       f"warp group would load through TMA)")
     ok, reason = can_specialize(func_op)
     name = kernel_name(func_op)
     if ok:

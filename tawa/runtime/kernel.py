@@ -14,6 +14,7 @@ import contextlib
 import threading
 
 from tawa.abi import CompiledKernel
+from tawa.errors import TawaPerformanceWarning, TmaAlignmentError
 
 
 class _DryRun(threading.local):
@@ -35,11 +36,15 @@ def dry_run():
 
 
 class Kernel:
-    def __init__(self, compiled: CompiledKernel, from_cache: bool = False):
+    def __init__(self, compiled: CompiledKernel, from_cache: bool = False, without_tma=None):
         self.compiled = compiled
         self.from_cache = from_cache
         self._launcher = None
         self._module = None
+        #: () -> Kernel: the same kernel compiled with tma=False, for arguments that break TMA's alignment rules
+        #: (set by `tawa.compile` with tma left automatic); built on the first such launch.
+        self._without_tma = without_tma
+        self._fallback = None
 
     # -- introspection -------------------------------------------------------------------------------------
     @property
@@ -78,15 +83,40 @@ class Kernel:
 
         def launch(*args, **kw):
             if launcher is not None and not kw and not _dry.depth:
-                return launcher.launch(args, grid=grid)
+                try:
+                    return launcher.launch(args, grid=grid)
+                except TmaAlignmentError as error:
+                    return self._unaligned(error)[grid](*args)
             return self._launch(args, grid, **kw)
         return launch
 
     def __call__(self, *args, **kw):
         launcher = self._launcher
         if launcher is not None and not kw and not _dry.depth:
-            return launcher.launch(args)         # the steady state: the launcher checks the argument count
+            try:
+                return launcher.launch(args)     # the steady state: the launcher checks the argument count
+            except TmaAlignmentError as error:
+                return self._unaligned(error)(*args)
         return self._launch(args, None, **kw)
+
+    def _unaligned(self, error) -> "Kernel":
+        """The variant without TMA, for a launch whose arguments break TMA's 16-byte rules; or the error, when
+        this kernel has none (loaded ahead of time, or compiled with tma=True)."""
+        if self._without_tma is None:
+            error.note = ((error.note + "; ") if error.note else "") + \
+                "or compile the kernel with tma=False (the threads copy the tiles; slower)"
+            raise error
+        if self._fallback is None:
+            import warnings
+            from tawa.errors import CompilationError
+            try:
+                self._fallback = self._without_tma()
+            except CompilationError as why:
+                error.note = f"its variant without TMA does not compile either: {why.message}"
+                raise error from None
+            warnings.warn(f"kernel '{self.name}': {error.message} -- launching its variant without TMA "
+                          f"(tma=False, slower) for such arguments", TawaPerformanceWarning, stacklevel=3)
+        return self._fallback
 
     def _launch(self, args, grid, **kw):
         from tawa.errors import LaunchError
@@ -108,7 +138,11 @@ class Kernel:
         if self._launcher is None:
             from tawa.runtime.launcher import GpuLauncher
             self._launcher = GpuLauncher(self.compiled)
-        return self._launcher.launch(args, grid=grid, stream=stream)
+        try:
+            return self._launcher.launch(args, grid=grid, stream=stream)
+        except TmaAlignmentError as error:
+            fallback = self._unaligned(error)
+            return fallback._launch(args, grid, **kw)
 
     def _launch_cpu(self, args, grid, seed):
         from tawa.errors import LaunchError

@@ -18,7 +18,7 @@ import threading
 from typing import Any, Optional, Sequence
 
 from tawa import hopper
-from tawa.errors import LaunchError
+from tawa.errors import LaunchError, TmaAlignmentError
 from tawa.abi import AbiParam, CompiledKernel
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
 from tawa.runtime import driver as drv
@@ -427,7 +427,7 @@ class GpuLauncher:
                     raise _misaligned(param["name"], info.ptr)
                 for axis in range(len(info.shape) - 1):
                     if info.shape[axis] > 1 and (info.strides[axis] * esize) % hopper.TMA_ALIGN_BYTES:
-                        raise LaunchError(
+                        raise TmaAlignmentError(
                             f"{where}: stride of dimension {axis} is {info.strides[axis]} elements "
                             f"({info.strides[axis] * esize} bytes); the kernel's TMA copies need a multiple of "
                             "16 bytes", note="pad rows to a multiple of 16 bytes, or pass a contiguous copy "
@@ -502,8 +502,9 @@ class GpuLauncher:
 
 
 def _misaligned(name: str, ptr: int) -> LaunchError:
-    return LaunchError(f"argument '{name}': its data address 0x{ptr:x} is not 16-byte aligned, as the kernel's "
-                       "TMA copies need", note="slice so that the start stays 16-byte aligned, or pass a copy")
+    return TmaAlignmentError(f"argument '{name}': its data address 0x{ptr:x} is not 16-byte aligned, as the "
+                             "kernel's TMA copies need",
+                             note="slice so that the start stays 16-byte aligned, or pass a copy")
 
 
 def _scalar_value(value, dtype: str, where: str):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tawa import hopper
-from tawa.errors import LaunchError
+from tawa.errors import LaunchError, TmaAlignmentError
 from tawa.runtime.arrays import ELEMENT_BYTES
 
 #: cuTensorMapEncodeTiled data type per tawa element type; fp8 and bool travel as raw bytes.
@@ -61,7 +61,8 @@ def tensor_map_args(dtype: str, ptr: int, shape, strides, box, swizzle: int, nam
     # A tile of lower rank reads the leading dims with extent 1 (docs/ir.md, tawa.load).
     box = [1] * (rank - len(box)) + box
     if ptr % hopper.TMA_ALIGN_BYTES:
-        raise LaunchError(f"argument '{name}': its data address 0x{ptr:x} is not 16-byte aligned, as TMA needs",
+        raise TmaAlignmentError(f"argument '{name}': its data address 0x{ptr:x} is not 16-byte aligned, as TMA "
+                                "needs",
                           note="pass a tensor whose storage offset keeps it 16-byte aligned (or copy it)")
     for axis, b in enumerate(box):
         if not 1 <= b <= 256:
@@ -85,7 +86,7 @@ def tensor_map_args(dtype: str, ptr: int, shape, strides, box, swizzle: int, nam
             inner = byte_strides[-1] * dims[axis + 1] if byte_strides else dims[-1] * esize
             stride = -(-max(inner, 16) // 16) * 16
         if stride <= 0 or stride % hopper.TMA_ALIGN_BYTES:
-            raise LaunchError(f"argument '{name}': stride of dim {axis} is {int(strides[axis])} elements "
+            raise TmaAlignmentError(f"argument '{name}': stride of dim {axis} is {int(strides[axis])} elements "
                               f"({stride} bytes); TMA needs a positive multiple of 16 bytes",
                               note="pad the row length so each row starts 16-byte aligned, or pass a "
                                    "contiguous copy")

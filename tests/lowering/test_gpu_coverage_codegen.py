@@ -12,12 +12,13 @@ from tawa.lowering import layouts as L
 
 KERNELS = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels"
 GEMM = str(KERNELS / "gemm_layouts.tawa")
+SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
 WGMMA = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(\w+)\.\w+ \{[^}]*\}, (\{[^}]*\}|%rd\d+), "
                    r"%rd\d+, p, 1, 1(?:, (\d))?(?:, (\d))?;")
 
 
 def gemm(**kw):
-    options = {k: kw.pop(k) for k in ("warp_specialize", "num_warps", "num_consumer_groups") if k in kw}
+    options = {k: kw.pop(k) for k in ("warp_specialize", "num_warps", "num_consumer_groups", "tma") if k in kw}
     consts = dict(DTYPE="bf16", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, A_T=0, B_T=0, A_COMPUTED=0)
     consts.update(kw)
     kernel = tawa.compile(GEMM, cache=False, **consts, **options)
@@ -163,3 +164,25 @@ def test_register_a_dot_completes_before_its_fragments_are_rewritten(ws):
     waits = re.findall(r"wgmma\.commit_group\.sync\.aligned;\s*(?://.*\s*)*wgmma\.wait_group\.sync\.aligned\s*(\d)",
                        kernel.ptx)
     assert waits and set(waits) == {"0"}, waits
+
+
+@pytest.mark.parametrize("example,constants", [("gemm.tawa", {}), ("flash_attention.tawa", {"CAUSAL": 1}),
+                                               ("gemm_fp8.tawa", {})])
+def test_tma_off_copies_tiles_with_the_threads(example, constants):
+    """tma=False (the variant for tensors whose rows break TMA's 16-byte rules): no bulk tensor copy anywhere;
+    the threads load the operands with per-element global loads into the swizzled tiles, fence them for the
+    async proxy that wgmma reads through, and store the output per element; the kernel runs uniform-warp."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / example
+    kernel = tawa.compile(str(path), cache=False, tma=False, **constants)
+    assert "cp.async.bulk" not in kernel.ptx and "mbarrier" not in kernel.ptx
+    assert "fence.proxy.async.shared::cta" in kernel.ptx and "wgmma.mma_async" in kernel.ptx
+    assert re.search(r"ld\.global(\.nc)?\.(b16|b8|u16|u8)", kernel.ptx)
+    assert any("tma=False" in n for n in kernel.notes)
+    assert not any(p.kind == "tensormap" for p in kernel.compiled.abi)
+    assert not any(SERIALIZED.search(n) for n in kernel.notes if n.startswith("ptxas")), kernel.notes
+
+
+def test_tma_off_needs_128_byte_rows():
+    with pytest.raises(tawa.CompilationError) as e:
+        gemm(BLOCK_K=32, warp_specialize=False, tma=False)
+    assert e.value.location is not None and "tma=False" in e.value.note

@@ -155,6 +155,8 @@ class Ctx:
     ring_uses: dict = field(default_factory=dict)
     #: Whether this context issued TMA stores it has not yet waited for (a persistent epilogue defers the wait).
     stores_in_flight: bool = False
+    #: Dot operands and tile stores go through TMA; False (compile option `tma=False`): the threads copy them.
+    tma: bool = True
 
     def lower_block(self, block) -> None:
         """Lower the ops of `block` in this context."""

@@ -96,6 +96,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
             raise CompilationError(f"kernel parameter {i} has unsupported type {t}", source_location(func),
                                    note="kernel parameters are tensors, i32 or f32 scalars")
     ctx.persistent = bool(attrs.PERSISTENT.get(func))
+    ctx.tma = getattr(options, "tma", None) is not False
     if warp_groups(func) and len(attrs.GRID.get(func)) == 2 and not ctx.persistent:
         # (A persistent kernel visits its tiles in grouped order already: persistent-tiles wrote it in the IR.)
         ctx.pid_group = PID_GROUP

@@ -12,7 +12,7 @@ from __future__ import annotations
 from mlir import ir
 
 from tawa.ir.ops import DimOp, LoadOp, StoreOp
-from tawa.errors import InternalCompilerError
+from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
 from ..assign_layouts import check_dot_tile, smem_swizzle
@@ -84,6 +84,8 @@ def lower_load(ctx: Ctx, op) -> None:
         if ctx.schedule.owns(op):
             ctx.set(op.results[0], ctx.schedule.current_tile(op))
             return
+        if not ctx.tma:
+            return lower_thread_copy(ctx, op)
         if ctx.loop_depth:
             raise InternalCompilerError("a dot operand load inside a loop was not software-pipelined", op=op.name,
                                         location=source_location(op))
@@ -98,6 +100,64 @@ def lower_load(ctx: Ctx, op) -> None:
         ctx.set(op.results[0], SmemTile(dst, load.rows, load.cols, load.elem))
         return
     lower_register_load(ctx, op)
+
+
+# ---- shared tiles copied by the threads (no TMA) -------------------------------------------------------------
+def lower_thread_copy(ctx: Ctx, op) -> None:
+    """A dot operand's tile copied into shared memory by every thread of the CTA, for tensors whose rows or base
+    address break TMA's 16-byte rules (compile option `tma=False`): each thread loads elements (consecutive
+    threads, consecutive columns; 0 outside the tensor) and stores them where TMA would have put them (128-byte
+    column boxes, 128-byte swizzle), so the dot lowering reads the tile as usual. A barrier before the copy lets
+    every warp finish reading the previous contents (each dot waited for its wgmmas); after it, a proxy fence
+    makes the stores visible to wgmma's asynchronous reads and a second barrier publishes them."""
+    b = ctx.b
+    t = op.results[0].type
+    rows, cols = tile_shape(t)
+    elem = elem_type(t)
+    es = elem_bytes(elem)
+    if (cols * es) % SWIZZLE_BYTES or cols & (cols - 1):
+        raise CompilationError(
+            f"a tile read by a dot without TMA needs rows of a multiple of {SWIZZLE_BYTES} bytes, got {cols} "
+            f"{elem} elements", source_location(op),
+            note=f"make the loaded tile's last dimension a multiple of {SWIZZLE_BYTES // es} (tma=False)")
+    off = ctx.smem.alloc(rows * cols * es)
+    src = LoadOp(op).src
+    arg = ctx.params.arg_index(src)
+    rank = ir.MemRefType(src.type).rank
+    offsets = offsets_of(ctx, op)
+    st = storage_type(elem)
+    total, threads = rows * cols, ctx.num_threads
+    ctx.sync_threads()
+    iv = V(b.fresh("copy"), "i32")
+    b.line(f"scf.for {iv} = {b.i32(0)} to {b.i32((total + threads - 1) // threads)} step {b.i32(1)} : i32 {{")
+    with b.indented():
+        e = b.add(b.mul(iv, threads), ctx.tid())
+        with b.if_(b.cmpi("slt", e, total)):
+            r = b.shr(e, cols.bit_length() - 1)
+            c = b.and_(e, cols - 1)
+            pred, index = None, None
+            for d in range(rank):
+                pos = offsets[d] if d < rank - 2 else b.add(offsets[d], r if d == rank - 2 else c)
+                ok = b.cmpi("ult", pos, ctx.params.dim(arg, d))
+                pred = ok if pred is None else b.and_(pred, ok)
+                term = b.ext_i64(pos)
+                if d != rank - 1:
+                    term = b.mul(term, ctx.params.stride(arg, d))
+                index = term if index is None else b.add(index, term)
+            ptr = b.gep(ctx.params.ptr(arg), index, st)
+            zero = b.const(0.0 if is_float(st) else 0, st)
+            value = b.if_else_values(pred, lambda: [b.op(f"llvm.load {ptr} : !llvm.ptr<1> -> {st}", st)],
+                                     lambda: [zero], [st])[0]
+            byte = b.mul(c, es)
+            inrow = b.and_(byte, SWIZZLE_BYTES - 1)
+            chunk = b.xor(b.shr(inrow, 4), b.and_(r, 7))
+            within = b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
+            addr = b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), within)
+            b.line(f"llvm.store {value}, {ctx.smem_ptr(b.add(addr, off))} : {st}, !llvm.ptr<3>")
+    b.line("}")
+    sync.fence_proxy_async(b)
+    ctx.sync_threads()
+    ctx.set(op.results[0], SmemTile(b.i32(off), rows, cols, elem))
 
 
 # ---- per-thread global access ------------------------------------------------------------------------------
@@ -155,7 +215,7 @@ def lower_store(ctx: Ctx, op) -> None:
         raise InternalCompilerError(f"storing a {value.elem} tile into a {elem} tensor", op=op.name,
                                     location=source_location(op))
     offsets = [ctx.get(v) for v in StoreOp(op).offsets]
-    if value.layout.desc.startswith("mma<") and value.layout.rank == 2 and \
+    if ctx.tma and value.layout.desc.startswith("mma<") and value.layout.rank == 2 and \
             (value.shape[1] * elem_bytes(elem)) % SWIZZLE_BYTES == 0:
         tma_store_tile(ctx, op, value, offsets)
         return

@@ -1,0 +1,74 @@
+"""Tensors whose rows break TMA's 16-byte rules (odd N or K in bf16, a vocabulary of 50257) on the GPU: a kernel
+from `tawa.compile` launches its variant compiled with tma=False (the threads copy the tiles), with a warning,
+and computes the right result; aligned arguments keep the TMA kernel; with tma=True the launch is refused with a
+clear error. Float64 references, fresh random inputs, NaN-poisoned outputs."""
+import pytest
+
+import tawa
+from e2e_support import EXAMPLES, PREFILL, poisoned, rel_err
+
+pytestmark = pytest.mark.gpu
+
+# (M, N, K): odd N (B's and C's rows), odd K (A's rows), both, a vocabulary-sized N, and K below one tile.
+SHAPES = [(1000, 1001, 712), (333, 520, 201), (129, 257, 77), (64, 50257, 128), (100, 123, 8)]
+CASES = [pytest.param("gemm.tawa", {}, id="gemm"), pytest.param("gemm.tawa", {"BLOCK_N": 128}, id="gemm-n128"),
+         pytest.param("gemm_bias_act.tawa", {}, id="gemm_bias_act")]
+
+
+def kernels(example, constants):
+    """The example as `tawa.compile` gives it (tma automatic), its tma=False variant from the same cache, and
+    the tma=True kernel; in prefill mode, compile them all and skip."""
+    path = str(EXAMPLES / example)
+    auto = tawa.compile(path, **constants)
+    off = tawa.compile(path, tma=False, **constants)
+    on = tawa.compile(path, tma=True, **constants)
+    if PREFILL:
+        pytest.skip("kernels compiled into the cache; the check runs on a GPU")
+    return auto, off, on
+
+
+def operands(torch, example, m, n, k):
+    torch.manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    args, ref = [a, b], a.double() @ b.double()
+    if example == "gemm_bias_act.tawa":
+        bias = torch.randn(n, device="cuda", dtype=torch.float32)
+        x = ref + bias.double()
+        ref = x * torch.sigmoid(1.5957691216057308 * (x + 0.044715 * x ** 3))
+        args.append(bias)
+    return args, ref
+
+
+@pytest.mark.parametrize("example,constants", CASES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_unaligned_rows_run_without_tma(example, constants, shape):
+    auto, _, _ = kernels(example, constants)
+    import torch
+    m, n, k = shape
+    args, ref = operands(torch, example, m, n, k)
+    c = poisoned(torch, (m, n), torch.bfloat16)
+    with pytest.warns(tawa.TawaPerformanceWarning, match="without TMA"):
+        auto(*args, c)
+    torch.cuda.synchronize()
+    assert not c.isnan().any()
+    assert rel_err(c, ref) < 1e-2
+    assert auto._fallback is not None
+
+
+@pytest.mark.parametrize("example,constants", CASES)
+def test_aligned_rows_keep_tma_and_tma_true_refuses_unaligned(example, constants):
+    import torch
+    from tawa.errors import TmaAlignmentError
+    auto, off, on = kernels(example, constants)
+    args, ref = operands(torch, example, 300, 264, 200)
+    for kernel in (auto, off):                      # the variant without TMA is also right on aligned tensors
+        c = poisoned(torch, (300, 264), torch.bfloat16)
+        kernel(*args, c)
+        torch.cuda.synchronize()
+        assert rel_err(c, ref) < 1e-2
+    assert auto._fallback is None
+    args, _ = operands(torch, example, 100, 70, 70)  # 140-byte rows
+    with pytest.raises(TmaAlignmentError, match="16") as info:
+        on(*args, poisoned(torch, (100, 70), torch.bfloat16))
+    assert "tma=False" in info.value.note
