@@ -106,8 +106,9 @@ def lower_load(ctx: Ctx, op) -> None:
 def lower_thread_copy(ctx: Ctx, op) -> None:
     """A dot operand's tile copied into shared memory by every thread of the CTA, for tensors whose rows or base
     address break TMA's 16-byte rules (compile option `tma=False`): each thread loads elements (consecutive
-    threads, consecutive columns; 0 outside the tensor) and stores them where TMA would have put them (128-byte
-    column boxes, 128-byte swizzle), so the dot lowering reads the tile as usual. A barrier before the copy lets
+    threads, consecutive columns; 0 outside the tensor, through predicated loads), `_COPY_CHUNK` of them before
+    storing them where TMA would have put them (128-byte column boxes, 128-byte swizzle), so the dot lowering
+    reads the tile as usual. A barrier before the copy lets
     every warp finish reading the previous contents (each dot waited for its wgmmas); after it, a proxy fence
     makes the stores visible to wgmma's asynchronous reads and a second barrier publishes them."""
     b = ctx.b
@@ -128,14 +129,22 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
     st = storage_type(elem)
     total, threads = rows * cols, ctx.num_threads
     ctx.sync_threads()
-    iv = V(b.fresh("copy"), "i32")
-    b.line(f"scf.for {iv} = {b.i32(0)} to {b.i32((total + threads - 1) // threads)} step {b.i32(1)} : i32 {{")
+    # A loop over chunks: each chunk's loads are all issued before its stores, so that several are in flight (a
+    # loop of load-then-store per element waits a memory round trip per element), and the loop bounds the
+    # registers they take.
+    per_thread = (total + threads - 1) // threads
+    chunk_len = min(_COPY_CHUNK, per_thread)
+    ci = V(b.fresh("chunk"), "i32")
+    b.line(f"scf.for {ci} = {b.i32(0)} to {b.i32((per_thread + chunk_len - 1) // chunk_len)} step {b.i32(1)} "
+           f": i32 {{")
     with b.indented():
-        e = b.add(b.mul(iv, threads), ctx.tid())
-        with b.if_(b.cmpi("slt", e, total)):
+        first = b.add(b.mul(ci, chunk_len * threads), ctx.tid())
+        chunk = [b.add(first, j * threads) for j in range(chunk_len)]
+        loaded = []
+        for e in chunk:
             r = b.shr(e, cols.bit_length() - 1)
             c = b.and_(e, cols - 1)
-            pred, index = None, None
+            pred, index = (b.cmpi("slt", e, total) if total % threads else None), None
             for d in range(rank):
                 pos = offsets[d] if d < rank - 2 else b.add(offsets[d], r if d == rank - 2 else c)
                 ok = b.cmpi("ult", pos, ctx.params.dim(arg, d))
@@ -145,19 +154,48 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
                     term = b.mul(term, ctx.params.stride(arg, d))
                 index = term if index is None else b.add(index, term)
             ptr = b.gep(ctx.params.ptr(arg), index, st)
-            zero = b.const(0.0 if is_float(st) else 0, st)
-            value = b.if_else_values(pred, lambda: [b.op(f"llvm.load {ptr} : !llvm.ptr<1> -> {st}", st)],
-                                     lambda: [zero], [st])[0]
+            loaded.append((r, c, e, _predicated_load(b, ptr, pred, st)))
+        for r, c, e, value in loaded:
             byte = b.mul(c, es)
             inrow = b.and_(byte, SWIZZLE_BYTES - 1)
-            chunk = b.xor(b.shr(inrow, 4), b.and_(r, 7))
-            within = b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
+            chunk_id = b.xor(b.shr(inrow, 4), b.and_(r, 7))
+            within = b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk_id, 4), b.and_(inrow, 15)))
             addr = b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), within)
-            b.line(f"llvm.store {value}, {ctx.smem_ptr(b.add(addr, off))} : {st}, !llvm.ptr<3>")
+            store = f"llvm.store {value}, {ctx.smem_ptr(b.add(addr, off))} : {st}, !llvm.ptr<3>"
+            if total % threads:
+                with b.if_(b.cmpi("slt", e, total)):
+                    b.line(store)
+            else:
+                b.line(store)
     b.line("}")
     sync.fence_proxy_async(b)
     ctx.sync_threads()
     ctx.set(op.results[0], SmemTile(b.i32(off), rows, cols, elem))
+
+
+#: Elements each thread loads before storing them, in a copy without TMA.
+_COPY_CHUNK = 16
+#: Predicated global loads by register class: the element, or 0 where the predicate is off (no branch, and no
+#: memory access outside the tensor).
+_PREDICATED_LOAD = {2: ("h", "b16", "mov.b16 $0, 0;"), 4: ("r", "b32", "mov.b32 $0, 0;"),
+                    1: ("h", "u8", "mov.b16 $0, 0;")}
+
+
+def _predicated_load(b, ptr: V, pred: V, st: str) -> V:
+    """`pred ? *ptr : 0` as one predicated `ld.global.nc` (an element of 1, 2 or 4 bytes)."""
+    size = {"i8": 1, "bf16": 2, "f16": 2, "i16": 2, "f32": 4, "i32": 4}[st]
+    cons, width, zero = _PREDICATED_LOAD[size]
+    reg = {1: "i16", 2: "i16", 4: "i32"}[size]
+    text = (f"{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, $2, 0;\\0A{zero}\\0A@p ld.global.nc.{width} $0, [$1];"
+            f"\\0A}}")
+    flag = b.cast("extui", pred, "i32")
+    raw = b.op(f'"llvm.inline_asm"({ptr}, {flag}) <{{asm_string = "{text}", constraints = "={cons},l,r"}}> : '
+               f'(!llvm.ptr<1>, i32) -> {reg}', reg)
+    if size == 1:
+        return b.op(f"arith.trunci {raw} : i16 to i8", "i8")
+    if st in ("i16", "i32"):
+        return raw
+    return b.op(f"arith.bitcast {raw} : {reg} to {st}", st)
 
 
 # ---- per-thread global access ------------------------------------------------------------------------------
