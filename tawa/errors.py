@@ -52,7 +52,7 @@ class TawaPerformanceWarning(UserWarning):
 
 class TmaAlignmentError(LaunchError):
     """An argument the kernel reads or writes through TMA breaks its 16-byte rules (base address or row stride).
-    A kernel from `tawa.compile` then switches to its variant compiled with `tma=False`."""
+    A kernel from `tawa.compile` or `tawa.autotune` then switches to its variant compiled with `tma=False`."""
 
 
 class InternalCompilerError(TawaError):

@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from tawa.errors import LaunchError, TawaError
+from tawa.errors import CompilationError, LaunchError, TawaError
 from tawa.options import CompileOptions
 from tawa.source import read_source
 
@@ -150,6 +150,19 @@ class Autotuner:
         """The configuration chosen for these arguments (a dict of constants and options)."""
         return dict(self.tune(*args).config)
 
+    def _kernel(self, outcome, config: dict):
+        """The launchable kernel of a compiled candidate. With `tma` left automatic, it launches the candidate
+        compiled with tma=False for arguments that break TMA's 16-byte rules, as `tawa.compile`'s kernels do."""
+        from tawa.runtime.kernel import Kernel
+        def without_tma():
+            variant = compiling.compile_one(self.source, self.filename, Config(dict(config, tma=False)),
+                                            self.target, self._defaults)
+            if variant.kernel is None:
+                raise CompilationError(str(variant.error))
+            return Kernel(variant.kernel, variant.from_cache)
+        automatic = self.target == "cuda" and config.get("tma") is None
+        return Kernel(outcome.kernel, outcome.from_cache, without_tma=without_tma if automatic else None)
+
     # -- choosing ------------------------------------------------------------------------------------------
     def _choose(self, args, key: tuple, grid, stream) -> Choice:
         with self._lock:
@@ -157,7 +170,6 @@ class Autotuner:
             return choice if choice is not None else self._choose_locked(args, key, grid, stream)
 
     def _choose_locked(self, args, key: tuple, grid, stream) -> Choice:
-        from tawa.runtime.kernel import Kernel
         extents = dict(zip(self.key, key))
         how = mode()
         candidates, shape_pruned = space.prune_by_shape(self.info, self.configs, extents)
@@ -173,7 +185,7 @@ class Autotuner:
                 outcome = compiling.compile_one(self.source, self.filename, Config(record["config"]), self.target,
                                                 self._defaults)
                 if outcome.kernel is not None:
-                    choice = Choice(record["config"], Kernel(outcome.kernel, outcome.from_cache), "stored",
+                    choice = Choice(record["config"], self._kernel(outcome, record["config"]), "stored",
                                     record.get("ms"), record.get("timings", []))
                     self.choices[key] = choice
                     return choice
@@ -182,7 +194,6 @@ class Autotuner:
         return choice
 
     def _first_that_compiles(self, candidates: list, shape_pruned: list) -> Choice:
-        from tawa.runtime.kernel import Kernel
         errors, spilling = [], None
         for config in candidates:
             outcome = compiling.compile_one(self.source, self.filename, config, self.target, self._defaults)
@@ -191,13 +202,12 @@ class Autotuner:
             elif self.prune_spills and compiling.spill_bytes(outcome.kernel):
                 spilling = spilling or outcome          # used only if every candidate that compiles spills
             else:
-                return Choice(config.as_dict(), Kernel(outcome.kernel, outcome.from_cache), "default")
+                return Choice(config.as_dict(), self._kernel(outcome, config.as_dict()), "default")
         if spilling is not None:
-            return Choice(spilling.config.as_dict(), Kernel(spilling.kernel, spilling.from_cache), "default")
+            return Choice(spilling.config.as_dict(), self._kernel(spilling, spilling.config.as_dict()), "default")
         raise self._none_left(errors + shape_pruned)
 
     def _tune(self, args, extents, candidates, shape_pruned, device, ordinal, grid, stream) -> Choice:
-        from tawa.runtime.kernel import Kernel
         show = progress.enabled(self.show_progress, sys.stderr)
         title = f"tawa autotune {self.name} ({', '.join(f'{k}={v}' for k, v in extents.items())})"
         bar = progress.Progress(f"{title} compile", len(candidates), show)
@@ -208,7 +218,7 @@ class Autotuner:
         if not alive:
             raise self._none_left([(o.config, o.pruned) for o in outcomes] + shape_pruned)
         stream_value = _stream_of(args, stream) if self.target == "cuda" else 0
-        kernels = {id(o): Kernel(o.kernel, o.from_cache) for o in alive}
+        kernels = {id(o): self._kernel(o, o.config.as_dict()) for o in alive}
         if len(alive) > 1:
             bar = progress.Progress(f"{title} time", len(alive), show)
             for o in alive:

@@ -72,3 +72,25 @@ def test_aligned_rows_keep_tma_and_tma_true_refuses_unaligned(example, constants
     with pytest.raises(TmaAlignmentError, match="16") as info:
         on(*args, poisoned(torch, (100, 70), torch.bfloat16))
     assert "tma=False" in info.value.note
+
+
+TUNED = [{"BLOCK_N": 128}, {"BLOCK_N": 256}]
+
+
+def test_autotuned_kernel_runs_unaligned_rows_without_tma():
+    """A `tawa.autotune` tuner on tensors with odd N: its candidates launch their tma=False variants (tuning times
+    those), and the result is right."""
+    gemm = str(EXAMPLES / "gemm.tawa")
+    if PREFILL:
+        for configs in (TUNED, [dict(c, tma=False) for c in TUNED]):
+            outcomes = tawa.autotune.compile_space(gemm, configs=configs)
+            assert all(o.kernel is not None for o in outcomes), [o.error for o in outcomes]
+        pytest.skip("kernels compiled into the cache; the check runs on a GPU")
+    import torch
+    tuner = tawa.autotune(gemm, configs=TUNED, show_progress=False)
+    args, ref = operands(torch, "gemm.tawa", 500, 777, 264)
+    c = poisoned(torch, (500, 777), torch.bfloat16)
+    with pytest.warns(tawa.TawaPerformanceWarning, match="without TMA"):
+        tuner(*args, c)
+    torch.cuda.synchronize()
+    assert not c.isnan().any() and rel_err(c, ref) < 1e-2
