@@ -38,6 +38,7 @@ from ..assign_layouts import smem_swizzle
 from . import sync
 from .context import SmemTile
 from .memory import TmaLoad, issue_elected
+from .schedule import trip_count
 
 
 @dataclass
@@ -147,7 +148,7 @@ def advance_rings(ctx, rings: list, lb, ub, step) -> None:
     if not rings:
         return
     b = ctx.b
-    trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+    trips = trip_count(b, lb, ub, step)
     trips = b.binary("maxsi", trips, b.i32(0))
     for r in rings:
         base = ctx.ring_uses.get(id(r))

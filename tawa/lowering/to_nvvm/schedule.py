@@ -119,7 +119,12 @@ class LoopSchedule:
         return False
 
 
-# ---- analyses the schedules share -----------------------------------------------------------------------------
+# ---- helpers and analyses the schedules share -----------------------------------------------------------------
+def trip_count(b, lb, ub, step):
+    """Iterations of `scf.for lb to ub step step` (non-positive when the loop does not run), as an i32 value."""
+    return b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+
+
 def zero_started_accumulators(for_op) -> set:
     """Iter-arg indices whose initial value is a zero splat (their first dot may overwrite instead of add)."""
     return {i for i, init in enumerate(ForOp(for_op).inits) if is_zero_splat(init)}

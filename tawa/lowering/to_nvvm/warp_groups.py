@@ -72,7 +72,6 @@ def lower_warp_group(ctx: Ctx, op) -> None:
 
 def lower_producer_block(ctx: Ctx, block) -> None:
     """The producer's code: scalar control, loops without iter_args, deferred loads and puts."""
-    b = ctx.b
     for op in ops_of(block):
         name = op.name
         if name == "scf.yield":

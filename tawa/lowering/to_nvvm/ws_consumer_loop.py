@@ -28,10 +28,36 @@ from tawa.ir.traversal import is_ancestor, ops_of, parent_op, users
 
 from . import sync
 from .arefs import release, stage_of
-from .schedule import LoopSchedule, dot_only_accumulates, scale_d_for, zero_started_accumulators
+from .schedule import LoopSchedule, dot_only_accumulates, scale_d_for, trip_count, zero_started_accumulators
 
 #: The named barriers of the two consumer groups' ping-pong (the highest ids; region barriers use the lowest).
 PINGPONG_BARRIERS = (hopper.NAMED_BARRIERS - 2, hopper.NAMED_BARRIERS - 1)
+#: Threads meeting at a ping-pong barrier: both consumer warp groups.
+PINGPONG_THREADS = 2 * hopper.THREADS_PER_WARP_GROUP
+
+
+def pingpong_take_turn(ctx, k, first: int = 0) -> None:
+    """`bar.sync` on this group's barrier before its tensor-core phase of iteration `k`, except group 0 at the
+    loop's first iteration `first` (the rule `pingpong_waits` states)."""
+    b = ctx.b
+    group = ctx.warp_group()
+    with b.if_(b.or_(b.cmpi("ne", group, 0), b.cmpi("sgt", k, first))):
+        sync.named_barrier_sync(b, b.add(group, PINGPONG_BARRIERS[0]), PINGPONG_THREADS)
+
+
+def pingpong_pass_turn(ctx) -> None:
+    """`bar.arrive` on the other group's barrier once this group's wgmmas are committed (unconditionally: a branch
+    while wgmmas are in flight would make ptxas serialize them)."""
+    b = ctx.b
+    sync.named_barrier_arrive(b, b.sub(b.i32(PINGPONG_BARRIERS[1]), ctx.warp_group()), PINGPONG_THREADS)
+
+
+def pingpong_last_turn(ctx, turns_passed) -> None:
+    """After the loop, group 0 takes group 1's last passing (when `turns_passed`, an i1), so that every arrive
+    meets one wait and no arrival is left on the barrier."""
+    b = ctx.b
+    with b.if_(b.and_(b.cmpi("eq", ctx.warp_group(), 0), turns_passed)):
+        sync.named_barrier_sync(b, b.i32(PINGPONG_BARRIERS[0]), PINGPONG_THREADS)
 
 
 def pingpong_waits(group: int, k: int) -> bool:
@@ -92,7 +118,7 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
     def before_loop(self, ctx, lb, ub, step) -> None:
         if self.pingpong_dot is not None:
             b = ctx.b
-            self.trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+            self.trips = trip_count(b, lb, ub, step)
 
     def begin_iteration(self, ctx, iv, extra: list) -> None:
         loop = ForOp(self.for_op)
@@ -108,7 +134,7 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
         if self.deferred:
             sync.wgmma_wait(b, 0)
             lb, ub, step = (ctx.get(v) for v in loop.bounds)
-            trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+            trips = trip_count(b, lb, ub, step)
             with b.if_(b.cmpi("sgt", trips, 0)):
                 for ring in self.released:
                     stage, _ = stage_of(ctx, ring, b.sub(trips, 1))
@@ -117,8 +143,7 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
         if self.deferred:
             results = sync.fence_registers(b, results)
         if self.pingpong_dot is not None:
-            with b.if_(b.and_(b.cmpi("eq", ctx.warp_group(), 0), b.cmpi("sgt", self.trips, 0))):
-                sync.named_barrier_sync(b, b.i32(PINGPONG_BARRIERS[0]), 2 * hopper.THREADS_PER_WARP_GROUP)
+            pingpong_last_turn(ctx, b.cmpi("sgt", self.trips, 0))
         return results
 
     def mark_drained_rings(self, ctx) -> None:
@@ -140,20 +165,13 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
 
     def before_dot_issue(self, ctx, op) -> None:
         """`bar.sync` on the group's own barrier when `pingpong_waits(group, k)`."""
-        if self.pingpong_dot is None or op != self.pingpong_dot:
-            return
-        b = ctx.b
-        group = ctx.warp_group()
-        with b.if_(b.or_(b.cmpi("ne", group, 0), b.cmpi("sgt", self.k, 0))):
-            sync.named_barrier_sync(b, b.add(group, PINGPONG_BARRIERS[0]), 2 * hopper.THREADS_PER_WARP_GROUP)
+        if self.pingpong_dot is not None and op == self.pingpong_dot:
+            pingpong_take_turn(ctx, self.k)
 
     def after_dot_issue(self, ctx, op) -> None:
         """`bar.arrive` on the other group's barrier when `pingpong_arrives(group, k, trips)`."""
-        if self.pingpong_dot is None or op != self.pingpong_dot:
-            return
-        b = ctx.b
-        other = b.sub(b.i32(PINGPONG_BARRIERS[1]), ctx.warp_group())
-        sync.named_barrier_arrive(b, other, 2 * hopper.THREADS_PER_WARP_GROUP)
+        if self.pingpong_dot is not None and op == self.pingpong_dot:
+            pingpong_pass_turn(ctx)
 
     def iteration_index(self, ctx, for_op):
         return self.k if for_op == self.for_op else None

@@ -17,7 +17,6 @@ early issue is the tensor-core phase the two warp groups take turns on (see `ws_
 """
 from __future__ import annotations
 
-from tawa import hopper
 from tawa.errors import InternalCompilerError
 from tawa.ir import attrs
 from tawa.ir.ops import ArefGetOp, DotOp, ForOp, TransOp, aref_of
@@ -28,7 +27,9 @@ from . import sync
 from .arefs import barrier_ptr, slot_tile, stage_of
 from .context import SmemTile, Tile
 from .dot import issue_shared
-from .ws_consumer_loop import PINGPONG_BARRIERS, WarpSpecializedConsumerLoop
+from .schedule import trip_count
+from .ws_consumer_loop import (WarpSpecializedConsumerLoop, pingpong_last_turn, pingpong_pass_turn,
+                               pingpong_take_turn)
 
 
 class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
@@ -83,7 +84,7 @@ class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
     # ---- hooks --------------------------------------------------------------------------------------------
     def before_loop(self, ctx, lb, ub, step) -> None:
         b = ctx.b
-        self.trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+        self.trips = trip_count(b, lb, ub, step)
         stage = self._wait_full(ctx, b.i32(0))
         # S_0 completes before the loop: a wgmma in flight across the branch that skips an empty loop would make
         # ptxas serialize every wgmma (C7518). Later S_j are complete at the top of iteration j: the other dots
@@ -98,16 +99,12 @@ class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
         super().begin_iteration(ctx, iv, [])
         b = ctx.b
         stage = self._wait_full(ctx, b.add(self.k, 1))
-        group = ctx.warp_group()
-        threads = 2 * hopper.THREADS_PER_WARP_GROUP
         if self.pingpong:
-            with b.if_(b.or_(b.cmpi("ne", group, 0), b.cmpi("sgt", self.k, 0))):
-                sync.named_barrier_sync(b, b.add(group, PINGPONG_BARRIERS[0]), threads)
+            pingpong_take_turn(ctx, self.k)
         self.s_cur = sync.fence_registers(b, list(extra))
         self.s_next = self._issue(ctx, stage)
         if self.pingpong:
-            # Unconditional while the group is in flight (a branch around it would serialize the wgmmas).
-            sync.named_barrier_arrive(b, b.sub(b.i32(PINGPONG_BARRIERS[1]), group), threads)
+            pingpong_pass_turn(ctx)
 
     def end_iteration(self, ctx, iv, lb, ub, step) -> list:
         return list(self.s_next)
@@ -116,9 +113,7 @@ class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
         b = ctx.b
         sync.wgmma_wait(b, 0)      # the last early issue (discarded) must not write registers reused later
         if self.pingpong:
-            # Group 0 takes group 1's last turn-passing, so that no arrival is left on the barrier.
-            with b.if_(b.and_(b.cmpi("eq", ctx.warp_group(), 0), b.cmpi("sgt", self.trips, 0))):
-                sync.named_barrier_sync(b, b.i32(PINGPONG_BARRIERS[0]), 2 * hopper.THREADS_PER_WARP_GROUP)
+            pingpong_last_turn(ctx, b.cmpi("sgt", self.trips, 0))
         return super().after_loop(ctx, results)
 
     # ---- queries ------------------------------------------------------------------------------------------

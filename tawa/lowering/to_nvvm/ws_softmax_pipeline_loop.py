@@ -31,7 +31,6 @@ scheduler barrier), so one group's softmax runs while the other's products occup
 """
 from __future__ import annotations
 
-from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.ops import DotOp, ForOp
 from tawa.ir.traversal import defining_op, ops_of
@@ -43,7 +42,8 @@ from .arefs import release, stage_of
 from .context import SmemTile, Tile
 from .dot import _a_fragments, _check_operands, _issue_register_a
 from .loop_values import flatten, iter_layouts, unflatten
-from .ws_consumer_loop import PINGPONG_BARRIERS
+from .schedule import trip_count
+from .ws_consumer_loop import pingpong_last_turn, pingpong_pass_turn, pingpong_take_turn
 from .ws_lookahead_loop import LookaheadConsumerLoop
 
 
@@ -77,7 +77,7 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
     # ---- the rotation ---------------------------------------------------------------------------------------
     def before_loop(self, ctx, lb, ub, step) -> None:
         b = ctx.b
-        self.trips = b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)
+        self.trips = trip_count(b, lb, ub, step)
         self.k = b.i32(0)
         stage = self._wait_full(ctx, self.k)
         self.s_cur = sync.fence_registers(b, self._issue(ctx, stage))
@@ -137,15 +137,12 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
         b = ctx.b
         frags, v_offset, carried = self._unpack(extra)
         stage = self._wait_full(ctx, self.k)
-        group = ctx.warp_group()
         if self.pingpong:
-            # Group 0 skips its first turn (k = 1); both hand the turn over after every issue.
-            with b.if_(b.or_(b.cmpi("ne", group, 0), b.cmpi("sgt", self.k, 1))):
-                sync.named_barrier_sync(b, b.add(group, PINGPONG_BARRIERS[0]), 2 * hopper.THREADS_PER_WARP_GROUP)
+            pingpong_take_turn(ctx, self.k, first=1)     # the loop starts at k = 1 (iteration 0 is peeled)
         s_regs = self._issue(ctx, stage)
         self.d2_regs = self._issue_pending(ctx, frags, v_offset, carried)
         if self.pingpong:
-            sync.named_barrier_arrive(b, b.sub(b.i32(PINGPONG_BARRIERS[1]), group), 2 * hopper.THREADS_PER_WARP_GROUP)
+            pingpong_pass_turn(ctx)
         sync.wgmma_wait(b, 1)
         self.s_cur = sync.fence_registers(b, s_regs)
 
@@ -168,8 +165,7 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
             stage, _ = stage_of(ctx, self.ring, b.sub(self.trips, 1))
             release(ctx, self.ring, stage)
         if self.pingpong:
-            with b.if_(b.and_(b.cmpi("eq", ctx.warp_group(), 0), b.cmpi("sgt", self.trips, 1))):
-                sync.named_barrier_sync(b, b.i32(PINGPONG_BARRIERS[0]), 2 * hopper.THREADS_PER_WARP_GROUP)
+            pingpong_last_turn(ctx, b.cmpi("sgt", self.trips, 1))
         self.mark_drained_rings(ctx)
         out = []
         for val, init, lay in zip(values, self.initial, layouts):
