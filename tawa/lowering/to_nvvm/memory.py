@@ -128,6 +128,7 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
     offsets = offsets_of(ctx, op)
     st = storage_type(elem)
     total, threads = rows * cols, ctx.num_threads
+    lead = _leading_in_bounds(ctx, arg, offsets, rank - 2)
     ctx.sync_threads()
     # A loop over chunks: each chunk's loads are all issued before its stores, so that several are in flight (a
     # loop of load-then-store per element waits a memory round trip per element), and the loop bounds the
@@ -144,23 +145,14 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
         for e in chunk:
             r = b.shr(e, cols.bit_length() - 1)
             c = b.and_(e, cols - 1)
-            pred, index = (b.cmpi("slt", e, total) if total % threads else None), None
-            for d in range(rank):
-                pos = offsets[d] if d < rank - 2 else b.add(offsets[d], r if d == rank - 2 else c)
-                ok = b.cmpi("ult", pos, ctx.params.dim(arg, d))
-                pred = ok if pred is None else b.and_(pred, ok)
-                term = b.ext_i64(pos)
-                if d != rank - 1:
-                    term = b.mul(term, ctx.params.stride(arg, d))
-                index = term if index is None else b.add(index, term)
-            ptr = b.gep(ctx.params.ptr(arg), index, st)
+            pred = b.cmpi("slt", e, total) if total % threads else None
+            if lead is not None:
+                pred = lead if pred is None else b.and_(pred, lead)
+            ptr, pred = _element(ctx, arg, rank, offsets, [r, c], pred, elem)
             loaded.append((r, c, e, _predicated_load(b, ptr, pred, st)))
         for r, c, e, value in loaded:
             byte = b.mul(c, es)
-            inrow = b.and_(byte, SWIZZLE_BYTES - 1)
-            chunk_id = b.xor(b.shr(inrow, 4), b.and_(r, 7))
-            within = b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk_id, 4), b.and_(inrow, 15)))
-            addr = b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), within)
+            addr = b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), _swizzled(b, r, byte))
             store = f"llvm.store {value}, {ctx.smem_ptr(b.add(addr, off))} : {st}, !llvm.ptr<3>"
             if total % threads:
                 with b.if_(b.cmpi("slt", e, total)):
@@ -199,36 +191,44 @@ def _predicated_load(b, ptr: V, pred: V, st: str) -> V:
 
 
 # ---- per-thread global access ------------------------------------------------------------------------------
+def _leading_in_bounds(ctx: Ctx, arg: int, offsets: list, lead: int):
+    """The in-bounds predicate of the fixed offsets of the leading (dropped) dims, or None when there are none."""
+    b = ctx.b
+    pred = None
+    for d in range(lead):
+        ok = b.cmpi("ult", offsets[d], ctx.params.dim(arg, d))
+        pred = ok if pred is None else b.and_(pred, ok)
+    return pred
+
+
+def _element(ctx: Ctx, arg: int, rank: int, offsets: list, coords: list, pred, elem: str) -> tuple:
+    """(pointer, in-bounds predicate) of the element at `offsets` + `coords` (coords for the trailing dims; the
+    leading dims' check is `pred`, from `_leading_in_bounds`)."""
+    b = ctx.b
+    base = ctx.params.ptr(arg)
+    lead = rank - len(coords)
+    index = None
+    for d in range(rank):
+        pos = offsets[d] if d < lead else b.add(offsets[d], coords[d - lead])
+        if d >= lead:
+            ok = b.cmpi("ult", pos, ctx.params.dim(arg, d))
+            pred = ok if pred is None else b.and_(pred, ok)
+        term = b.ext_i64(pos)
+        if d != rank - 1:
+            term = b.mul(term, ctx.params.stride(arg, d))
+        index = term if index is None else b.add(index, term)
+    return b.gep(base, index, storage_type(elem)), pred
+
+
 def _addressing(ctx: Ctx, op, src: ir.Value, offsets: list, layout: L.Layout):
     """For every register: (pointer, in-bounds predicate)."""
-    b = ctx.b
     arg = ctx.params.arg_index(src)
     rank = ir.MemRefType(src.type).rank
     elem = elem_type(src.type)
-    ptr = ctx.params.ptr(arg)
-    lead = rank - layout.rank
-    # Leading (dropped) dims: fixed offsets, checked once.
-    base_pred = None
-    for d in range(rank):
-        if d < lead:
-            ok = b.cmpi("ult", offsets[d], ctx.params.dim(arg, d))
-            base_pred = ok if base_pred is None else b.and_(base_pred, ok)
-    out = []
-    for r in range(len(layout.regs)):
-        coords = ctx.coords(layout, r)
-        index = None
-        pred = base_pred
-        for d in range(rank):
-            pos = offsets[d] if d < lead else b.add(offsets[d], coords[d - lead])
-            if d >= lead:
-                ok = b.cmpi("ult", pos, ctx.params.dim(arg, d))
-                pred = ok if pred is None else b.and_(pred, ok)
-            term = b.ext_i64(pos)
-            if d != rank - 1:
-                term = b.mul(term, ctx.params.stride(arg, d))
-            index = term if index is None else b.add(index, term)
-        out.append((b.gep(ptr, index, storage_type(elem)), pred))
-    return out, elem
+    ctx.params.ptr(arg)         # parameters are numbered by first use: the pointer before the leading dims
+    base_pred = _leading_in_bounds(ctx, arg, offsets, rank - layout.rank)
+    return [_element(ctx, arg, rank, offsets, ctx.coords(layout, r), base_pred, elem)
+            for r in range(len(layout.regs))], elem
 
 
 def lower_register_load(ctx: Ctx, op) -> None:
@@ -323,6 +323,14 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
     ctx.sync_threads()
 
 
+def _swizzled(b, r: V, byte: V) -> V:
+    """Byte offset of (row `r`, byte `byte` of the row) inside its 128-byte column box with the 128-byte swizzle:
+    16-byte chunk c of row r is stored at chunk c ^ (r % 8), as TMA writes and wgmma reads it."""
+    inrow = b.and_(byte, SWIZZLE_BYTES - 1)
+    chunk = b.xor(b.shr(inrow, 4), b.and_(r, 7))
+    return b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
+
+
 def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | None = None) -> None:
     """Each thread writes its registers into the staging area at `off` (column boxes of 128 bytes, 128B swizzle);
     with `box`, only the registers of that column box, into a one-box area. A register's box is static: in an
@@ -341,9 +349,7 @@ def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | No
         r = b.add(base[0], ro)
         c = b.add(base[1], co)
         byte = b.mul(c, es)
-        inrow = b.and_(byte, 127)
-        chunk = b.xor(b.shr(inrow, 4), b.and_(r, 7))
-        within = b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
+        within = _swizzled(b, r, byte)
         addr = within if box is not None else b.add(b.mul(b.shr(byte, 7), box_bytes), within)
         ptr = ctx.smem_ptr(b.add(addr, off))
         if pair is not None:
