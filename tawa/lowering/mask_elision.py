@@ -66,12 +66,12 @@ class _Bounds:
         if c is not None:
             v = self.const(c)
             return v, v
-        op = defining_op(value)
-        if op is None:
-            return (value, value) if not isinstance(t, ir.RankedTensorType) else None
-        name = op.name
         if not isinstance(t, ir.RankedTensorType):
             return value, value                  # any scalar is its own bound
+        op = defining_op(value)
+        if op is None:
+            return None                          # a tile carried by a loop or branch: no static bounds
+        name = op.name
         if name == "tawa.arange":
             return self.const(ir.IntegerAttr(op.attributes["start"]).value), \
                 self.const(ir.IntegerAttr(op.attributes["end"]).value - 1)

@@ -81,7 +81,7 @@ def wgmma(b: Builder, acc: list, desc_a, desc_b: V, scale_d: V, n: int, k: int, 
             raise InternalCompilerError("a wgmma was emitted with a transposed A operand in registers")
         tail = f"p, 1, 1, {int(trans_b)}" if reg_a else f"p, 1, 1, {int(trans_a)}, {int(trans_b)}"
     else:
-        if trans_a or trans_b:   # _check_operands refuses an MN-major fp8/tf32 operand before emitting anything
+        if trans_a or trans_b:   # check_operands refuses an MN-major fp8/tf32 operand before emitting anything
             raise InternalCompilerError(f"an {in_type} wgmma was emitted with an MN-major operand")
         tail = "p, 1, 1"
     asm = (f"{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, ${isd}, 0;\\0A"
@@ -146,7 +146,7 @@ def _register_a(a) -> bool:
     return isinstance(a, Tile) or a.shape[0] < L.WGMMA_M or (a.transposed and a.elem not in _TRANSPOSABLE)
 
 
-def _check_operands(op, a, bt) -> None:
+def check_operands(op, a, bt) -> None:
     """Refuse, before anything is emitted, the dots the tensor cores cannot run as written; each refusal says
     what to change. `a` is a shared-memory or register tile, `bt` the B operand as lowered."""
     loc = source_location(op)
@@ -194,7 +194,7 @@ def lower_dot(ctx: Ctx, op) -> None:
     ctx.schedule.before_dot(ctx, op)
     a, bt, acc = (ctx.get(v) for v in op.operands)
     layout = L.parse(attrs.LAYOUT.get(op))     # checks M against the warps (assign-layouts built it)
-    _check_operands(op, a, bt)
+    check_operands(op, a, bt)
     if _register_a(a):
         return _lower_dot_register_a(ctx, op, a, bt, acc, layout)
     acc = convert(ctx, acc, layout)
@@ -226,8 +226,8 @@ def issue_shared(ctx: Ctx, a: SmemTile, bt: SmemTile, regs: list, scale_d) -> li
     n = bt.shape[1]
     if _register_a(a):
         sync.wgmma_wait(ctx.b, 0)
-        frags = _a_fragments(ctx, a)
-        return _issue_register_a(ctx, frags, bt, regs, scale_d, m, kdim, n, a.elem)
+        frags = a_fragments(ctx, a)
+        return issue_register_a(ctx, frags, bt, regs, scale_d, m, kdim, n, a.elem)
     ksz = k_step(a.elem)
     b = ctx.b
     groups = max(ctx.num_warps // 4, 1)
@@ -291,7 +291,7 @@ def _fragments(ctx: Ctx, a: Tile) -> dict:
     return {key: packed[4 * i: 4 * i + 4] for i, key in enumerate(keys)}
 
 
-def _a_fragments(ctx: Ctx, a) -> dict:
+def a_fragments(ctx: Ctx, a) -> dict:
     """wgmma A fragments of a register tile, or of a shared tile read into registers (the warps that hold copies
     of rows read the same rows), every register pinned before `wgmma.fence`."""
     from .shape import convert, read_smem
@@ -304,7 +304,7 @@ def _a_fragments(ctx: Ctx, a) -> dict:
     return {k: flat[4 * i: 4 * i + 4] for i, k in enumerate(keys)}
 
 
-def _issue_register_a(ctx: Ctx, frags: dict, bt: SmemTile, regs: list, scale_d, m: int, kdim: int, n: int,
+def issue_register_a(ctx: Ctx, frags: dict, bt: SmemTile, regs: list, scale_d, m: int, kdim: int, n: int,
                       elem: str) -> list:
     b = ctx.b
     ksz = k_step(elem)
@@ -333,9 +333,9 @@ def _lower_dot_register_a(ctx: Ctx, op, a, bt: SmemTile, acc, layout) -> None:
     from .shape import convert
     m, kdim = a.shape
     n = bt.shape[1]
-    frags = _a_fragments(ctx, a)
+    frags = a_fragments(ctx, a)
     acc = convert(ctx, acc, layout)
     scale_d = ctx.schedule.scale_d(ctx, op)
     ctx.schedule.before_dot_issue(ctx, op)
-    regs = _issue_register_a(ctx, frags, bt, list(acc.regs), scale_d, m, kdim, n, a.elem)
+    regs = issue_register_a(ctx, frags, bt, list(acc.regs), scale_d, m, kdim, n, a.elem)
     _finish(ctx, op, regs, layout, register_a=True)

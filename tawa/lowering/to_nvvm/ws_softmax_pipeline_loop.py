@@ -40,7 +40,7 @@ from ..assign_warp_groups import pipelined_second_dot
 from . import sync
 from .arefs import release, stage_of
 from .context import SmemTile, Tile
-from .dot import _a_fragments, _check_operands, _issue_register_a
+from .dot import a_fragments, check_operands, issue_register_a
 from .loop_values import flatten, iter_layouts, unflatten
 from .schedule import trip_count
 from .ws_consumer_loop import pingpong_last_turn, pingpong_pass_turn, pingpong_take_turn
@@ -58,9 +58,9 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
 
     def __init__(self, ctx, for_op):
         super().__init__(ctx, for_op)
-        self.second, self.acc_index, self.chain = pipelined_second_dot(for_op, self.dot)
+        second, self.acc_index, self.chain = pipelined_second_dot(for_op, self.dot)
+        self.d2 = DotOp(second)
         body = ForOp(for_op).body
-        d2 = DotOp(self.second)
         inside = set(ops_of(body))
         # Values of iteration k-1 that the chain reads (defined in the body, outside the chain).
         self.carried = []
@@ -69,10 +69,9 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
                 src = defining_op(v)
                 if src in inside and src not in self.chain and v not in self.carried:
                     self.carried.append(v)
-        self.d2_layout = L.parse(attrs.LAYOUT.get(self.second))
+        self.d2_layout = L.parse(attrs.LAYOUT.get(second))
         self.prologue_done = False
         self.pending = None     # (P's packed fragments, V's shared offset, carried values) of the D2 to issue
-        self.d2 = d2
 
     # ---- the rotation ---------------------------------------------------------------------------------------
     def before_loop(self, ctx, lb, ub, step) -> None:
@@ -129,7 +128,7 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
         acc = self._convert(ctx, ctx.get(self.d2.acc))
         bt = self._v_tile(ctx, v_offset)
         m, kdim = self.d2_a_shape
-        return _issue_register_a(ctx, self._frag_dict(frags), bt, list(acc.regs), ctx.b.i32(1), m, kdim,
+        return issue_register_a(ctx, self._frag_dict(frags), bt, list(acc.regs), ctx.b.i32(1), m, kdim,
                                  bt.shape[1], bt.elem)
 
     def begin_iteration(self, ctx, iv, extra: list) -> None:
@@ -180,21 +179,21 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
     def precomputed_dot(self, ctx, op):
         if op == self.dot:
             return Tile(self.s_cur, self.layout, "f32")
-        if op != self.second:
+        if op != self.d2.op:
             return None
         # D2's place in program order, after the math: D2_{k-1} completes; P_k, V_k and the chain's inputs are
         # kept for the next issue. The result stands for acc up to iteration k-1.
         b = ctx.b
         a, bt = ctx.get(self.d2.a), ctx.get(self.d2.b)
         if not self.prologue_done:
-            _check_operands(op, a, bt)
+            check_operands(op, a, bt)
             self.d2_a_shape = a.shape
             self.v_shape = (bt.rows, bt.cols, bt.elem, bt.transposed)
             acc = self._convert(ctx, ctx.get(ForOp(self.for_op).iter_args[self.acc_index]))
         else:
             sync.wgmma_wait(b, 0)
             acc = Tile(sync.fence_registers(b, self.d2_regs), self.d2_layout, "f32")
-        frags = _a_fragments(ctx, a)
+        frags = a_fragments(ctx, a)
         self.frag_keys = list(frags)
         flat = [r for key in self.frag_keys for r in frags[key]]
         self.pending = (flat, bt.offset, [ctx.get(v) for v in self.carried])
