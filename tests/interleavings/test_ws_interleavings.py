@@ -146,9 +146,11 @@ def test_broken_trip_count_deadlocks_and_is_rejected_statically():
         run_kernel(m, args, grid_of(m, args), seed=0)
 
 
-def test_swiglu_interleavings():
-    M, N, K = 45, 37, 40
-    rng = np.random.default_rng(2)
+@pytest.mark.parametrize("M,seed,depth,persistent", [(45, 2, 2, False), (70, 12, 3, True)],
+                         ids=["tile", "persistent"])
+def test_swiglu_interleavings(M, seed, depth, persistent):
+    N, K = (37, 40) if not persistent else (45, 40)
+    rng = np.random.default_rng(seed)
     A = rng.standard_normal((M, K)).astype(BF16)
     B1 = rng.standard_normal((K, N)).astype(BF16)
     B2 = rng.standard_normal((K, N)).astype(BF16)
@@ -156,7 +158,8 @@ def test_swiglu_interleavings():
     u = A.astype(np.float32) @ B2.astype(np.float32)
     ref = g / (1 + np.exp(-g)) * u
     run_all_seeds("swiglu", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
-                  lambda: [A.copy(), B1.copy(), B2.copy(), np.zeros((M, N), BF16)], 3, ref, 2e-2, num_buffers=2)
+                  lambda: [A.copy(), B1.copy(), B2.copy(), np.zeros((M, N), BF16)], 3, ref, 2e-2,
+                  num_buffers=depth, persistent=persistent)
 
 
 def test_gemm_bias_act_interleavings():
@@ -236,20 +239,6 @@ def test_persistent_gemm_interleavings(M, N, K, bk, depth):
 def test_persistent_gemm_zero_trip_count():
     consts, make_args, ref = gemm_case(70, 33, 0, 16, 2)
     run_all_seeds("gemm", consts, make_args, 2, ref, 0.0, num_buffers=2, persistent=True)
-
-
-def test_persistent_swiglu_interleavings():
-    M, N, K = 70, 45, 40
-    rng = np.random.default_rng(12)
-    A = rng.standard_normal((M, K)).astype(BF16)
-    B1 = rng.standard_normal((K, N)).astype(BF16)
-    B2 = rng.standard_normal((K, N)).astype(BF16)
-    g = A.astype(np.float32) @ B1.astype(np.float32)
-    u = A.astype(np.float32) @ B2.astype(np.float32)
-    ref = g / (1 + np.exp(-g)) * u
-    run_all_seeds("swiglu", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
-                  lambda: [A.copy(), B1.copy(), B2.copy(), np.zeros((M, N), BF16)], 3, ref, 2e-2, num_buffers=3,
-                  persistent=True)
 
 
 def test_persistent_gemm_fp8_interleavings():
