@@ -27,6 +27,21 @@ def hopper_gpu_available() -> bool:
         return False
 
 
+@pytest.fixture(scope="module")
+def cuda_torch():
+    """torch, for a test that runs on the GPU through it: skipped unless the CUDA driver and torch both see a GPU;
+    seeded."""
+    torch = pytest.importorskip("torch")
+    from tawa.runtime.driver import gpu_available
+    ok, why = gpu_available()
+    if not ok:
+        pytest.skip(why)
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    torch.manual_seed(0)
+    return torch
+
+
 def pytest_collection_modifyitems(config, items):
     # TAWA_PREFILL=1: GPU tests compile their kernels into the cache and skip themselves (tests/e2e/e2e_support.py).
     if hopper_gpu_available() or os.environ.get("TAWA_PREFILL") == "1":

@@ -23,16 +23,8 @@ def kernels():
 
 
 @pytest.fixture(scope="module")
-def torch(kernels):
-    torch = pytest.importorskip("torch")
-    from tawa.runtime.driver import gpu_available
-    ok, why = gpu_available()
-    if not ok:
-        pytest.skip(why)
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA")
-    torch.manual_seed(0)
-    return torch
+def torch(kernels, cuda_torch):
+    return cuda_torch
 
 
 @pytest.fixture(scope="module")
