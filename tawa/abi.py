@@ -16,6 +16,9 @@ Kinds of entry (`arg` is the index of the user-facing kernel argument it derives
 - `grid`: extent `axis` of the grid a persistent kernel (`CompiledKernel.persistent`) was written for (i32; `arg`
   is -1, no user argument): the runtime launches min(programs, SMs) CTAs on a 1-D grid, and the kernel loops
   over the programs of this grid.
+- `workspace`: the device address (u64; `arg` is -1) of a split-K kernel's workspace (`CompiledKernel.split_k` >
+  1): `workspace_per_tile` bytes for each program of the grid the kernel is launched with, zeroed when the runtime
+  allocates it (the kernel leaves it zeroed where it matters: each tile's counter).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from typing import Optional
 
 @dataclass
 class AbiParam:
-    kind: str                       # "tensormap" | "ptr" | "dim" | "stride" | "scalar" | "grid"
+    kind: str                       # "tensormap" | "ptr" | "dim" | "stride" | "scalar" | "grid" | "workspace"
     arg: int
     axis: Optional[int] = None
     box: Optional[list] = None      # tensormap: box extents, outermost first (as the tensor's dims)
@@ -48,6 +51,10 @@ class CompiledKernel:
     #: A persistent kernel: launched as min(programs, SMs) CTAs on a 1-D grid, each looping over the programs of
     #: the grid it was written for, which it receives in its "grid" parameters.
     persistent: bool = False
+    #: A split-K kernel: launched with `split_k` times the grid's axis 2, the programs of one output tile meeting
+    #: in a workspace of `workspace_per_tile` bytes per program of the grid it is launched with.
+    split_k: int = 1
+    workspace_per_tile: int = 0
     ptx: Optional[str] = None
     cubin: Optional[bytes] = None
     ir: Optional[str] = None        # the final MLIR text (cpu target: what the interpreter runs)

@@ -27,7 +27,7 @@ from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import kernel_info, verify
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, lower_to_llvm,
                            mask_elision, partition, persistent_tiles, protocol_check, register_realloc, software_pipeline,
-                           to_nvvm, ws_analysis)
+                           split_k, to_nvvm, ws_analysis)
 from tawa.options import CompileOptions
 
 
@@ -38,6 +38,8 @@ class Plan:
     warp_specialize: bool
     #: Tile schedule of a specialized kernel: "tile" (one program per CTA) or "persistent" (CTAs loop over tiles).
     schedule: str = "tile"
+    #: Programs each output tile's K loop is split over (1: not split).
+    split_k: int = 1
 
 
 def _always(plan: Plan) -> bool: return True
@@ -46,6 +48,7 @@ def _gpu(plan: Plan) -> bool: return plan.target == "cuda"
 def _gpu_ws(plan: Plan) -> bool: return plan.target == "cuda" and plan.warp_specialize
 def _gpu_uniform(plan: Plan) -> bool: return plan.target == "cuda" and not plan.warp_specialize
 def _persistent(plan: Plan) -> bool: return plan.warp_specialize and plan.schedule == "persistent"
+def _split(plan: Plan) -> bool: return plan.split_k > 1
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ PIPELINE = [
     Pass("canonicalize", canonicalize.run),
     # Masks that a scalar test proves all-true on most iterations (attention's bounds and causal masks) are skipped.
     Pass("mask-elision", mask_elision.run),
+    # Split-K: small grids split each tile's K loop over several programs; the last to finish sums and stores.
+    Pass("split-k", split_k.run, when=_split),
     # Warp specialization (tile level): loads feeding dots become aref puts in a producer warp group.
     Pass("aref-insertion", aref_insertion.run, when=_ws),
     Pass("partition", partition.run, when=_ws),
@@ -99,14 +104,18 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     the persistent schedule was required (`schedule="persistent"`) but the kernel is not specialized."""
     options.validate()
     func = kernel_info.kernel_function(module)
+    split_k.check(func, options.split_k)
     if options.target == "cpu" and options.warp_specialize is None:
-        return Plan(options.target, False), []
+        return Plan(options.target, False, split_k=options.split_k), []
     specialize, note = ws_analysis.decide(func, options)
     notes = [note] if note else []
     schedule, why = _tile_schedule(func, options, bool(specialize))
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' uses the {schedule} schedule: {why}")
-    return Plan(options.target, bool(specialize), schedule), notes
+    if options.split_k > 1:
+        notes.append(f"kernel '{kernel_info.kernel_name(func)}' splits its K loop over {options.split_k} programs "
+                     f"per output tile (split_k={options.split_k})")
+    return Plan(options.target, bool(specialize), schedule, options.split_k), notes
 
 
 def _tile_schedule(func, options: CompileOptions, specialized: bool) -> tuple[str, str]:

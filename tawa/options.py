@@ -21,6 +21,8 @@ CONSUMER_GROUPS = (1, 2)
 #: Tile schedules of a warp-specialized kernel: one program per output tile as the grid declares ("tile"), or
 #: about one CTA per SM looping over the output tiles ("persistent").
 SCHEDULES = ("tile", "persistent")
+#: Most programs one output tile's K loop may be split over (`split_k`).
+MAX_SPLIT_K = 16
 #: Warps per program on the uniform-warp path: one or two warp groups.
 NUM_WARPS = (4, 8)
 #: Other names accepted for an option (by `from_kwargs` and as extra `tawac` flags).
@@ -77,6 +79,11 @@ class CompileOptions:
              "declares; 'persistent' launches about one CTA per SM, each looping over output tiles in grouped "
              "order with the aref ring running across tiles and the epilogue's TMA store overlapping the next "
              "tile (auto: persistent where it applies, see the kernel's notes)")
+    split_k: int = _opt(
+        1, help=f"split each output tile's K loop over this many programs (1 to {MAX_SPLIT_K}; default 1, no "
+                "split), for grids too small to fill the GPU (decode-shaped GEMMs): each program reduces part "
+                "of K, and the last of a tile's programs to finish sums the partials in a fixed order and runs "
+                "the epilogue. The kernel's one K loop must carry only dot accumulators starting from zero")
     num_buffers: Optional[int] = _opt(
         None, help="aref ring depth of a specialized kernel (default: as many as fit in shared memory)")
     num_stages: int = _opt(3, help="loads in flight in the uniform-warp software pipeline (default 3)")
@@ -129,6 +136,8 @@ class CompileOptions:
         if self.num_consumer_groups is not None and (not is_int(self.num_consumer_groups)
                                                      or self.num_consumer_groups not in CONSUMER_GROUPS):
             bad("num_consumer_groups", self.num_consumer_groups, "1 or 2 (or None: chosen by the compiler)")
+        if not is_int(self.split_k) or not 1 <= self.split_k <= MAX_SPLIT_K:
+            bad("split_k", self.split_k, f"an integer from 1 (no split) to {MAX_SPLIT_K}")
         if self.num_buffers is not None and (not is_int(self.num_buffers) or self.num_buffers < 1):
             bad("num_buffers", self.num_buffers, "a positive integer (or None: as many as fit)")
         if not is_int(self.num_stages) or self.num_stages < 1:

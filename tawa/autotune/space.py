@@ -6,13 +6,15 @@ on top of every candidate (they are fixed, not tuned) and repeats collapse.
 
 The default space is for kernels with a `dot` and `BLOCK_M` / `BLOCK_N` constants (the GEMM family): the Hopper
 tiles that win on large problems (256x128 and 128x256 warp specialized, then 128x128), 64-row tiles for small M,
-and two uniform-warp schedules; `BLOCK_K` stays at the kernel's default or 64, whichever is larger (64 bf16
+two uniform-warp schedules, and split-K for grids too small to fill the GPU (decode shapes); `BLOCK_K` stays at the kernel's default or 64, whichever is larger (64 bf16
 elements are one 128-byte swizzle row; fp8 kernels declare 128); the ring depth is left to the compiler (as many
 slots as fit). Other kernels with a dot try their defaults with and without warp specialization; kernels
 without one have nothing to tune unless they declare a space.
 
 Shape pruning (`prune_by_shape`) drops candidates whose tile along a key symbol is larger than needed: with
-`@grid(cdiv(M, BLOCK_M), ...)` and M = 8, a 256-row tile computes 97% padding where a 64-row one would do.
+`@grid(cdiv(M, BLOCK_M), ...)` and M = 8, a 256-row tile computes 97% padding where a 64-row one would do. It also
+drops split-K candidates (`split_k` > 1) when the unsplit grid already has enough programs to fill the GPU, so
+that a space with splits costs nothing to tune on large problems.
 
 `space_info` reads what the above needs from the source (`tawa.frontend.tuning.space_info`) and keeps it in the
 kernel cache directory, so a machine without the compiler (no MLIR, no Lark) can tune from a prefilled cache.
@@ -38,6 +40,11 @@ DEFAULT_TILES = ((256, 128), (128, 256), (128, 128), (64, 128), (64, 256))
 DEFAULT_UNIFORM = ((128, 128, 4), (128, 256, 8))
 #: Smallest BLOCK_K of the default space: one 128-byte swizzled row of 16-bit elements.
 MIN_BLOCK_K = 64
+#: Split-K candidates of the default space, for grids too small to fill the GPU: (BLOCK_M, BLOCK_N, split_k).
+DEFAULT_SPLITS = ((64, 128, 2), (64, 128, 4), (64, 64, 4))
+#: A split-K candidate is tried only when the unsplit grid has fewer programs than this (about the SMs of an
+#: H100 / H200: a grid that already fills them gains nothing from splitting, and pays the partials' traffic).
+SPLIT_BELOW_PROGRAMS = 128
 
 
 # ---- reading the space from the source ------------------------------------------------------------------
@@ -122,6 +129,7 @@ def default_configs(info: dict) -> list:
     out = [{"BLOCK_M": m, "BLOCK_N": n, **k} for m, n in DEFAULT_TILES]
     out += [{"BLOCK_M": m, "BLOCK_N": n, **k, "warp_specialize": False, "num_warps": w}
             for m, n, w in DEFAULT_UNIFORM]
+    out += [{"BLOCK_M": m, "BLOCK_N": n, **k, "split_k": s} for m, n, s in DEFAULT_SPLITS]
     return out
 
 
@@ -186,7 +194,8 @@ def prune_by_shape(info: dict, configs: list, extents: dict) -> tuple:
 
     For each grid tile pair (CONST, SYMBOL) with SYMBOL in `extents`: the smallest candidate tile that covers the
     extent (or the largest tile, when none does) is the cap, and candidates with a larger tile go. The cap is
-    itself a candidate's tile, so at least one candidate always stays."""
+    itself a candidate's tile, so at least one candidate always stays. Then split-K candidates go where the unsplit
+    grid has `SPLIT_BELOW_PROGRAMS` programs or more (unless nothing else is left)."""
     kept, pruned = list(configs), []
     for const, symbol in info.get("tiles", []):
         if symbol not in extents:
@@ -206,4 +215,27 @@ def prune_by_shape(info: dict, configs: list, extents: dict) -> tuple:
             else:
                 still.append(c)
         kept = still
-    return kept, pruned
+    still = []
+    for c in kept:
+        splits = c.get("split_k", 1)
+        programs = grid_programs(info, c, extents)
+        if isinstance(splits, int) and splits > 1 and programs is not None and programs >= SPLIT_BELOW_PROGRAMS:
+            pruned.append((c, f"split_k={splits}: the grid has {programs} programs without splitting, enough to "
+                              f"fill the GPU"))
+        else:
+            still.append(c)
+    if not still:                   # only split candidates: keep them rather than nothing
+        return kept, pruned[:len(pruned) - len(kept)]
+    return still, pruned
+
+
+def grid_programs(info: dict, config, extents: dict):
+    """Programs of the grid over its tiled axes (`cdiv(SYMBOL, CONST)`) for these extents, or None when a tiled
+    symbol is not in `extents` or a tile is not an integer."""
+    programs = 1
+    for const, symbol in info.get("tiles", []):
+        size = constant_value(info, config, const)
+        if symbol not in extents or not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+            return None
+        programs *= -(-extents[symbol] // size)
+    return programs if info.get("tiles") else None

@@ -118,6 +118,8 @@ AREF_LOAD = UnitAttr("tawa.aref_load")
 PINGPONG = UnitAttr("tawa.pingpong")
 LOOKAHEAD = UnitAttr("tawa.lookahead")
 PERSISTENT = UnitAttr("tawa.persistent")
+#: The programs each output tile's K loop is split over (the `split-k` pass; 1: not split).
+SPLIT_K = I32Attr("tawa.split_k", 1)
 
 #: Warp-group roles.
 PRODUCER, CONSUMER = "producer", "consumer"
@@ -132,4 +134,5 @@ KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 
 #: Every `tawa.*` attribute, for the verifier and the docs.
 ALL = (KERNEL, PARAMS, GRID, CONSTANTS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
-       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED, KERNEL_INFO)
+       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
+       KERNEL_INFO)

@@ -118,6 +118,34 @@ irdl.dialect @tawa {
     irdl.results(result: %any)
   }
 
+  // Split-K (the `split-k` pass): a program's partial accumulator of slot `slot`, kept for output tile %tile.
+  irdl.operation @split_k_store {
+    %tile = irdl.base "!builtin.tensor"
+    %i32 = irdl.is i32
+    %slot = irdl.any
+    irdl.attributes {"slot" = %slot}
+    irdl.operands(value: %tile, tile: %i32, split: %i32)
+  }
+  // True for the last of the tile's `splits` programs to arrive (after storing its partials).
+  irdl.operation @split_k_arrive {
+    %i32 = irdl.is i32
+    %i1 = irdl.is i1
+    %splits = irdl.any
+    irdl.attributes {"splits" = %splits}
+    irdl.operands(tile: %i32)
+    irdl.results(last: %i1)
+  }
+  // The sum, in split order, of every program's partial of slot `slot` of tile %tile.
+  irdl.operation @split_k_sum {
+    %tile = irdl.base "!builtin.tensor"
+    %i32 = irdl.is i32
+    %slot = irdl.any
+    %splits = irdl.any
+    irdl.attributes {"slot" = %slot, "splits" = %splits}
+    irdl.operands(value: %tile, tile: %i32)
+    irdl.results(result: %tile)
+  }
+
   irdl.operation @aref_create {
     %aref = irdl.base @tawa::@aref
     irdl.results(result: %aref)

@@ -127,6 +127,33 @@ class ReduceOp(OpView):
     kind = property(lambda self: ir.StringAttr(self.op.attributes["kind"]).value)
 
 
+# ---- split-K ---------------------------------------------------------------------------------------------
+class SplitKStoreOp(OpView):
+    """`tawa.split_k_store %partial, %tile, %split {slot}`: keep this program's partial accumulator."""
+    NAME = "tawa.split_k_store"
+    value = property(lambda self: self.op.operands[0])
+    tile = property(lambda self: self.op.operands[1])
+    split = property(lambda self: self.op.operands[2])
+    slot = property(lambda self: self._int("slot"))
+
+
+class SplitKArriveOp(OpView):
+    """`%last = tawa.split_k_arrive %tile {splits}`: true for the last of the tile's programs to arrive."""
+    NAME = "tawa.split_k_arrive"
+    tile = property(lambda self: self.op.operands[0])
+    splits = property(lambda self: self._int("splits"))
+
+
+class SplitKSumOp(OpView):
+    """`%sum = tawa.split_k_sum %partial, %tile {slot, splits}`: the partials of every split, summed in order."""
+    NAME = "tawa.split_k_sum"
+    value = property(lambda self: self.op.operands[0])
+    tile = property(lambda self: self.op.operands[1])
+    slot = property(lambda self: self._int("slot"))
+    splits = property(lambda self: self._int("splits"))
+    result = property(lambda self: self.op.results[0])
+
+
 # ---- arefs -----------------------------------------------------------------------------------------------
 class ArefCreateOp(OpView):
     NAME = "tawa.aref_create"

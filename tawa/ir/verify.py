@@ -60,6 +60,8 @@ RULES = {
     "arange-range": "tawa.arange gives tensor<(end - start)xi32>, end > start",
     "program-axis": "tawa.program_id / tawa.num_programs / tawa.grid_extent axis is 0, 1 or 2",
     "dim-axis": "tawa.dim axis is below the tensor's rank",
+    "split-k": "split_k_store / split_k_sum take an f32 tile and a slot >= 0 (IRDL: split_k_sum gives its type); "
+               "split_k_arrive / split_k_sum have splits >= 2",
     # arefs
     "aref-type": "an aref type is !tawa.aref<[types...], depth : i32>",
     "aref-payload": f"an aref slot holds 1 to {AREF_MAX_VALUES} tiles",
@@ -327,11 +329,24 @@ def _reduce(op):
         _fail(op, "reduce-shape", f"reducing {src} over axis {axis} gives {want}, got {rt}")
 
 
+def _split_k(op):
+    if op.name != "tawa.split_k_arrive":
+        tile = _tensor(op, op.operands[0], "split-k", "the partial")
+        if str(tile.element_type) != "f32":
+            _fail(op, "split-k", f"a split-K partial is an f32 accumulator, got {tile}")
+        if _int_attr(op, "slot", "split-k") < 0:
+            _fail(op, "split-k", "slot must be >= 0")
+    if op.name != "tawa.split_k_store":
+        if _int_attr(op, "splits", "split-k") < 2:
+            _fail(op, "split-k", "splits must be >= 2")
+
+
 _SHAPE_RULES = {
     "tawa.program_id": _program_axis, "tawa.num_programs": _program_axis,
     "tawa.grid_extent": _program_axis, "tawa.dim": _dim,
     "tawa.load": _load, "tawa.store": _store, "tawa.splat": _splat, "tawa.arange": _arange, "tawa.dot": _dot,
     "tawa.expand_dims": _expand_dims, "tawa.broadcast": _broadcast, "tawa.trans": _trans, "tawa.reduce": _reduce,
+    "tawa.split_k_store": _split_k, "tawa.split_k_arrive": _split_k, "tawa.split_k_sum": _split_k,
 }
 
 

@@ -33,8 +33,8 @@ from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernel_function, kernel_num_warps
 from tawa.ir.location import source_location
-from tawa.ir.ops import (BroadcastOp, DotOp, ExpandDimsOp, ForOp, ReduceOp, SplatOp, TransOp, warp_group_role,
-                         warp_groups)
+from tawa.ir.ops import (BroadcastOp, DotOp, ExpandDimsOp, ForOp, ReduceOp, SplatOp, SplitKSumOp, TransOp,
+                         warp_group_role, warp_groups)
 from tawa.ir.traversal import defining_op as owner_op, ops_of, walk, walk_block
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 
@@ -242,6 +242,8 @@ def _assign(ops: list, W: int, ctx) -> None:
             anchor[op.results[0]] = L.slice_(anchor[ReduceOp(op).src], ReduceOp(op).axis)
         elif name == ExpandDimsOp.NAME and ExpandDimsOp(op).src in anchor:
             anchor[op.results[0]] = L.expand(anchor[ExpandDimsOp(op).src], ExpandDimsOp(op).axis)
+        elif name == SplitKSumOp.NAME and SplitKSumOp(op).value in anchor:
+            anchor[op.results[0]] = anchor[SplitKSumOp(op).value]
         elif name == ForOp.NAME:
             loop = ForOp(op)
             for j, res in enumerate(op.results):
@@ -344,6 +346,8 @@ def _assign(ops: list, W: int, ctx) -> None:
             put(op, L.expand(lay_of(ExpandDimsOp(op).src), ExpandDimsOp(op).axis))
         elif name == TransOp.NAME:
             put(op, L.transpose(lay_of(TransOp(op).src)))
+        elif name == SplitKSumOp.NAME:      # the partials are summed as the threads hold them
+            put(op, lay_of(SplitKSumOp(op).value))
         elif _elementwise(op) and name != "arith.constant":
             w = want.get(res)
             if w is None:

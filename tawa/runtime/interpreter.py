@@ -53,6 +53,8 @@ class CompiledProgram:
         self.grid_exprs = attrs.GRID.get(func) if attrs.GRID.has(func) else None
         self.constants = attrs.CONSTANTS.get(func) if attrs.CONSTANTS.has(func) else {}
         self.persistent = bool(attrs.PERSISTENT.get(func))
+        #: A split-K kernel runs `split_k` programs per program of the grid it is launched with (along axis 2).
+        self.split_k = attrs.SPLIT_K.get(func)
         self.rt = Runtime()
         compiler = Compiler(self.rt)
         blocks = list(func.regions[0].blocks)
@@ -92,8 +94,10 @@ class CompiledProgram:
         if not 1 <= len(grid) <= 3 or any(g < 0 for g in grid):
             raise LaunchError(f"a grid is 1 to 3 non-negative extents, got {grid}")
         grid3 = grid + (1,) * (3 - len(grid))
+        grid3 = grid3[:2] + (grid3[2] * self.split_k,)
         rt, body, slots = self.rt, self.body, self.arg_slots
         rt.tile_grid = grid3
+        rt.partials, rt.arrived = {}, {}
         if self.persistent:
             grid3 = (min(grid3[0] * grid3[1] * grid3[2], ctas), 1, 1)
         rt.grid, rt.rng, rt.trace = grid3, random.Random(0 if seed is None else seed), trace

@@ -36,7 +36,7 @@ def param_size_align(p: AbiParam) -> tuple:
     """(size, alignment) in bytes of one kernel parameter, as the PTX `.param` declaration has it."""
     if p.kind == "tensormap":
         return (tm.TENSOR_MAP_BYTES, 64) if p.by_value else (8, 8)
-    if p.kind in ("ptr", "stride"):
+    if p.kind in ("ptr", "stride", "workspace"):
         return 8, 8
     if p.kind in ("dim", "grid"):
         return 4, 4
@@ -70,7 +70,7 @@ def param_struct(abi: Sequence[AbiParam]) -> struct.Struct:
         size = param_size_align(p)[0]
         if p.kind == "tensormap":
             fmt += f"{tm.TENSOR_MAP_BYTES}s" if p.by_value else "Q"
-        elif p.kind == "ptr":
+        elif p.kind in ("ptr", "workspace"):
             fmt += "Q"
         elif p.kind == "stride":
             fmt += "q"
@@ -139,9 +139,10 @@ class _Plan:
     """Everything a launch derives from its argument signature (per array: type, dtype, shape, strides,
     device; per scalar: Python type; and the grid asked for), computed and checked once by the full path.
     A launch with the same signature only supplies data addresses and scalar values."""
-    __slots__ = ("grid", "ordinal", "template", "ptr_slots", "scalar_slots", "map_slots", "tma_checks")
+    __slots__ = ("grid", "ordinal", "template", "ptr_slots", "scalar_slots", "map_slots", "tma_checks",
+                 "workspace")
 
-    def __init__(self, grid, ordinal, template, ptr_slots, scalar_slots, map_slots, tma_checks):
+    def __init__(self, grid, ordinal, template, ptr_slots, scalar_slots, map_slots, tma_checks, workspace=None):
         self.grid = grid                    # (x, y, z); None when the grid is empty (nothing to launch)
         self.ordinal = ordinal              # device ordinal; None: the current context's, read per launch
         self.template = template            # parameter values, with dims and strides filled in
@@ -150,6 +151,7 @@ class _Plan:
         self.map_slots = map_slots          # [(ABI index, argument index, Geometry, by_value, name)]; the
                                             #   rank instead of a Geometry for an empty tensor (the scratch)
         self.tma_checks = tma_checks        # [(argument index, name)]: pointers TMA reads, 16-byte aligned
+        self.workspace = workspace          # (ABI index, bytes) of a split-K kernel's workspace, else None
 
 
 # -- the launcher ------------------------------------------------------------------------------------------------
@@ -175,6 +177,11 @@ class GpuLauncher:
                     continue
                 raise LaunchError(f"kernel '{kernel.name}': ABI entry {p} needs a persistent kernel and an axis "
                                   f"0, 1 or 2")
+            if p.kind == "workspace":     # split-K partials: the launcher's own memory, no user argument
+                if kernel.split_k > 1 and kernel.workspace_per_tile > 0:
+                    continue
+                raise LaunchError(f"kernel '{kernel.name}': ABI entry {p} needs a split-K kernel with a workspace "
+                                  f"size")
             if not 0 <= p.arg < len(self.params):
                 raise LaunchError(f"kernel '{kernel.name}': ABI entry {p} names argument {p.arg}, but the kernel "
                                   f"has {len(self.params)}")
@@ -183,6 +190,8 @@ class GpuLauncher:
         self._is_array = [p.get("kind") == "tensor" for p in self.params]
         self._names = [p["name"] for p in self.params]
         self._scratch: dict = {}           # context key -> device address of the empty-tensor stand-in
+        self._workspaces: dict = {}        # (context key, stream) -> (device address, bytes) of split-K partials
+        self._retired: list = []           # outgrown workspaces: a launch still queued may use one
         self.launches = 0                  # launches that reached the driver
         self._plans: dict = {}             # launch signature -> _Plan
         self._struct = param_struct(self.abi)
@@ -275,6 +284,9 @@ class GpuLauncher:
             if fn is None:
                 fn = self._functions[ctx.key] = drv.load_function(ctx, self.image_key, self.image,
                                                                   self.kernel.name, self.kernel.shared_bytes)
+            if plan.workspace is not None:
+                j, nbytes = plan.workspace
+                values[j] = self._workspace_for(ctx, stream_value, nbytes)
             if plan.map_slots:
                 lookup = self.tensor_maps.lookup
                 for j, i, geom, by_value, name in plan.map_slots:
@@ -350,9 +362,15 @@ class GpuLauncher:
         self._check_tensor_maps(infos, ordinal)
         template = [None] * len(self.abi)
         ptr_slots, scalar_slots, map_slots = [], [], []
+        workspace = None
+        grid3 = self._split_grid(grid3)
         for j, p in enumerate(self.abi):
             if p.kind == "grid":
                 template[j] = grid3[p.axis]
+                continue
+            if p.kind == "workspace":
+                tiles = grid3[0] * grid3[1] * (grid3[2] // self.kernel.split_k)
+                workspace = (j, tiles * self.kernel.workspace_per_tile)
                 continue
             info, name = infos[p.arg], self._names[p.arg]
             if p.kind == "tensormap":
@@ -373,7 +391,35 @@ class GpuLauncher:
                 _scalar_value(args[p.arg], p.dtype, scalar_slots[-1][3])
         if self.kernel.persistent:
             grid3 = self._persistent_grid(grid3, ordinal)
-        return _Plan(grid3, ordinal if known else None, template, ptr_slots, scalar_slots, map_slots, tma_checks)
+        return _Plan(grid3, ordinal if known else None, template, ptr_slots, scalar_slots, map_slots, tma_checks,
+                     workspace)
+
+    def _split_grid(self, grid3: tuple) -> tuple:
+        """A split-K kernel runs `split_k` programs for each program of the grid along axis 2."""
+        splits = self.kernel.split_k
+        if splits <= 1:
+            return grid3
+        z = grid3[2] * splits
+        if z > MAX_GRID[2]:
+            raise LaunchError(f"kernel '{self.kernel.name}' splits K {splits} ways: grid axis 2 of {grid3} becomes "
+                              f"{z}, more than {MAX_GRID[2]}", note="use a smaller split_k")
+        return grid3[:2] + (z,)
+
+    def _workspace_for(self, ctx, stream_value: int, nbytes: int) -> int:
+        """Device memory for split-K partials, per context and stream (launches on one stream run in order, so
+        they can share it; streams that may overlap get their own), zeroed when allocated: the kernel keeps each
+        tile's counter at zero between launches. Allocated on first use; inside a CUDA-graph capture the allocation
+        is allowed (relaxed capture mode) and the zero fill becomes part of the graph."""
+        key = (ctx.key, stream_value)
+        have = self._workspaces.get(key)
+        if have is not None and have[1] >= nbytes:
+            return have[0]
+        if have is not None:
+            self._retired.append(have[0])
+        ptr = drv.mem_alloc(nbytes)
+        drv.memset_async(ptr, nbytes, stream_value)
+        self._workspaces[key] = (ptr, nbytes)
+        return ptr
 
     def _persistent_grid(self, grid3: tuple, ordinal) -> tuple:
         """A persistent kernel runs as one CTA per SM (fewer when there are fewer programs), on a 1-D grid; it

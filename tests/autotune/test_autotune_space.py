@@ -88,12 +88,28 @@ def _tiles(configs):
     ({"K": 16}, [(64, 128), (64, 256), (128, 128), (128, 256), (256, 128)]),                # K tiles no grid axis
 ])
 def test_prune_by_shape_drops_tiles_larger_than_the_extent_needs(extents, kept):
-    configs = [Config(c) for c in space.default_configs(GEMM_INFO)]
+    configs = [Config(c) for c in space.default_configs(GEMM_INFO) if "split_k" not in c]
     got, pruned = space.prune_by_shape(GEMM_INFO, configs, extents)
     assert _tiles(got) == kept
     assert len(got) + len(pruned) == len(configs)
     for config, why in pruned:
         assert "is larger than" in why and "covers it" in why
+
+
+@pytest.mark.parametrize("extents, splits", [
+    ({"M": 8, "N": 4096}, [2, 4, 4]),               # 32 programs of 64 x 128 (64 of 64 x 64): split
+    ({"M": 1, "N": 8192}, [2, 4]),                  # 64 of 64 x 128 split; 128 of 64 x 64 already fill the GPU
+    ({"M": 512, "N": 8192}, []),                    # 512 programs: no split
+    ({"K": 16}, [2, 4, 4]),                         # the grid is unknown without M and N: kept
+])
+def test_prune_by_shape_tries_split_k_only_for_small_grids(extents, splits):
+    configs = [Config(c) for c in space.default_configs(GEMM_INFO)]
+    got, pruned = space.prune_by_shape(GEMM_INFO, configs, extents)
+    assert [c.get("split_k") for c in got if c.get("split_k")] == splits
+    assert all("enough to fill the GPU" in why for c, why in pruned if c.get("split_k"))
+    assert any(not c.get("split_k") for c in got)
+    only_splits = [c for c in configs if c.get("split_k")]
+    assert space.prune_by_shape(GEMM_INFO, only_splits, {"M": 4096, "N": 4096})[0]     # never nothing left
 
 
 def test_prune_by_shape_counts_the_kernel_default_for_configs_that_do_not_set_the_tile():

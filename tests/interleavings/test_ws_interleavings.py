@@ -5,8 +5,8 @@ The CPU interpreter runs the producer and consumer regions as concurrent tasks, 
 read of a released slot. Covered: one-iteration loops, K smaller than one tile, K = 0, odd trip counts, ring
 depth 1, 2 and larger than the trip count, and every example that specializes; and the persistent schedule (the
 interpreter runs a persistent kernel as 3 programs looping over the grid's tiles, so the ring runs across tiles and
-tile counts are not multiples of the programs). The specialized kernel must also
-compute bit-for-bit what the sequential kernel computes.
+tile counts are not multiples of the programs); and split-K (a tile's programs meet in the workspace, the last
+sums). The specialized kernel must also compute bit-for-bit what the sequential kernel computes.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tawa.ir.traversal import ops_of, walk
 from tawa.errors import TawaError
 from tawa.frontend import parse_and_lower
 from tawa.ir.convert import to_python
-from tawa.lowering import aref_insertion, mask_elision, partition, persistent_tiles, protocol_check
+from tawa.lowering import aref_insertion, mask_elision, partition, persistent_tiles, protocol_check, split_k
 from tawa.options import CompileOptions
 from tawa.runtime.grid import bind_numpy_args, eval_grid
 from tawa.runtime.interpreter import InterpreterDeadlock, run_kernel, run_with_interleavings
@@ -34,9 +34,12 @@ BF16 = ml_dtypes.bfloat16
 FP8 = ml_dtypes.float8_e4m3fn
 
 
-def build(name: str, constants: dict, specialize: bool = True, persistent: bool = False, **options):
+def build(name: str, constants: dict, specialize: bool = True, persistent: bool = False, splits: int = 1,
+          **options):
     path = EXAMPLES / f"{name}.tawa"
     m = parse_and_lower(path.read_text(), str(path), constants)
+    if splits > 1:
+        split_k.run(m, CompileOptions(split_k=splits))
     if specialize:
         opts = CompileOptions(warp_specialize=True, schedule="persistent" if persistent else None, **options)
         # mask-elision first, as in the pipeline: attention's consumers then branch around the mask per key block.
@@ -57,12 +60,12 @@ def grid_of(m, args):
                      to_python(f.attributes["tawa.constants"]))
 
 
-def run_all_seeds(name, constants, make_args, out_index, reference, tol, **options):
+def run_all_seeds(name, constants, make_args, out_index, reference, tol, splits=1, **options):
     """Specialized kernel under SEEDS interleavings: equal to the sequential kernel and close to `reference`."""
-    plain = build(name, constants, specialize=False)
+    plain = build(name, constants, specialize=False, splits=splits)
     expected = make_args()
     run_kernel(plain, expected, grid_of(plain, expected))
-    m = build(name, constants, **options)
+    m = build(name, constants, splits=splits, **options)
     grid = grid_of(m, make_args())
     ref = reference.astype(np.float32)
 
@@ -265,3 +268,51 @@ def test_persistent_tiles_visit_every_tile_once():
         args[2][:] = np.nan
         program.run(args, grid_of(m, args), seed=ctas, ctas=ctas)
         np.testing.assert_allclose(args[2], ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("M,N,K,bk,depth,splits,persistent", [
+    (45, 37, 70, 16, 2, 2, False),      # 5 iterations over 2 splits (2 + 3), ragged everything
+    (45, 37, 70, 16, 2, 3, True),       # ... over 3 splits, 3 CTAs looping over 2 x 2 x 3 programs
+    (45, 37, 16, 16, 1, 4, False),      # 1 iteration over 4 splits: three of them sum nothing
+    (40, 33, 0, 16, 2, 2, True),        # K = 0: every split's partial is zero
+    (100, 37, 112, 16, 3, 5, True),     # 7 iterations over 5 splits, 4 x 2 tiles
+])
+def test_split_k_gemm_interleavings(M, N, K, bk, depth, splits, persistent):
+    consts, make_args, ref = gemm_case(M, N, K, bk, depth)
+    m = run_all_seeds("gemm", consts, make_args, 2, ref, 1e-5, splits=splits, num_buffers=depth,
+                      persistent=persistent)
+    text = str(m)
+    assert f"tawa.split_k = {splits}" in text and text.count("tawa.split_k_sum") == 1
+    # The sum and the epilogue run in the consumer; the producer only loads its split's share.
+    consumer = [op for op in ops_of(body_block(kernels(m)[0])) if warp_group_role(op) == "consumer"][0]
+    assert any(op.name == "tawa.split_k_arrive" for op in walk(consumer))
+
+
+def test_split_k_swiglu_interleavings():
+    """Two accumulators: both partials are kept and summed by the same (last) program."""
+    M, N, K = 45, 37, 72
+    rng = np.random.default_rng(21)
+    A = rng.standard_normal((M, K)).astype(BF16)
+    B1 = rng.standard_normal((K, N)).astype(BF16)
+    B2 = rng.standard_normal((K, N)).astype(BF16)
+    g = A.astype(np.float32) @ B1.astype(np.float32)
+    u = A.astype(np.float32) @ B2.astype(np.float32)
+    ref = g / (1 + np.exp(-g)) * u
+    m = run_all_seeds("swiglu", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
+                      lambda: [A.copy(), B1.copy(), B2.copy(), np.full((M, N), np.nan, BF16)], 3, ref, 2e-2,
+                      splits=3, num_buffers=2, persistent=True)
+    assert str(m).count("tawa.split_k_store") == 2
+
+
+def test_split_k_gemm_bias_act_interleavings():
+    """The epilogue's own loads (the bias) run once, in the program that sums."""
+    M, N, K = 40, 45, 56
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((M, K)).astype(BF16)
+    B = rng.standard_normal((K, N)).astype(BF16)
+    bias = rng.standard_normal(N).astype(np.float32)
+    x = A.astype(np.float32) @ B.astype(np.float32) + bias[None, :]
+    ref = 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    run_all_seeds("gemm_bias_act", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
+                  lambda: [A.copy(), B.copy(), bias.copy(), np.full((M, N), np.nan, BF16)], 3, ref, 2e-2,
+                  splits=2, num_buffers=2)

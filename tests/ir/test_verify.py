@@ -135,8 +135,20 @@ def dot_body(a: str, b: str, acc: str, res: str | None = None, loc: str = "") ->
   %d = "tawa.dot"(%ta, %tb, %tc) : ({a}, {b}, {acc}) -> {res or acc} {loc}"""
 
 
+def split_k_body(t="tensor<64x64xf32>", slot=0, splits=2) -> str:
+    """The split-K ops on a splatted accumulator of type `t`."""
+    splat = _splat("%acc", t) if t.endswith("f32>") else f'%acc = "tawa.splat"(%c0) : (i32) -> {t}'
+    return f"""
+  %z2 = arith.constant 0.0 : f32
+  {splat}
+  "tawa.split_k_store"(%acc, %c0, %c0) {{slot = {slot} : i32}} : ({t}, i32, i32) -> ()
+  %last = "tawa.split_k_arrive"(%c0) {{splits = {splits} : i32}} : (i32) -> i1
+  %sum = "tawa.split_k_sum"(%acc, %c0) {{slot = 0 : i32, splits = 2 : i32}} : ({t}, i32) -> {t}"""
+
+
 GOOD = {
     "load": kernel(load(TILE)),
+    "split-k": kernel(split_k_body()),
     "load-fewer-dims": kernel(load("tensor<64xbf16>", 3, "memref<?x?x?xbf16>"),
                               args=f"%A: memref<?x?x?xbf16>, %C: {MEM}"),
     "store": kernel(load(TILE) + f'\n  "tawa.store"(%C, %x, %c0, %c0) : ({MEM}, {TILE}, i32, i32) -> ()'),
@@ -216,6 +228,9 @@ BAD = {
     "program-axis": kernel('%p = "tawa.program_id"() {axis = 3 : i32} : () -> i32'),
     "program-axis:num_programs": kernel('%p = "tawa.num_programs"() {axis = -1 : i32} : () -> i32'),
     "dim-axis": kernel(f'%d = "tawa.dim"(%A) {{axis = 2 : i32}} : ({MEM}) -> i32'),
+    "split-k": kernel(split_k_body("tensor<64x64xi32>")),
+    "split-k:slot": kernel(split_k_body(slot=-1)),
+    "split-k:splits": kernel(split_k_body(splits=1)),
     # aref payloads
     "aref-payload:empty": kernel('%r = "tawa.aref_create"() : () -> !tawa.aref<[], 2 : i32>'),
     "aref-payload:too-many": kernel('%r = "tawa.aref_create"() : () -> !tawa.aref<[' +

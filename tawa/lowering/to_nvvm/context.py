@@ -84,6 +84,8 @@ class Params:
         self.values: list[V] = []
         self.decls: list[str] = []
         self._cache = {}
+        #: Bytes of split-K workspace per output tile (`to_nvvm.split_k`), 0 when the kernel is not split.
+        self.workspace_per_tile = 0
 
     def arg_index(self, value: ir.Value) -> int:
         for i, a in enumerate(self.args):
@@ -118,6 +120,10 @@ class Params:
     def grid_extent(self, axis: int) -> V:
         """The extent of the grid a persistent kernel was written for (the runtime passes it; no user argument)."""
         return self._add(("grid", axis), AbiParam("grid", -1, axis=axis), "i32")
+
+    def workspace(self) -> V:
+        """The split-K workspace the runtime allocates (no user argument; see `to_nvvm.split_k`)."""
+        return self._add(("workspace",), AbiParam("workspace", -1), "!llvm.ptr<1>")
 
     def scalar(self, arg: int, dtype: str) -> V:
         return self._add(("scalar", arg), AbiParam("scalar", arg, dtype=dtype), dtype)
@@ -263,6 +269,12 @@ class Ctx:
             raise CompilationError(f"the kernel needs more than {BARRIER_REGION // 8} mbarriers",
                                    note="use fewer pipeline stages or ring slots (num_stages, num_buffers)")
         self.barriers.extend((off + 8 * i, count) for i in range(n))
+        return off
+
+    def alloc_word(self) -> int:
+        """Four bytes of shared memory for a value the threads exchange (in the reserved region, never
+        initialised as an mbarrier: tiles and rings, which other warp groups may be using, stay untouched)."""
+        off = self.alloc_barriers(1, 0)
         return off
 
     def smem_base(self) -> V:

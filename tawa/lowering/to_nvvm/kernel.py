@@ -26,7 +26,7 @@ from tawa.ir.location import source_location
 from tawa.ir.ops import ArefCreateOp, warp_groups
 from tawa.ir.traversal import ops_of, walk
 
-from . import arefs, control, dot, elementwise, memory, reduce, shape, sync, warp_groups as warp_group_lowering
+from . import arefs, control, dot, elementwise, memory, reduce, shape, split_k, sync, warp_groups as warp_group_lowering
 from .builder import Builder
 from .context import BARRIER_REGION, Ctx, Params, SharedAllocator
 from .program_ids import PID_GROUP, SREG_OPS, lower_program_index
@@ -50,6 +50,8 @@ HANDLERS = {
     # The warp-specialized schedule: warp-group regions and the aref rings between them.
     **warp_group_lowering.HANDLERS,
     **arefs.HANDLERS,
+    # Split-K partial accumulators in the runtime's workspace.
+    **split_k.HANDLERS,
 }
 
 
@@ -107,7 +109,8 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         with b.redirect(start):
             with b.if_(b.cmpi("eq", ctx.tid(), 0)):
                 for off, count in ctx.barriers:
-                    sync.mbarrier_init(b, ctx.smem_ptr(off), count)
+                    if count:               # (count 0: a plain shared word, `Ctx.alloc_word`)
+                        sync.mbarrier_init(b, ctx.smem_ptr(off), count)
             sync.fence_mbarrier_init(b)
             sync.barrier(b)
     shared_bytes = ctx.smem.peak if ctx.smem.peak > BARRIER_REGION or ctx.barriers else 0
@@ -142,6 +145,8 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         "num_threads": threads,
         "shared_bytes": shared_bytes,
         "persistent": ctx.persistent,
+        "split_k": attrs.SPLIT_K.get(func),
+        "workspace_per_tile": ctx.params.workspace_per_tile,
     }
     try:
         out = ir.Module.parse(text, module.context)

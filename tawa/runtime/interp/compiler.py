@@ -47,6 +47,9 @@ class Runtime:
     task: object = None            # the scheduler task running now (None outside warp groups)
     rings: list = field(default_factory=list)   # arefs created by the current program
     trace: Optional[list] = None    # when a list: names of the tasks in the order they were resumed
+    #: Split-K workspace of one launch: (tile, slot) -> {split: partial}, and tile -> programs arrived.
+    partials: dict = field(default_factory=dict)
+    arrived: dict = field(default_factory=dict)
 
 
 @dataclass

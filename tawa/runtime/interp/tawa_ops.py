@@ -109,6 +109,49 @@ def _store(c, op):
     return _preemptible(c, run)
 
 
+# ---- split-K: the runtime's workspace, as the GPU keeps it (see tawa.lowering.split_k) --------------------
+@handler("tawa.split_k_store")
+def _split_k_store(c, op):
+    value, tile, split = c.operands(op)
+    slot, rt = int_attr(op, "slot"), c.rt
+
+    def run(env):
+        rt.partials.setdefault((env[tile], slot), {})[env[split]] = np.array(env[value], copy=True)
+    return _preemptible(c, run)
+
+
+@handler("tawa.split_k_arrive")
+def _split_k_arrive(c, op):
+    (tile,) = c.operands(op)
+    (r,) = c.results(op)
+    splits, rt = int_attr(op, "splits"), c.rt
+
+    def run(env):
+        count = rt.arrived.get(env[tile], 0) + 1
+        rt.arrived[env[tile]] = count % splits      # the last resets the tile's counter, as on the GPU
+        env[r] = count == splits
+    return _preemptible(c, run)
+
+
+@handler("tawa.split_k_sum")
+def _split_k_sum(c, op):
+    _, tile = c.operands(op)
+    (r,) = c.results(op)
+    slot, splits, rt = int_attr(op, "slot"), int_attr(op, "splits"), c.rt
+
+    def run(env):
+        parts = rt.partials.get((env[tile], slot), {})
+        missing = [s for s in range(splits) if s not in parts]
+        if missing:
+            raise c.error(op, f"tawa.split_k_sum: tile {env[tile]} has no partial of split {missing[0]} "
+                              f"(slot {slot})")
+        total = parts[0]
+        for s in range(1, splits):
+            total = total + parts[s]
+        env[r] = total
+    return _preemptible(c, run)
+
+
 @handler("tawa.splat")
 def _splat(c, op):
     (a,) = c.operands(op)

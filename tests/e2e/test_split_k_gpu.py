@@ -1,0 +1,102 @@
+"""Split-K on the GPU against float64 torch references: fresh random inputs, NaN-poisoned outputs, ragged shapes
+(M, N and K not multiples of the tile, K shorter than one tile per split, K of one tile), every schedule, decode
+shapes (M = 1 and 8), fused epilogues (bias + GELU, SwiGLU's two accumulators), repeated launches (each tile's
+counter is back at zero after a launch) and a CUDA-graph replay."""
+import pytest
+
+from e2e_support import compiled, poisoned, rel_err
+
+pytestmark = pytest.mark.gpu
+SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"schedule": "tile"}, id="ws-tile"),
+             pytest.param({"warp_specialize": False}, id="uniform")]
+# (M, N, K): decode shapes, ragged everything, K of one BLOCK_K (most splits sum nothing), K below one tile,
+# and enough tiles that a persistent CTA loops over several (4 x 12 x 3 programs on 132 SMs).
+SHAPES = [(8, 4096, 4096), (1, 1000, 2056), (100, 1000, 712), (64, 136, 64), (37, 200, 8), (256, 1536, 1024)]
+
+
+def _gemm(torch, shape, seed):
+    torch.manual_seed(seed)
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    return a, b, a.double() @ b.double()
+
+
+@pytest.mark.parametrize("ws", SCHEDULES)
+@pytest.mark.parametrize("splits", [2, 3, 4])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_split_k_gemm(shape, splits, ws):
+    kernel = compiled("gemm.tawa", BLOCK_M=64, BLOCK_N=128, split_k=splits, **ws)
+    import torch
+    a, b, ref = _gemm(torch, shape, sum(shape) + splits)
+    for launch in range(2):                       # the second launch finds every counter back at zero
+        c = poisoned(torch, ref.shape, torch.bfloat16)
+        kernel(a, b, c)
+        torch.cuda.synchronize()
+        assert not c.isnan().any(), f"launch {launch}"
+        assert rel_err(c, ref) < 1e-2, f"launch {launch}"
+
+
+def test_split_k_is_deterministic():
+    """The last program adds the partials in split order, whichever finishes last: launches agree bit for bit."""
+    kernel = compiled("gemm.tawa", BLOCK_M=64, BLOCK_N=128, split_k=4)
+    import torch
+    a, b, _ = _gemm(torch, (8, 4096, 4096), 7)
+    outs = []
+    for _ in range(5):
+        c = poisoned(torch, (8, 4096), torch.bfloat16)
+        kernel(a, b, c)
+        outs.append(c)
+    torch.cuda.synchronize()
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+@pytest.mark.parametrize("ws", SCHEDULES)
+def test_split_k_bias_act(ws):
+    kernel = compiled("gemm_bias_act.tawa", BLOCK_M=64, BLOCK_N=128, split_k=3, **ws)
+    import torch
+    torch.manual_seed(11)
+    m, n, k = 33, 520, 1000
+    a, b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.float32)
+    c = poisoned(torch, (m, n), torch.bfloat16)
+    kernel(a, b, bias, c)
+    torch.cuda.synchronize()
+    x = a.double() @ b.double() + bias.double()
+    ref = x * torch.sigmoid(1.5957691216057308 * (x + 0.044715 * x ** 3))
+    assert rel_err(c, ref) < 1e-2
+
+
+@pytest.mark.parametrize("ws", SCHEDULES)
+def test_split_k_swiglu(ws):
+    kernel = compiled("swiglu.tawa", BLOCK_M=64, BLOCK_N=64, split_k=4, **ws)
+    import torch
+    torch.manual_seed(12)
+    m, n, k = 16, 696, 2000
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b1, b2 = (torch.randn(k, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    c = poisoned(torch, (m, n), torch.bfloat16)
+    kernel(a, b1, b2, c)
+    torch.cuda.synchronize()
+    g, u = a.double() @ b1.double(), a.double() @ b2.double()
+    assert rel_err(c, torch.nn.functional.silu(g) * u) < 1e-2
+
+
+def test_split_k_in_a_cuda_graph():
+    kernel = compiled("gemm.tawa", BLOCK_M=64, BLOCK_N=128, split_k=4)
+    import torch
+    a, b, _ = _gemm(torch, (8, 2048, 3000), 13)
+    c = poisoned(torch, (8, 2048), torch.bfloat16)
+    kernel(a, b, c)                               # the workspace is allocated outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernel(a, b, c)
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        a.copy_(torch.randn_like(a))
+        b.copy_(torch.randn_like(b))
+        c.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_err(c, a.double() @ b.double()) < 1e-2
