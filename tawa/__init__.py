@@ -22,6 +22,10 @@ __all__ = ["compile", "interpret", "CompileOptions", "TawaError", "CompilationEr
            "DriverError", "Kernel", "autotune"]
 
 
+#: Keyword arguments of `compile` that fix what the per-shape defaults would choose: given any, they are kept.
+SHAPE_CHOICES = {"BLOCK_M", "BLOCK_N", "split_k"}
+
+
 def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **kwargs):
     """Compile a kernel (a `.tawa` path or source text) and return a launchable `Kernel`.
 
@@ -29,8 +33,12 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
     `num_buffers_warp_spec`, `num_stages`, `num_warps`, `producer_registers`, `consumer_registers`) or
     overrides of the kernel's `const` parameters (any other name). Options are checked first, before the source
     is read or parsed: a bad value raises CompilationError naming the option.
+
+    A GEMM-family kernel (a dot, a grid tiled by BLOCK_M and BLOCK_N) compiled without BLOCK_M, BLOCK_N or split_k
+    launches, for calls with M <= 64, a variant with 64-row tiles and split-K where the grid is small (compiled
+    on that call's first need; `kernel.variant_for(*args)` says which kernel a call runs).
     """
-    from tawa.runtime.kernel import Kernel
+    from tawa.runtime.kernel import Kernel, ShapeVariants
 
     options = CompileOptions.from_kwargs(dict(kwargs, target=target)).validate()
     source, filename = read_source(path_or_source)
@@ -38,20 +46,26 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
     without_tma = None
     if target == "cuda" and options.tma is None:
         without_tma = lambda: compile(path_or_source, target=target, cache=cache, **kwargs, tma=False)  # noqa: E731
+    # Without tile constants, a GEMM-family kernel launches the tile (and split-K) that suits small-M shapes.
+    shapes = None
+    if target == "cuda" and not SHAPE_CHOICES & set(kwargs):
+        from tawa.autotune.space import space_info
+        shapes = ShapeVariants(lambda: space_info(source, filename),
+                               lambda config: compile(path_or_source, target=target, cache=cache, **kwargs, **config))
     key = None
     if cache and target == "cuda":
         from tawa.runtime import cache as disk_cache
         key = disk_cache.cache_key(source, options)
         hit = disk_cache.load(key)
         if hit is not None:
-            return Kernel(hit, from_cache=True, without_tma=without_tma)
+            return Kernel(hit, from_cache=True, without_tma=without_tma, shape_variants=shapes)
     from tawa.compiler import compile_source
     t0 = time.perf_counter()
     compiled = compile_source(source, filename, options)
     compiled.compile_seconds = time.perf_counter() - t0
     if key is not None:
         disk_cache.store(key, compiled)
-    return Kernel(compiled, without_tma=without_tma)
+    return Kernel(compiled, without_tma=without_tma, shape_variants=shapes)
 
 
 def interpret(path_or_source: str, **kwargs):

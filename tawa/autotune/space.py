@@ -133,6 +133,38 @@ def default_configs(info: dict) -> list:
     return out
 
 
+#: Rows at or below which a GEMM-family kernel called without tile constants takes 64-row tiles (and split-K).
+SMALL_M = 64
+#: K per split below which splitting is not worth its partials (8 iterations of a 64-deep K block).
+MIN_K_PER_SPLIT = 512
+
+
+def shape_defaults(info: dict, extents: dict, sms: int = 132) -> dict:
+    """The configuration a GEMM-family kernel compiled without tile constants launches for these extents (no
+    timing: what the measurements in docs/performance.md show wins), or {} for the kernel's own defaults.
+
+    Applies to kernels with a dot whose grid tiles two symbols by BLOCK_M and BLOCK_N. For M <= 64 (decode
+    shapes) the 64 x 128 tile; and when those tiles leave the GPU mostly idle and the one other shape symbol (K)
+    is long, split-K: the most splits (4 or 2) that keep the programs within the SMs."""
+    consts = info.get("constants", {})
+    tiles = dict((c, sym) for c, sym in info.get("tiles", []))
+    if not info.get("has_dot") or "BLOCK_M" not in tiles or "BLOCK_N" not in tiles:
+        return {}
+    m, n = extents.get(tiles["BLOCK_M"]), extents.get(tiles["BLOCK_N"])
+    if m is None or n is None or m > SMALL_M or not isinstance(consts.get("BLOCK_M"), int) or \
+            consts["BLOCK_M"] <= SMALL_M:
+        return {}
+    config = {"BLOCK_M": SMALL_M, "BLOCK_N": 128}
+    programs = -(-m // SMALL_M) * -(-n // 128)
+    others = [name for name, _, _ in info.get("symbols", []) if name not in tiles.values()]
+    k = extents.get(others[0]) if len(others) == 1 else None
+    for splits in (4, 2):
+        if k is not None and programs * splits <= sms and k >= splits * MIN_K_PER_SPLIT:
+            config["split_k"] = splits
+            break
+    return config
+
+
 def candidates(info: dict, configs: Optional[list], fixed: dict) -> tuple:
     """(candidates, where they came from: "python", "declared" or "default") with `fixed` applied to each."""
     if configs is not None:

@@ -5,6 +5,9 @@ serves both targets: "cuda" launches the compiled cubin/PTX through the driver, 
 interpreter on numpy arrays (torch CPU tensors are read as numpy views of their memory). Nothing here imports
 MLIR unless the CPU target is launched.
 
+A kernel compiled from a GEMM-family source without tile constants carries `ShapeVariants`: small-M calls
+launch a variant with the tile and split-K that suit them (`tawa.autotune.space.shape_defaults`).
+
 `dry_run()` turns launches into argument-count checks on the calling thread, for code that runs a launching
 function on tensors without memory (PyTorch's fake tensors, when `tawa.torch_ops` derives an op's output shapes).
 """
@@ -35,8 +38,77 @@ def dry_run():
         _dry.depth -= 1
 
 
+class ShapeVariants:
+    """Per-shape configurations of a kernel compiled without tile constants: at launch the extents of its shape
+    symbols choose a configuration (`shape_defaults`, no timing); one other than the kernel's own launches that
+    variant, compiled on first need (a kernel-cache hit after the first time) and kept per extents.
+
+    `read_info() -> dict` gives the kernel's tuning view (`tawa.autotune.space.space_info`: symbols, tiles);
+    `compile_variant(config) -> Kernel` compiles the source with the configuration added. Both run on the first
+    launch, not at compile time. A variant that does not compile (or is neither cached nor compilable here) falls
+    back to the kernel's own configuration."""
+
+    def __init__(self, read_info, compile_variant):
+        self._read_info = read_info
+        self._compile_variant = compile_variant
+        self._positions = None              # [(argument index, axis)] per shape symbol; [] when not applicable
+        self._info = None
+        self._sms = 132
+        self._by_extents: dict = {}         # extents -> the Kernel to launch (None: the kernel itself)
+        self._variants: dict = {}           # configuration (sorted items) -> Kernel or None
+
+    def _prepare(self, target: str) -> None:
+        from tawa.errors import TawaError
+        try:
+            self._info = self._read_info()
+        except TawaError:                   # no compiler and no cached record: launch the defaults
+            self._info = None
+        self._positions = [(arg, axis) for _, arg, axis in (self._info or {}).get("symbols", [])]
+        if target == "cuda":
+            try:
+                from tawa.runtime import driver
+                self._sms = driver.sm_count(driver.default_device())
+            except Exception:               # noqa: BLE001 -- any driver trouble surfaces at the launch itself
+                pass
+
+    def pick(self, args, target: str):
+        """The Kernel to launch for these arguments instead of the kernel itself, or None."""
+        if self._positions is None:
+            self._prepare(target)
+        if not self._positions:
+            return None
+        try:
+            key = tuple(int(args[arg].shape[axis]) for arg, axis in self._positions)
+        except (IndexError, AttributeError, TypeError, ValueError):
+            return None                     # the launcher's own checks say what is wrong with the arguments
+        if key in self._by_extents:
+            return self._by_extents[key]
+        from tawa.autotune.space import shape_defaults
+        names = [name for name, _, _ in self._info["symbols"]]
+        config = shape_defaults(self._info, dict(zip(names, key)), self._sms)
+        variant = self._variant(config) if config else None
+        if len(self._by_extents) >= 1024:
+            self._by_extents.clear()
+        self._by_extents[key] = variant
+        return variant
+
+    def _variant(self, config: dict):
+        label = tuple(sorted(config.items()))
+        if label not in self._variants:
+            from tawa.errors import CompilationError
+            try:
+                self._variants[label] = self._compile_variant(config)
+            except ImportError:             # not in the kernel cache, and no compiler here: the kernel's own
+                self._variants[label] = None
+            except CompilationError:
+                smaller = {k: v for k, v in config.items() if k != "split_k"}
+                self._variants[label] = self._variant(smaller) if smaller != config else None
+        return self._variants[label]
+
+
 class Kernel:
-    def __init__(self, compiled: CompiledKernel, from_cache: bool = False, without_tma=None):
+    def __init__(self, compiled: CompiledKernel, from_cache: bool = False, without_tma=None,
+                 shape_variants: ShapeVariants | None = None):
         self.compiled = compiled
         self.from_cache = from_cache
         self._launcher = None
@@ -45,6 +117,8 @@ class Kernel:
         #: (set by `tawa.compile` with tma left automatic); built on the first such launch.
         self._without_tma = without_tma
         self._fallback = None
+        #: Per-shape variants (`ShapeVariants`) of a kernel compiled without tile constants, or None.
+        self._shapes = shape_variants
 
     # -- introspection -------------------------------------------------------------------------------------
     @property
@@ -90,7 +164,16 @@ class Kernel:
             return self._launch(args, grid, **kw)
         return launch
 
+    def variant_for(self, *args) -> "Kernel":
+        """The kernel a call with these arguments launches: this one, or the variant its shapes choose."""
+        variant = self._shapes.pick(args, self.target) if self._shapes is not None else None
+        return variant if variant is not None else self
+
     def __call__(self, *args, **kw):
+        if self._shapes is not None and not _dry.depth:
+            variant = self._shapes.pick(args, self.target)
+            if variant is not None:
+                return variant(*args, **kw)
         launcher = self._launcher
         if launcher is not None and not kw and not _dry.depth:
             try:

@@ -131,3 +131,26 @@ def test_space_record_is_cached_and_read_without_the_compiler(own_cache, monkeyp
         space.space_info(SCALE, "scale.tawa")
     assert "the tuning space of scale.tawa is not in the kernel cache" in e.value.message
     assert "--autotune-space" in e.value.note
+
+
+@pytest.mark.parametrize("extents, expected", [
+    ({"M": 8, "N": 4096, "K": 4096}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 4}),   # 32 tiles: 4 splits
+    ({"M": 1, "N": 8192, "K": 8192}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 2}),   # 64 tiles: 2 splits
+    ({"M": 64, "N": 14336, "K": 4096}, {"BLOCK_M": 64, "BLOCK_N": 128}),               # 112 tiles: no split
+    ({"M": 8, "N": 4096, "K": 512}, {"BLOCK_M": 64, "BLOCK_N": 128}),                  # K too short to split
+    ({"M": 65, "N": 4096, "K": 4096}, {}),                                             # not small M
+    ({"M": 4096, "N": 4096, "K": 4096}, {}),
+    ({"M": 8, "K": 4096}, {}),                                                         # N unknown
+])
+def test_shape_defaults_pick_small_m_tiles_and_splits(extents, expected):
+    assert space.shape_defaults(GEMM_INFO, extents) == expected
+
+
+def test_shape_defaults_leave_other_kernels_alone():
+    assert space.shape_defaults(dict(GEMM_INFO, has_dot=False), {"M": 8, "N": 4096, "K": 4096}) == {}
+    attention = dict(GEMM_INFO, tiles=[["BLOCK_M", "S"]], symbols=[["S", 0, 2]])
+    assert space.shape_defaults(attention, {"S": 8}) == {}
+    small_default = dict(GEMM_INFO, constants=dict(GEMM_INFO["constants"], BLOCK_M=64))
+    assert space.shape_defaults(small_default, {"M": 8, "N": 4096, "K": 4096}) == {}
+    # With fewer SMs, fewer splits fit.
+    assert space.shape_defaults(GEMM_INFO, {"M": 8, "N": 4096, "K": 4096}, sms=100)["split_k"] == 2

@@ -100,3 +100,35 @@ def test_split_k_in_a_cuda_graph():
         graph.replay()
         torch.cuda.synchronize()
         assert rel_err(c, a.double() @ b.double()) < 1e-2
+
+
+@pytest.mark.parametrize("example,shape", [("gemm.tawa", (8, 4096, 4096)), ("gemm.tawa", (33, 1000, 3000)),
+                                           ("swiglu.tawa", (8, 2048, 4096)), ("gemm.tawa", (300, 1000, 712))],
+                         ids=["gemm-8x4096x4096", "gemm-33x1000x3000", "swiglu-8x2048x4096", "gemm-300x1000x712"])
+def test_default_kernel_picks_its_small_m_variant(example, shape):
+    """`tawa.compile` without tile constants: small M launches the 64-row (split) variant, larger M the kernel."""
+    import tawa
+    from e2e_support import EXAMPLES, PREFILL
+    kernel = tawa.compile(str(EXAMPLES / example))
+    m, n, k = shape
+
+    class Shaped:
+        def __init__(self, *s):
+            self.shape = s
+    shaped = [Shaped(m, k), Shaped(k, n)] + ([Shaped(k, n)] if example == "swiglu.tawa" else []) + [Shaped(m, n)]
+    variant = kernel.variant_for(*shaped)          # compiles the variant (and reads the kernel's symbols)
+    if PREFILL:
+        pytest.skip("kernels compiled into the cache; the check runs on a GPU")
+    assert (variant is kernel) == (m > 64)
+    if m <= 64:
+        assert variant.compiled.constants["BLOCK_M"] == 64
+    import torch
+    torch.manual_seed(m + n)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    bs = [torch.randn(k, n, device="cuda", dtype=torch.bfloat16) for _ in range(len(shaped) - 2)]
+    c = poisoned(torch, (m, n), torch.bfloat16)
+    kernel(a, *bs, c)
+    torch.cuda.synchronize()
+    g = a.double() @ bs[0].double()
+    ref = g if len(bs) == 1 else torch.nn.functional.silu(g) * (a.double() @ bs[1].double())
+    assert not c.isnan().any() and rel_err(c, ref) < 1e-2

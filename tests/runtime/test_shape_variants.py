@@ -1,0 +1,113 @@
+"""A GEMM-family kernel from `tawa.compile` without tile constants launches, for small-M calls, the variant with
+64-row tiles and split-K that suits them (`tawa.autotune.space.shape_defaults`), compiled once per configuration
+and looked up per extents; an explicit grid (sized for the kernel's own tiles), given tile constants and other
+kernels keep the kernel itself. Launchers are faked here (the GPU test is tests/e2e/test_split_k_gpu.py)."""
+import pathlib
+import types
+
+import pytest
+
+import tawa
+from tawa.errors import CompilationError
+from tawa.runtime.kernel import Kernel, ShapeVariants
+
+INFO = {"name": "gemm", "constants": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64},
+        "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]], "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]],
+        "has_dot": True}
+
+
+class FakeLauncher:
+    def __init__(self):
+        self.calls = []
+
+    def launch(self, args, grid=None, stream=None):
+        self.calls.append(grid)
+
+
+class Array:
+    def __init__(self, *shape):
+        self.shape = shape
+
+
+def fake_kernel(label, shapes=None) -> Kernel:
+    k = Kernel(types.SimpleNamespace(name=label, target="cuda", params=[{"name": n} for n in "ABC"]),
+               shape_variants=shapes)
+    k._launcher = FakeLauncher()
+    return k
+
+
+def gemm_args(m, n, k):
+    return Array(m, k), Array(k, n), Array(m, n)
+
+
+@pytest.fixture(autouse=True)
+def prepared(request, monkeypatch):
+    """The kernel's tuning view without the frontend, and 132 SMs without a driver."""
+    if "gemm" in request.fixturenames:
+        monkeypatch.setattr(ShapeVariants, "_prepare", lambda self, target: _prepared(self))
+    
+
+@pytest.fixture
+def made():
+    return []
+
+
+@pytest.fixture
+def gemm(made):
+    def compile_variant(config):
+        made.append(config)
+        return fake_kernel(f"variant {sorted(config.items())}")
+    return fake_kernel("gemm", ShapeVariants(lambda: INFO, compile_variant))
+
+
+def test_small_m_launches_the_split_variant_compiled_once(gemm, made):
+    gemm(*gemm_args(8, 4096, 4096))
+    gemm(*gemm_args(8, 4096, 4096))
+    gemm(*gemm_args(1, 4096, 4096))                    # other extents, same configuration: no new compile
+    assert made == [{"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 4}]
+    variant = gemm.variant_for(*gemm_args(8, 4096, 4096))
+    assert variant is not gemm and variant._launcher.calls == [None, None, None]
+    assert gemm._launcher.calls == []
+
+
+def test_large_shapes_and_explicit_grids_keep_the_kernel(gemm, made):
+    gemm(*gemm_args(4096, 4096, 4096))
+    gemm[(2, 16)](*gemm_args(8, 4096, 4096))           # a grid sized for the kernel's own 128 x 256 tiles
+    assert made == [] and gemm._launcher.calls == [None, (2, 16)]
+    assert gemm.variant_for(*gemm_args(4096, 4096, 4096)) is gemm
+
+
+def test_a_variant_that_does_not_compile_drops_the_split_then_the_tile(gemm):
+    tried = []
+
+    def refuse(config):
+        tried.append(config)
+        raise CompilationError("cannot split the K loop")
+    gemm._shapes._compile_variant = refuse
+    gemm(*gemm_args(8, 4096, 4096))
+    assert tried == [{"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 4}, {"BLOCK_M": 64, "BLOCK_N": 128}]
+    assert gemm._launcher.calls == [None]
+
+
+def test_arguments_without_shapes_launch_the_kernel(gemm):
+    gemm(object(), object(), object())                # the launcher's own checks report these
+    assert gemm._launcher.calls == [None]
+
+
+def _prepared(shapes):
+    shapes._info, shapes._sms = INFO, 132
+    shapes._positions = [(arg, axis) for _, arg, axis in INFO["symbols"]]
+
+
+def test_compile_attaches_variants_only_without_tile_constants(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path))
+    path = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "gemm.tawa")
+    assert tawa.compile(path)._shapes is not None
+    assert tawa.compile(path, BLOCK_M=64)._shapes is None
+    assert tawa.compile(path, split_k=2)._shapes is None
+    assert tawa.compile(path, target="cpu")._shapes is None
+    k = tawa.compile(path)
+    variant = k.variant_for(*gemm_args(8, 4096, 4096))
+    assert variant.compiled.constants["BLOCK_M"] == 64 and variant.compiled.split_k == 4
+    assert variant._shapes is None
+    assert k.variant_for(*gemm_args(512, 4096, 4096)) is k
