@@ -139,6 +139,15 @@ SMALL_M = 64
 MIN_K_PER_SPLIT = 512
 
 
+def has_shape_defaults(info: dict) -> bool:
+    """Whether `shape_defaults` can choose anything for this kernel (a GEMM-family kernel with a larger default
+    BLOCK_M than small-M calls want)."""
+    tiles = {c for c, _ in info.get("tiles", [])}
+    block_m = info.get("constants", {}).get("BLOCK_M")
+    return bool(info.get("has_dot")) and {"BLOCK_M", "BLOCK_N"} <= tiles and isinstance(block_m, int) and \
+        block_m > SMALL_M
+
+
 def shape_defaults(info: dict, extents: dict, sms: int = 132) -> dict:
     """The configuration a GEMM-family kernel compiled without tile constants launches for these extents (no
     timing: what the measurements in docs/performance.md show wins), or {} for the kernel's own defaults.
@@ -146,13 +155,11 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132) -> dict:
     Applies to kernels with a dot whose grid tiles two symbols by BLOCK_M and BLOCK_N. For M <= 64 (decode
     shapes) the 64 x 128 tile; and when those tiles leave the GPU mostly idle and the one other shape symbol (K)
     is long, split-K: the most splits (4 or 2) that keep the programs within the SMs."""
-    consts = info.get("constants", {})
-    tiles = dict((c, sym) for c, sym in info.get("tiles", []))
-    if not info.get("has_dot") or "BLOCK_M" not in tiles or "BLOCK_N" not in tiles:
+    if not has_shape_defaults(info):
         return {}
+    tiles = dict((c, sym) for c, sym in info.get("tiles", []))
     m, n = extents.get(tiles["BLOCK_M"]), extents.get(tiles["BLOCK_N"])
-    if m is None or n is None or m > SMALL_M or not isinstance(consts.get("BLOCK_M"), int) or \
-            consts["BLOCK_M"] <= SMALL_M:
+    if m is None or n is None or m > SMALL_M:
         return {}
     config = {"BLOCK_M": SMALL_M, "BLOCK_N": 128}
     programs = -(-m // SMALL_M) * -(-n // 128)

@@ -63,7 +63,9 @@ class ShapeVariants:
             self._info = self._read_info()
         except TawaError:                   # no compiler and no cached record: launch the defaults
             self._info = None
-        self._positions = [(arg, axis) for _, arg, axis in (self._info or {}).get("symbols", [])]
+        from tawa.autotune.space import has_shape_defaults
+        applies = self._info is not None and has_shape_defaults(self._info)
+        self._positions = [(arg, axis) for _, arg, axis in self._info["symbols"]] if applies else []
         if target == "cuda":
             try:
                 from tawa.runtime import driver
