@@ -52,17 +52,17 @@ for _dt in ("bf16", "f16"):
 
 #: Fused kernels against their anchors (see fused_sweep): name -> (example, constants, options).
 FUSED_VARIANTS = {
-    "swiglu_tile_n64": ("swiglu.tawa", {}, {"schedule": "tile"}),
-    "swiglu_pers_n64": ("swiglu.tawa", {}, {"schedule": "persistent"}),
+    "swiglu_tile_n64": ("swiglu.tawa", {"BLOCK_N": 64}, {"schedule": "tile"}),
+    "swiglu_pers_n64": ("swiglu.tawa", {"BLOCK_N": 64}, {"schedule": "persistent"}),
     "swiglu_tile_n128": ("swiglu.tawa", {"BLOCK_N": 128}, {"schedule": "tile"}),
     "swiglu_pers_n128": ("swiglu.tawa", {"BLOCK_N": 128}, {"schedule": "persistent"}),
-    "linear_tile_n256": ("linear_gelu_residual.tawa", {}, {"schedule": "tile"}),
-    "linear_pers_n256": ("linear_gelu_residual.tawa", {}, {"schedule": "persistent"}),
+    "linear_tile_n256": ("linear_gelu_residual.tawa", {"BLOCK_N": 256}, {"schedule": "tile"}),
+    "linear_pers_n256": ("linear_gelu_residual.tawa", {"BLOCK_N": 256}, {"schedule": "persistent"}),
     "linear_tile_n128": ("linear_gelu_residual.tawa", {"BLOCK_N": 128}, {"schedule": "tile"}),
     "linear_pers_n128": ("linear_gelu_residual.tawa", {"BLOCK_N": 128}, {"schedule": "persistent"}),
     "fp8_tile": ("gemm_fp8.tawa", {}, {"schedule": "tile"}),
     "fp8_pers": ("gemm_fp8.tawa", {}, {"schedule": "persistent"}),
-    "fp8_pers_n256": ("gemm_fp8.tawa", {"BLOCK_N": 256}, {"schedule": "persistent"}),
+    "fp8_pers_n128": ("gemm_fp8.tawa", {"BLOCK_N": 128}, {"schedule": "persistent"}),
 }
 KERNELS.update(FUSED_VARIANTS)
 
@@ -70,11 +70,14 @@ SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 2048), (16384, 819
          (512, 8192, 8192), (2048, 2048, 8192), (3000, 5000, 2000)]
 
 
-def build(out: str) -> None:
+def build(out: str, pattern: str = "") -> None:
+    import re
     from tawa.compiler import compile_source
     from tawa.options import CompileOptions
     os.makedirs(out, exist_ok=True)
     for name, (src, consts, opts) in KERNELS.items():
+        if pattern and not re.search(pattern, name):
+            continue
         path = os.path.join(ROOT, "examples", src)
         t = time.time()
         try:
@@ -355,7 +358,7 @@ def fused_sweep(out, dev, check) -> None:
         _report("fp8", (M, N, K), _side_by_side(impls, 2 * M * N * K), ["scaled_mm_rowwise", "scaled_mm_tensor"])
 
 
-def run(out: str) -> None:
+def run(out: str, only: str = "all") -> None:
     import torch
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -368,8 +371,10 @@ def run(out: str) -> None:
         print(f"  {name}: rel err {err:.2e} {'OK' if ok else 'FAIL'}")
         return ok
 
-    gemm_sweep(out, dev, check)
-    fused_sweep(out, dev, check)
+    if only in ("all", "gemm"):
+        gemm_sweep(out, dev, check)
+    if only in ("all", "fused"):
+        fused_sweep(out, dev, check)
 
     if os.path.exists(os.path.join(out, "gemm_bias_gelu.json")):
         print("gemm_bias_gelu")
@@ -461,8 +466,10 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("step", nargs="?", default="all", choices=["build", "run", "all"])
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry"))
+    ap.add_argument("--kernels", default="", help="build only the kernels whose name matches this regex")
+    ap.add_argument("--only", default="all", choices=["all", "gemm", "fused"], help="run only this sweep")
     ns = ap.parse_args()
     if ns.step in ("build", "all"):
-        build(ns.out)
+        build(ns.out, ns.kernels)
     if ns.step in ("run", "all"):
-        run(ns.out)
+        run(ns.out, ns.only)

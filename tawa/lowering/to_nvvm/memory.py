@@ -149,7 +149,7 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
             if lead is not None:
                 pred = lead if pred is None else b.and_(pred, lead)
             ptr, pred = _element(ctx, arg, rank, offsets, [r, c], pred, elem)
-            loaded.append((r, c, e, _predicated_load(b, ptr, pred, st)))
+            loaded.append((r, c, e, _predicated_load(b, ptr, pred, st, read_only=True, ordered=False)))
         for r, c, e, value in loaded:
             byte = b.mul(c, es)
             addr = b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), _swizzled(b, r, byte))
@@ -173,15 +173,22 @@ _PREDICATED_LOAD = {2: ("h", "b16", "mov.b16 $0, 0;"), 4: ("r", "b32", "mov.b32 
                     1: ("h", "u8", "mov.b16 $0, 0;")}
 
 
-def _predicated_load(b, ptr: V, pred: V, st: str) -> V:
-    """`pred ? *ptr : 0` as one predicated `ld.global.nc` (an element of 1, 2 or 4 bytes)."""
+def _predicated_load(b, ptr: V, pred: V, st: str, read_only: bool = False, ordered: bool = True) -> V:
+    """`pred ? *ptr : 0` as one predicated global load (an element of 1, 2 or 4 bytes), with no branch.
+
+    `read_only`: `ld.global.nc` through the read-only path, for a tensor the kernel never stores to; otherwise
+    a plain coherent `ld.global`. `ordered`: kept in program order with the kernel's other memory accesses (a
+    side effect for LLVM): for register loads, which program order also keeps from being hoisted all to the top
+    of an epilogue, where their registers would be live together with the accumulator's."""
     size = {"i8": 1, "bf16": 2, "f16": 2, "i16": 2, "f32": 4, "i32": 4}[st]
     cons, width, zero = _PREDICATED_LOAD[size]
     reg = {1: "i16", 2: "i16", 4: "i32"}[size]
-    text = (f"{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, $2, 0;\\0A{zero}\\0A@p ld.global.nc.{width} $0, [$1];"
+    kind = "ld.global.nc" if read_only else "ld.global"
+    text = (f"{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, $2, 0;\\0A{zero}\\0A@p {kind}.{width} $0, [$1];"
             f"\\0A}}")
     flag = b.cast("extui", pred, "i32")
-    raw = b.op(f'"llvm.inline_asm"({ptr}, {flag}) <{{asm_string = "{text}", constraints = "={cons},l,r"}}> : '
+    effects = ", has_side_effects" if ordered else ""
+    raw = b.op(f'"llvm.inline_asm"({ptr}, {flag}) <{{asm_string = "{text}", constraints = "={cons},l,r"{effects}}}> : '
                f'(!llvm.ptr<1>, i32) -> {reg}', reg)
     if size == 1:
         return b.op(f"arith.trunci {raw} : i16 to i8", "i8")
@@ -236,13 +243,16 @@ def lower_register_load(ctx: Ctx, op) -> None:
     layout = L.parse(attrs.LAYOUT.get(op))
     addrs, elem = _addressing(ctx, op, LoadOp(op).src, offsets_of(ctx, op), layout)
     st = storage_type(elem)     # fp8 is loaded as i8
-    zero = b.const(0.0 if is_float(st) else 0, st)
-    regs = []
-    for ptr, pred in addrs:
-        def then():
-            return [b.op(f"llvm.load {ptr} : !llvm.ptr<1> -> {st}", st)]
-        regs.append(from_storage(b, b.if_else_values(pred, then, lambda: [zero], [st])[0], elem))
+    # One predicated load per register, without a branch: the loads of a tile are all in flight together.
+    read_only = not stored_by_kernel(LoadOp(op).src)
+    regs = [from_storage(b, _predicated_load(b, ptr, pred if pred is not None else b.const(1, "i1"), st, read_only),
+                         elem) for ptr, pred in addrs]
     ctx.set(op.results[0], Tile(regs, layout, elem))
+
+
+def stored_by_kernel(tensor: ir.Value) -> bool:
+    """Whether any `tawa.store` of the kernel writes `tensor` (a kernel argument)."""
+    return any(use.owner.name == StoreOp.NAME and StoreOp(use.owner).dst == tensor for use in tensor.uses)
 
 
 def lower_store(ctx: Ctx, op) -> None:
