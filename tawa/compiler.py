@@ -25,6 +25,7 @@ from typing import Callable
 from tawa.abi import CompiledKernel
 from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import kernel_info, verify
+from tawa.ir.location import source_location
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, lower_to_llvm,
                            mask_elision, partition, persistent_tiles, protocol_check, register_realloc, software_pipeline,
                            split_k, to_nvvm, ws_analysis)
@@ -36,7 +37,8 @@ class Plan:
     """The decisions taken before the pipeline runs, once per compile; each pass's `when` reads them."""
     target: str
     warp_specialize: bool
-    #: Tile schedule of a specialized kernel: "tile" (one program per CTA) or "persistent" (CTAs loop over tiles).
+    #: Tile schedule of a specialized kernel: "tile" (one program per CTA), "persistent" (CTAs loop over tiles,
+    #: the consumer warp groups sharing each) or "pingpong" (persistent, each consumer warp group on its own tiles).
     schedule: str = "tile"
     #: Programs each output tile's K loop is split over (1: not split).
     split_k: int = 1
@@ -47,7 +49,7 @@ def _ws(plan: Plan) -> bool: return plan.warp_specialize
 def _gpu(plan: Plan) -> bool: return plan.target == "cuda"
 def _gpu_ws(plan: Plan) -> bool: return plan.target == "cuda" and plan.warp_specialize
 def _gpu_uniform(plan: Plan) -> bool: return plan.target == "cuda" and not plan.warp_specialize
-def _persistent(plan: Plan) -> bool: return plan.warp_specialize and plan.schedule == "persistent"
+def _persistent(plan: Plan) -> bool: return plan.warp_specialize and plan.schedule in ("persistent", "pingpong")
 def _split(plan: Plan) -> bool: return plan.split_k > 1
 
 
@@ -119,22 +121,32 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
 
 
 def _tile_schedule(func, options: CompileOptions, specialized: bool) -> tuple[str, str]:
-    """("tile" | "persistent", why) for one kernel."""
+    """("tile" | "persistent" | "pingpong", why) for one kernel."""
     name = kernel_info.kernel_name(func)
     if options.schedule == "tile":
         return "tile", "one program per CTA (schedule='tile')"
+    asked = options.schedule in ("persistent", "pingpong")
+    what = "ping-pong" if options.schedule == "pingpong" else "persistent"
     if not specialized:
-        if options.schedule == "persistent":
-            raise CompilationError(f"cannot make kernel '{name}' persistent: it is not warp-specialized",
-                                   note="the persistent schedule loops the producer and consumer warp groups over "
+        if asked:
+            raise CompilationError(f"cannot make kernel '{name}' {what}: it is not warp-specialized",
+                                   source_location(func),
+                                   note="the persistent schedules loop the producer and consumer warp groups over "
                                         "tiles; compile with schedule='tile' or let the kernel specialize")
         return "tile", ""
     ok, reason = persistent_tiles.can_persist(func, options)
+    if ok and options.schedule == "pingpong":
+        ok, reason = persistent_tiles.can_pingpong(func, options)
     if not ok:
-        if options.schedule == "persistent":
-            raise CompilationError(f"cannot make kernel '{name}' persistent: {reason}",
-                                   note="compile with schedule='tile'")
+        if asked:
+            raise CompilationError(f"cannot make kernel '{name}' {what}: {reason}", source_location(func),
+                                   note="compile with schedule='tile'" if what == "persistent" else
+                                   "compile with schedule='persistent' or 'tile'")
         return "tile", f"not persistent because {reason}"
+    if options.schedule == "pingpong":
+        return "pingpong", ("about one CTA per SM; each of the two consumer warp groups computes every other output "
+                            "tile of its CTA on its own, so one group's epilogue runs under the other's main loop "
+                            "(schedule='pingpong')")
     return "persistent", ("about one CTA per SM, each looping over output tiles in grouped order; the aref ring "
                           "runs across tiles and each epilogue's TMA store overlaps the next tile's main loop")
 

@@ -18,9 +18,11 @@ from tawa.errors import CompilationError
 TARGETS = ("cuda", "cpu")
 #: Consumer warp groups a specialized kernel may have.
 CONSUMER_GROUPS = (1, 2)
-#: Tile schedules of a warp-specialized kernel: one program per output tile as the grid declares ("tile"), or
-#: about one CTA per SM looping over the output tiles ("persistent").
-SCHEDULES = ("tile", "persistent")
+#: Tile schedules of a warp-specialized kernel: one program per output tile as the grid declares ("tile"), about
+#: one CTA per SM looping over the output tiles ("persistent", the consumer warp groups sharing each tile), or
+#: persistent with each consumer warp group on tiles of its own, one group's epilogue under the other's main loop
+#: ("pingpong").
+SCHEDULES = ("tile", "persistent", "pingpong")
 #: Most programs one output tile's K loop may be split over (`split_k`).
 MAX_SPLIT_K = 16
 #: Warps per program on the uniform-warp path: one or two warp groups.
@@ -78,7 +80,9 @@ class CompileOptions:
         help="tile schedule of a warp-specialized kernel: 'tile' runs one program per output tile as the grid "
              "declares; 'persistent' launches about one CTA per SM, each looping over output tiles in grouped "
              "order with the aref ring running across tiles and the epilogue's TMA store overlapping the next "
-             "tile (auto: persistent where it applies, see the kernel's notes)")
+             "tile; 'pingpong' is persistent with each of two consumer warp groups on tiles of its own, so that "
+             "one group's epilogue runs under the other's main loop (auto: persistent where it applies, see the "
+             "kernel's notes)")
     split_k: int = _opt(
         1, help=f"split each output tile's K loop over this many programs (1 to {MAX_SPLIT_K}; default 1, no "
                 "split), for grids too small to fill the GPU (decode-shaped GEMMs): each program reduces part "

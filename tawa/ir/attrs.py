@@ -17,6 +17,8 @@ or `LAYOUT.set(op, desc)`. Who sets each attribute and who reads it:
 | `tawa.pingpong` (unit) | consumer region of 2+ warp groups | assign-warp-groups | conversion (named-barrier ping-pong) |
 | `tawa.lookahead` (unit) | a consumer's `scf.for` | assign-warp-groups | conversion (next iteration's first dot issued early) |
 | `tawa.persistent` (unit) | kernel | persistent-tiles | conversion, backend and runtime (launch about one CTA per SM), interpreter |
+| `tawa.split_k` (i32, default 1) | kernel | split-k | conversion, backend and runtime (grid axis 2 times it), interpreter |
+| `tawa.tile_share` (array of two i32) | ping-pong consumer region | partition | protocol-check, persistent-tiles, conversion, interpreter |
 | `tawa.smem` (unit) | `tawa.load`, `tawa.trans` | assign-layouts, assign-warp-groups | software-pipeline, conversion |
 | `tawa.layout` (str) | op with a tile result | assign-layouts | conversion |
 | `tawa.layouts` (array of str) | `scf.for`, `scf.if` | assign-layouts | conversion |
@@ -91,10 +93,15 @@ class StrListAttr(_Attr):
 
 
 class PyAttr(_Attr):
-    """Metadata stored as MLIR attributes but read as plain Python (lists, dicts, strings, numbers)."""
+    """Metadata stored as MLIR attributes but read as plain Python (lists, dicts, strings, numbers); set from a
+    list of ints (the frontend writes the others)."""
 
     def _decode(self, a):
         return to_python(a)
+
+    def _encode(self, value, ctx):
+        i32 = ir.IntegerType.get_signless(32, ctx)
+        return ir.ArrayAttr.get([ir.IntegerAttr.get(i32, int(v)) for v in value], ctx)
 
 
 def _op(op) -> ir.Operation:
@@ -120,6 +127,9 @@ LOOKAHEAD = UnitAttr("tawa.lookahead")
 PERSISTENT = UnitAttr("tawa.persistent")
 #: The programs each output tile's K loop is split over (the `split-k` pass; 1: not split).
 SPLIT_K = I32Attr("tawa.split_k", 1)
+#: On each consumer region of a ping-pong kernel: [its index, the number of consumer regions]; region c computes
+#: the c-th of every run of that many consecutive tiles of its CTA (see `persistent_tiles`).
+TILE_SHARE = PyAttr("tawa.tile_share", None)
 
 #: Warp-group roles.
 PRODUCER, CONSUMER = "producer", "consumer"
@@ -134,5 +144,5 @@ KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 
 #: Every `tawa.*` attribute, for the verifier and the docs.
 ALL = (KERNEL, PARAMS, GRID, CONSTANTS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
-       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
+       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, TILE_SHARE, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
        KERNEL_INFO)

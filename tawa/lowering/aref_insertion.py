@@ -40,9 +40,10 @@ from tawa.lowering import epilogue, ws_analysis
 MAX_AUTO_DEPTH = 6
 
 
-def other_smem_bytes(func_op, heavy, persistent: bool = False) -> int:
+def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1) -> int:
     """Shared memory the rest of the kernel may need next to the ring: tiles loaded outside the ring (a backend
-    stages TMA loads through shared memory) and the largest stored tile (it may be staged for a TMA store)."""
+    stages TMA loads through shared memory) and the largest stored tile (it may be staged for a TMA store), once
+    per consumer warp group that stages on its own (`stagings`)."""
     loads, store = 0, 0
     for op in walk(func_op.operation):
         if op.name == LoadOp.NAME and op not in heavy:
@@ -55,7 +56,7 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False) -> int:
             staged = epilogue.staging_bytes(shape[0], shape[1], elem_bytes(elem_type(t)), persistent) \
                 if len(shape) == 2 else tile_bytes(t)
             store = max(store, staged)
-    return loads + store
+    return loads + stagings * store
 
 
 def _in_loop(op) -> bool:
@@ -65,8 +66,11 @@ def _in_loop(op) -> bool:
 def choose_depth(slot_bytes: int, func_op, options, heavy=()) -> int:
     if options.num_buffers is not None:     # validated with the other options
         return options.num_buffers
-    persistent = getattr(options, "schedule", None) == "persistent"
-    budget = hopper.SMEM_FOR_TILES - other_smem_bytes(func_op, set(heavy), persistent)
+    schedule = getattr(options, "schedule", None)
+    persistent = schedule in ("persistent", "pingpong")
+    # Ping-pong: each consumer warp group stages its own epilogue.
+    stagings = 2 if schedule == "pingpong" else 1
+    budget = hopper.SMEM_FOR_TILES - other_smem_bytes(func_op, set(heavy), persistent, stagings)
     depth = min(MAX_AUTO_DEPTH, budget // max(slot_bytes, 1))
     if depth >= 2:
         return depth

@@ -20,6 +20,11 @@ later iterations overlap the tensor-core work of the current one. Scalar control
 shared so each warp group computes what it needs from program ids and kernel arguments without any
 synchronisation. `n` (consumer warp groups executing the consumer region collectively, splitting the output
 tile along M) is `options.num_consumer_groups`, else 2 when the accumulator has at least 128 rows, else 1.
+
+Under the ping-pong schedule (`schedule="pingpong"`) the consumer region is instead repeated, once per consumer
+warp group (`num_consumer_groups`, default 2), each of one warp group and tagged `tawa.tile_share = [c, n]`:
+`persistent-tiles` then gives region c every n-th tile of its CTA, so each group computes whole tiles and one
+group's epilogue overlaps the other's main loop.
 """
 from __future__ import annotations
 
@@ -133,7 +138,8 @@ def partition_kernel(func_op, options):
     if not arefs or any(warp_group_role(op) for op in ops):
         return
     loops = [op for op in ops if _loop_has_put(op)]
-    n = num_consumer_groups(loops, options)
+    pingpong = getattr(options, "schedule", None) == "pingpong"
+    n = 1 if pingpong else num_consumer_groups(loops, options)
 
     first = ops[0]
     for a in arefs:
@@ -154,6 +160,12 @@ def partition_kernel(func_op, options):
             p.erase()
         _erase_dead(body_ops)
     _erase_dead([op for op in ops_of(consumer.regions[0].blocks[0]) if op != cons_yield])
+    if pingpong:
+        # One consumer region per warp group, each computing whole tiles (persistent-tiles gives each its share).
+        count = options.num_consumer_groups or 2
+        attrs.TILE_SHARE.set(consumer, [0, count])
+        for c in range(1, count):
+            attrs.TILE_SHARE.set(consumer.clone(ip=ir.InsertionPoint(ret)), [c, count])
 
 
 def run(module: ir.Module, options) -> ir.Module:

@@ -65,6 +65,67 @@ def can_persist(func_op, options=None) -> tuple:
     return True, ""
 
 
+#: f32 accumulator registers per thread one consumer warp group may hold in the ping-pong schedule (its whole
+#: tile; the rest of the ~232-register budget is for the epilogue and addresses).
+PINGPONG_ACC_REGISTERS = 128
+
+
+def can_pingpong(func_op, options=None) -> tuple:
+    """(True, "") if each consumer warp group can compute whole tiles on its own, else (False, why not). Asked
+    after `can_persist`.
+
+    Each group skips the other's tiles in the shared ring by their trip count, so every tile's K loop must have
+    the same trip count (bounds that do not depend on the program: not so under split-K); each group holds the
+    whole tile's accumulators; and both groups stage their epilogues side by side next to the ring."""
+    if getattr(options, "split_k", 1) > 1:
+        return False, "split-K gives the programs of a tile K loops of different lengths"
+    plans = ws_analysis.plan(func_op)
+    for p in plans:
+        if _depends_on_program(p.loop):
+            return False, f"the trip count of the loop{where(p.loop)} depends on the program"
+    acc = _accumulator_registers(func_op)
+    if acc > PINGPONG_ACC_REGISTERS:
+        return False, (f"one consumer warp group would hold {acc} accumulator registers per thread (at most "
+                       f"{PINGPONG_ACC_REGISTERS}; use a narrower tile)")
+    heavy = {ld for p in plans for ld in p.loads}
+    slot = sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
+    other = aref_insertion.other_smem_bytes(func_op, heavy, persistent=True, stagings=2)
+    if 2 * slot + other > hopper.SMEM_FOR_TILES:
+        return False, (f"2 ring slots of {slot // 1024} KiB and two epilogue stagings of {other // 2048} KiB do not "
+                       f"fit in shared memory together")
+    return True, ""
+
+
+def _accumulator_registers(func_op) -> int:
+    """f32 registers per thread of the tiles carried by the kernel's loops with dots, for one warp group."""
+    total = 0
+    for op in walk(func_op.operation):
+        if op.name == "scf.for" and any(o.name == "tawa.dot" for o in walk(op)):
+            for r in op.results:
+                if isinstance(r.type, ir.RankedTensorType):
+                    n = 1
+                    for d in r.type.shape:
+                        n *= d
+                    total += n // hopper.THREADS_PER_WARP_GROUP
+    return total
+
+
+def _depends_on_program(loop) -> bool:
+    """Whether the loop's bounds are computed from program ids or counts."""
+    from tawa.ir.traversal import defining_op
+    seen, stack = set(), list(loop.operands[:3])
+    while stack:
+        v = stack.pop()
+        op = defining_op(v)
+        if op is None or op in seen:
+            continue
+        seen.add(op)
+        if op.name in (ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME):
+            return True
+        stack.extend(op.operands)
+    return False
+
+
 def _i32(value: int) -> ir.Value:
     return arith.ConstantOp(ir.IntegerType.get_signless(32), value).result
 
@@ -91,7 +152,8 @@ def _grouped_program(t, gx, gy) -> tuple:
 
 
 def wrap_region(region) -> None:
-    """Move the region's body into a loop over the tiles this CTA owns."""
+    """Move the region's body into a loop over the tiles this CTA owns (a ping-pong consumer region: the c-th of
+    every n consecutive ones, for its `tawa.tile_share` [c, n])."""
     block = region.regions[0].blocks[0]
     body = ops_of(block)[:-1]
     term = ops_of(block)[-1]
@@ -103,6 +165,11 @@ def wrap_region(region) -> None:
         ctas = _program_query(NumProgramsOp.NAME, 0)
         extents = [_program_query(GridExtentOp.NAME, a) for a in range(3)]
         tiles = arith.MulIOp(arith.MulIOp(extents[0], extents[1]).result, extents[2]).result
+        share = attrs.TILE_SHARE.get(region)
+        if share:
+            index, count = share
+            cta = arith.AddIOp(cta, arith.MulIOp(ctas, _i32(index)).result).result
+            ctas = arith.MulIOp(ctas, _i32(count)).result
         loop = scf.ForOp(cta, tiles, ctas, [])
         with ir.InsertionPoint(loop.body):
             program = _grouped_program(loop.induction_variable, extents[0], extents[1])

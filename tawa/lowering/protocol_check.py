@@ -17,6 +17,10 @@ Rules, per aref:
 4. Every aref_get is matched by exactly one aref_consumed on every path through the same loop iteration (a
    consumed in only one branch of an `scf.if`, a consumed with no earlier get, or a get never released is an
    error).
+5. (ping-pong) Several consumer regions may get from one aref only as the complete set of tile shares
+   (`tawa.tile_share` [c, n], c = 0..n-1), each mirroring the producer on its own, and the loops of their gets
+   run the same trip count for every tile (bounds not computed from program ids): each group skips the others'
+   tiles in the ring by that count.
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ from mlir import ir
 from tawa.ir.kernel_info import body_block, kernels
 from tawa.ir.location import source_location, where
 from tawa.ir.ops import AREF_USE_OPS, ArefConsumedOp, ArefCreateOp, ArefGetOp, aref_of, enclosing_warp_group, warp_group_role
-from tawa.ir.traversal import ops_of, parent_op, walk
+from tawa.ir import attrs
+from tawa.ir.traversal import defining_op, ops_of, parent_op, walk
 from tawa.ir.types import aref_params
 from tawa.errors import CompilationError
 from tawa.lowering import ws_ir
@@ -173,6 +178,43 @@ def _check_balanced(scope_blocks, names):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Rule 5: consumers that share tiles (ping-pong)
+def _check_tile_shares(name, regions, op):
+    """Several consumer regions may read one aref only as the complete set of a ping-pong kernel's tile shares:
+    [0, n], [1, n], ..., [n-1, n] (each takes whole tiles, in turn)."""
+    shares = sorted(tuple(attrs.TILE_SHARE.get(r) or ()) for r in regions)
+    n = len(regions)
+    if shares != [(c, n) for c in range(n)]:
+        _fail(f"{name} is read or released by more than one warp group", op)
+
+
+def _check_uniform_trips(name, gets):
+    """A warp group sharing tiles skips the others' tiles in the ring by its own trip count: the loops of its
+    gets must run the same number of iterations for every tile (bounds not computed from the program)."""
+    for g in gets:
+        loop = parent_op(g)
+        while loop is not None and not warp_group_role(loop):
+            if loop.name == "scf.for" and _from_program(loop.operands[:3]):
+                _fail(f"{name}: the loop{where(loop)} of a warp group that shares tiles with another runs a number "
+                      f"of iterations that depends on the program; the groups could not skip each other's slots",
+                      g)
+            loop = parent_op(loop)
+
+
+def _from_program(values) -> bool:
+    stack, seen = list(values), set()
+    while stack:
+        op = defining_op(stack.pop())
+        if op is None or op in seen:
+            continue
+        seen.add(op)
+        if op.name in ws_ir.SCALAR_OPS - {"tawa.dim"}:
+            return True
+        stack.extend(op.operands)
+    return False
+
+
+# ----------------------------------------------------------------------------------------------------------
 def check_kernel(func_op):
     func = func_op.operation
     body = body_block(func)
@@ -220,13 +262,17 @@ def check_kernel(func_op):
         get_regions = {enclosing_warp_group(op) for op in gets + releases}
         if len(put_regions) > 1:
             _fail(f"{name} is filled by more than one warp group", puts[0])
+        put_region = next(iter(put_regions))
         if len(get_regions) > 1:
-            _fail(f"{name} is read or released by more than one warp group", (gets + releases)[0])
-        put_region, get_region = next(iter(put_regions)), next(iter(get_regions))
-        if put_region == get_region:
-            _fail(f"{name} is filled and read by the same warp group; it would wait on itself once the ring is "
-                  f"full", gets[0])
-        _check_mirrored(name, puts, gets, put_region, get_region)
+            _check_tile_shares(name, get_regions, (gets + releases)[0])
+        for get_region in get_regions:
+            if put_region == get_region:
+                _fail(f"{name} is filled and read by the same warp group; it would wait on itself once the ring "
+                      f"is full", gets[0])
+            mine = [g for g in gets if enclosing_warp_group(g) == get_region]
+            _check_mirrored(name, puts, mine, put_region, get_region)
+            if len(get_regions) > 1:
+                _check_uniform_trips(name, mine)
 
     scopes = [g.regions[0].blocks[0] for g in groups] if groups else [body]
     _check_balanced(scopes, names)

@@ -41,7 +41,9 @@ def build(name: str, constants: dict, specialize: bool = True, persistent: bool 
     if splits > 1:
         split_k.run(m, CompileOptions(split_k=splits))
     if specialize:
-        opts = CompileOptions(warp_specialize=True, schedule="persistent" if persistent else None, **options)
+        options.setdefault("schedule", "persistent" if persistent else None)
+        persistent = options["schedule"] in ("persistent", "pingpong")
+        opts = CompileOptions(warp_specialize=True, **options)
         # mask-elision first, as in the pipeline: attention's consumers then branch around the mask per key block.
         passes = (mask_elision, aref_insertion, partition, protocol_check) + ((persistent_tiles,) if persistent else ())
         for p in passes:

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from tawa import hopper
 from tawa.errors import CompilationError, InternalCompilerError
 from tawa.ir.location import where
+from tawa.ir import attrs
 from tawa.ir.ops import (AREF_USE_OPS, aref_of, ArefCreateOp, ArefGetOp, ArefPutOp, ForOp, LoadOp,
-                         consumer_warp_groups, warp_group_role)
+                         consumer_warp_groups, warp_group_role, warp_groups)
 from tawa.ir.traversal import ops_of, parent_op, walk
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
@@ -88,7 +89,9 @@ def lower_aref_create(ctx, op) -> None:
         sizes.append(nbytes)
         top += (nbytes + 1023) // 1024 * 1024
     base = ctx.smem.alloc(create.depth * top)
-    consumers = consumer_warp_groups(parent_op(op))
+    # Every warp group of the consumer region that reads a slot releases it (ping-pong regions read theirs alone).
+    consumers = max((attrs.NUM_WARP_GROUPS.get(g) for g in warp_groups(parent_op(op))
+                     if warp_group_role(g) == attrs.CONSUMER), default=consumer_warp_groups(parent_op(op)))
     full = ctx.alloc_barriers(create.depth, 1)
     empty = ctx.alloc_barriers(create.depth, consumers)
     ctx.set(create.result, Ring(create.depth, base, top, offsets, sizes, full, empty))
@@ -153,6 +156,19 @@ def advance_rings(ctx, rings: list, lb, ub, step) -> None:
     for r in rings:
         base = ctx.ring_uses.get(id(r))
         ctx.ring_uses[id(r)] = trips if base is None else b.add(base, trips)
+
+
+def skip_tiles(ctx, rings: list, lb, ub, step, groups: int) -> None:
+    """A ping-pong consumer passes over `groups` other groups' tiles in each of `rings`: each took as many slots as
+    this loop's trip count (the protocol check proved it the same for every tile)."""
+    if not rings or groups <= 0:
+        return
+    b = ctx.b
+    trips = b.binary("maxsi", trip_count(b, lb, ub, step), b.i32(0))
+    skipped = trips if groups == 1 else b.mul(trips, groups)
+    for r in rings:
+        base = ctx.ring_uses.get(id(r))
+        ctx.ring_uses[id(r)] = skipped if base is None else b.add(base, skipped)
 
 
 def stage_of(ctx, ring: Ring, k) -> tuple:

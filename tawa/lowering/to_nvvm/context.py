@@ -163,6 +163,9 @@ class Ctx:
     stores_in_flight: bool = False
     #: Dot operands and tile stores go through TMA; False (compile option `tma=False`): the threads copy them.
     tma: bool = True
+    #: A ping-pong consumer region's (index, count) (`tawa.tile_share`): its loops pass over the other groups'
+    #: tiles in the rings they use (`arefs.skip_tiles`); None elsewhere.
+    tile_share: tuple | None = None
 
     def lower_block(self, block) -> None:
         """Lower the ops of `block` in this context."""

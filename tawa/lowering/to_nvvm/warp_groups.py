@@ -34,6 +34,7 @@ def region_context(ctx: Ctx, first_group: int, num_groups: int) -> Ctx:
     child.barriers = ctx.barriers
     child.pid_group = ctx.pid_group
     child.persistent = ctx.persistent
+    child.tma = ctx.tma
     # Named barrier 0 is the CTA barrier; each region gets its own (ids 1..15), over its threads only.
     child.barrier_id = 1 + first_group
     tid = ctx.tid()
@@ -59,6 +60,8 @@ def lower_warp_group(ctx: Ctx, op) -> None:
         if budget is not None:
             sync.setmaxnreg(b, budget, ctx.num_threads)
         child = region_context(ctx, first, count)
+        share = attrs.TILE_SHARE.get(op)
+        child.tile_share = tuple(share) if share else None
         block = op.regions[0].blocks[0]
         if role == attrs.PRODUCER:
             with b.if_(child.is_warp0()):

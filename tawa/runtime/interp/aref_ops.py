@@ -5,6 +5,11 @@ ring order is empty (not full, not still borrowed), fills it; `get` waits until 
 full and borrows it; `consumed` releases the oldest slot the calling warp group borrowed. Waiting is a `Wait`
 yielded to the scheduler, which resumes the task only when the wait is ready, so check-and-act is atomic.
 
+Consumer warp groups that share tiles (ping-pong: `tawa.tile_share` regions) each take whole tiles of the ring in
+turn: each has its own position in the ring's sequence of puts, which its K loops advance past the other groups'
+tiles (`skip`, by the loop's trip count, as the GPU code does), and its get waits for exactly the put at its
+position.
+
 A value returned by `get` is valid only until its slot is released: the producer may overwrite it. To make a use
 after `consumed` visible, `get` hands out fresh copies and `consumed` poisons them in place (NaN for floats, a
 sentinel for integers). Protocol violations raise `ArefProtocolError`: consumed without a borrowed slot, a warp
@@ -33,9 +38,26 @@ class Ring:
         self.op = op
         self.slots = [None] * depth
         self.state = [EMPTY] * depth
-        self.put_at = 0
-        self.get_at = 0
+        self.seq = [-1] * depth     # which put (0, 1, ...) each slot holds
+        self.puts = 0
+        self.gets = 0               # the next put to get, for readers that do not share tiles
+        self.cursors: dict = {}     # task -> the next put it gets, for readers that share tiles
         self.borrowed: list = []    # (slot, task), oldest first
+
+    @property
+    def put_at(self) -> int:
+        return self.puts % self.depth
+
+    @property
+    def get_at(self) -> int:
+        return self.gets % self.depth
+
+    def cursor(self, task) -> int:
+        return self.cursors.get(task, self.gets)
+
+    def skip(self, task, count: int) -> None:
+        """A reader sharing tiles passes over `count` puts meant for the others."""
+        self.cursors[task] = self.cursor(task) + count
 
     @property
     def name(self) -> str:
@@ -51,21 +73,28 @@ class Ring:
     def can_put(self) -> bool:
         return self.state[self.put_at] == EMPTY
 
-    def can_get(self) -> bool:
-        return self.state[self.get_at] == FULL
+    def can_get(self, task=None) -> bool:
+        k = self.cursor(task)
+        return self.state[k % self.depth] == FULL and self.seq[k % self.depth] == k
 
     def put(self, values: list) -> None:
-        self.slots[self.put_at] = values
-        self.state[self.put_at] = FULL
-        self.put_at = (self.put_at + 1) % self.depth
+        slot = self.put_at
+        self.slots[slot] = values
+        self.state[slot] = FULL
+        self.seq[slot] = self.puts
+        self.puts += 1
 
     def get(self, task) -> list:
-        slot = self.get_at
+        k = self.cursor(task)
+        slot = k % self.depth
         values = [np.array(v) if isinstance(v, np.ndarray) else v for v in self.slots[slot]]
         self.slots[slot] = values
         self.state[slot] = BORROWED
         self.borrowed.append((slot, task))
-        self.get_at = (slot + 1) % self.depth
+        if task in self.cursors:
+            self.cursors[task] = k + 1
+        else:
+            self.gets = k + 1
         return values
 
     def consumed(self, task, op) -> None:
@@ -96,13 +125,13 @@ def _poison(value) -> None:
 
 class Wait:
     """What a blocked task waits for: `put` or `get` on a ring."""
-    __slots__ = ("ring", "kind", "op")
+    __slots__ = ("ring", "kind", "op", "task")
 
-    def __init__(self, ring: Ring, kind: str, op):
-        self.ring, self.kind, self.op = ring, kind, op
+    def __init__(self, ring: Ring, kind: str, op, task=None):
+        self.ring, self.kind, self.op, self.task = ring, kind, op, task
 
     def ready(self) -> bool:
-        return self.ring.can_put() if self.kind == "put" else self.ring.can_get()
+        return self.ring.can_put() if self.kind == "put" else self.ring.can_get(self.task)
 
     def describe(self) -> str:
         need = "an empty slot" if self.kind == "put" else "a full slot"
@@ -154,7 +183,7 @@ def _get(c, op):
 
     def gen(env):
         ring = env[r]
-        yield Wait(ring, "get", op)
+        yield Wait(ring, "get", op, rt.task)
         values = ring.get(rt.task)
         if len(values) != len(res):
             raise ArefProtocolError(f"tawa.aref_get expects {len(res)} values but the slot holds {len(values)}",

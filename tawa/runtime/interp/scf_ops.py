@@ -15,6 +15,18 @@ def _assign(env, slots, values):
         env[s] = v
 
 
+def _tile_share(op):
+    """(c, n, [aref operand slots]) for a loop of a ping-pong consumer region that gets from arefs directly, else
+    None: the loop passes over the other groups' tiles in those rings (c of them before it, n - 1 - c after)."""
+    from tawa.ir import attrs
+    from tawa.ir.ops import ArefGetOp, enclosing_warp_group
+    from tawa.ir.traversal import ops_of
+    gets = [o for o in ops_of(op.regions[0].blocks[0]) if o.name == ArefGetOp.NAME]
+    region = enclosing_warp_group(op) if gets else None
+    share = attrs.TILE_SHARE.get(region) if region is not None else None
+    return (share, gets) if share else None
+
+
 @handler("scf.for")
 def _for(c, op):
     lb, ub, step, *inits = c.operands(op)
@@ -22,6 +34,31 @@ def _for(c, op):
     body = c.compile_region(op.regions[0], op)
     iv, *carried = body.args
     yields, fn = body.yields, body.fn
+    shared = _tile_share(op)
+    if shared is not None:
+        (index, count), gets = shared
+        arefs = sorted({c.operands(g)[0] for g in gets})
+        rt = c.rt
+
+        def skip(env, groups, lo, hi, st):
+            trips = max(0, -(-(hi - lo) // st))
+            for a in arefs:
+                env[a].skip(rt.task, groups * trips)
+
+        def gen_shared(env):
+            values = [env[i] for i in inits]
+            lo, hi, st = env[lb], env[ub], env[step]
+            if st <= 0:
+                raise ValueError(f"scf.for step must be positive, got {st}")
+            skip(env, index, lo, hi, st)
+            for i in range(lo, hi, st):
+                env[iv] = i
+                _assign(env, carried, values)
+                yield from fn(env)
+                values = [env[y] for y in yields]
+            skip(env, count - 1 - index, lo, hi, st)
+            _assign(env, res, values)
+        return gen_shared, True
     if not body.is_gen:
         def run(env):
             values = [env[i] for i in inits]
