@@ -42,6 +42,35 @@ class Tile:
         return self.layout.shape
 
 
+class LazyTile:
+    """A register tile whose registers are emitted on demand, each with the chain of ops that computes it.
+
+    Outside scheduled loops (an epilogue), elementwise ops, broadcasts and register loads give lazy tiles; the
+    first op that needs the registers (a store, a dot, a reduction, a loop, a branch: `Ctx.get`) materializes
+    them register by register, so that the load, the math and the result of one element are emitted together
+    instead of each op over the whole tile. The live registers are then the inputs not yet consumed and the
+    results so far, not every intermediate tile at once: a 128x256 epilogue with a loaded residual fits the
+    register budget this way. Each register is emitted once (memoized), where it is first needed."""
+
+    def __init__(self, layout: L.Layout, elem: str, make: Callable):
+        self.layout = layout
+        self.elem = elem
+        self._make = make
+        self._regs: dict = {}
+
+    @property
+    def shape(self):
+        return self.layout.shape
+
+    def reg(self, i: int) -> V:
+        if i not in self._regs:
+            self._regs[i] = self._make(i)
+        return self._regs[i]
+
+    def materialize(self) -> "Tile":
+        return Tile([self.reg(i) for i in range(len(self.layout.regs))], self.layout, self.elem)
+
+
 @dataclass
 class SmemTile:
     """A tile in shared memory as TMA wrote it (see module docstring). `transposed`: used as its transpose."""
@@ -136,6 +165,8 @@ class Ctx:
     smem: SharedAllocator
     num_warps: int
     env: dict = field(default_factory=dict)
+    #: Values lowered to lazy tiles, not materialized yet (`LazyTile`, `flush`).
+    pending: list = field(default_factory=list)
     _bases: dict = field(default_factory=dict)
     _tid: V | None = None
     #: The conversion's op dispatch, `lowerer(ctx, block)` (`kernel.lower_block`): region lowerings call
@@ -181,6 +212,15 @@ class Ctx:
 
     # ---- values --------------------------------------------------------------------------------------------
     def get(self, value: ir.Value):
+        """The lowered value; a lazy tile is materialized here (see `LazyTile`)."""
+        lowered = self.get_lazy(value)
+        if isinstance(lowered, LazyTile):
+            lowered = lowered.materialize()
+            self.env[value] = lowered
+        return lowered
+
+    def get_lazy(self, value: ir.Value):
+        """The lowered value as it is, lazy tiles included (for the lowerings that build on them)."""
         try:
             return self.env[value]
         except KeyError:
@@ -188,6 +228,22 @@ class Ctx:
 
     def set(self, value: ir.Value, lowered) -> None:
         self.env[value] = lowered
+        if isinstance(lowered, LazyTile):
+            self.pending.append(value)
+
+    @property
+    def lazy(self) -> bool:
+        """Whether tile ops may give lazy tiles here: outside the loops a schedule lowers (their bodies' order is
+        the schedule's)."""
+        return self.schedule is NO_SCHEDULE
+
+    def flush(self, first=()) -> None:
+        """Materialize the lazy tiles not yet needed: those in `first` (an op's operands), then the others in
+        the order they were made."""
+        for value in list(first) + self.pending:
+            if isinstance(self.env.get(value), LazyTile):
+                self.get(value)
+        self.pending.clear()
 
     # ---- threads -------------------------------------------------------------------------------------------
     @property

@@ -17,7 +17,7 @@ from tawa.ir.location import source_location
 from .builder import Builder, V
 from tawa.ir.types import elem_type, is_tile
 
-from .context import Ctx, Tile
+from .context import Ctx, LazyTile, Tile
 from .fp8 import float_cast, fp8_constant, fp8_to_f32, f32_to_fp8, is_fp8
 
 _MATH_VIA_F32 = {"math.exp", "math.exp2", "math.log", "math.log2", "math.sqrt", "math.rsqrt", "math.tanh",
@@ -132,7 +132,27 @@ def lower_elementwise(ctx: Ctx, op) -> None:
         ctx.set(result, _scalar_op(b, name, props, operands, str(result.type)))
         return
     layout = layout_of(op)
-    tiles = [as_tile(ctx, ctx.get(v), layout, elem_type(v.type), op) for v in op.operands]
     rtype = elem_type(result.type)
+    if ctx.lazy:
+        # Register i of the result is computed when it is first needed, from register i of each operand.
+        tiles = [as_lazy_tile(ctx, v, layout, op) for v in op.operands]
+        ctx.set(result, LazyTile(layout, rtype, lambda i: _scalar_op(b, name, props, [_reg(t, i) for t in tiles],
+                                                                      rtype)))
+        return
+    tiles = [as_tile(ctx, ctx.get(v), layout, elem_type(v.type), op) for v in op.operands]
     regs = [_scalar_op(b, name, props, [t.regs[i] for t in tiles], rtype) for i in range(len(layout.regs))]
     ctx.set(result, Tile(regs, layout, rtype))
+
+
+def _reg(tile, i: int) -> V:
+    return tile.reg(i) if isinstance(tile, LazyTile) else tile.regs[i]
+
+
+def as_lazy_tile(ctx: Ctx, value, layout, op):
+    """An operand of a lazy elementwise op in `layout`: a lazy tile in that mapping as it is; anything else as
+    `as_tile` gives it (materialized, converted, splatted, read from shared memory)."""
+    from .shape import as_tile
+    lowered = ctx.get_lazy(value)
+    if isinstance(lowered, LazyTile) and lowered.layout.same_mapping(layout):
+        return lowered
+    return as_tile(ctx, ctx.get(value), layout, elem_type(value.type), op)

@@ -55,13 +55,25 @@ HANDLERS = {
 }
 
 
+def _lazy_capable(op) -> bool:
+    """Ops that build on lazy tiles (`LazyTile`) instead of needing their registers: pure, register to register."""
+    name = op.name
+    if name.startswith(("arith.", "math.")) or name in LAZY_OPS:
+        return True
+    return name == "tawa.load" and not attrs.SMEM.get(op) and not attrs.AREF_LOAD.get(op)
+
+
 def lower_block(ctx: Ctx, block) -> None:
     """Lower every op of `block` (a block, or a list of ops), except those the loop's schedule lowers itself
-    later; an error without a location gets the op's source location."""
+    later; an error without a location gets the op's source location. Lazy tiles are materialized before any
+    other op (its own operands first, register by register) and at the end of the block."""
     for op in block if isinstance(block, list) else ops_of(block):
         name = op.name
         if name in ("scf.yield", "func.return") or ctx.schedule.defers(op):
             continue
+        if ctx.pending and not _lazy_capable(op) and \
+                not (name == "tawa.store" and memory.pulls_lazily(ctx, op, ctx.pending)):
+            ctx.flush(first=op.operands)
         try:
             if name in HANDLERS:
                 HANDLERS[name](ctx, op)
@@ -73,6 +85,11 @@ def lower_block(ctx: Ctx, block) -> None:
         except TawaError as e:
             _locate(e, op)
             raise
+    ctx.flush()
+
+
+#: Non-arith ops that build on lazy tiles.
+LAZY_OPS = ("tawa.splat", "tawa.broadcast", "tawa.expand_dims")
 
 
 def _locate(error: TawaError, op) -> None:

@@ -23,7 +23,7 @@ from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
-from .context import Ctx, SmemTile, Tile, SWIZZLE_BYTES
+from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES
 from ..epilogue import STORE_BUFFERS
 
 
@@ -241,13 +241,21 @@ def _addressing(ctx: Ctx, op, src: ir.Value, offsets: list, layout: L.Layout):
 def lower_register_load(ctx: Ctx, op) -> None:
     b = ctx.b
     layout = L.parse(attrs.LAYOUT.get(op))
-    addrs, elem = _addressing(ctx, op, LoadOp(op).src, offsets_of(ctx, op), layout)
+    src = LoadOp(op).src
+    arg, rank, elem = ctx.params.arg_index(src), ir.MemRefType(src.type).rank, elem_type(src.type)
+    offsets = offsets_of(ctx, op)
+    ctx.params.ptr(arg)         # parameters are numbered by first use: the pointer before the leading dims
+    lead = _leading_in_bounds(ctx, arg, offsets, rank - layout.rank)
     st = storage_type(elem)     # fp8 is loaded as i8
-    # One predicated load per register, without a branch: the loads of a tile are all in flight together.
-    read_only = not stored_by_kernel(LoadOp(op).src)
-    regs = [from_storage(b, _predicated_load(b, ptr, pred if pred is not None else b.const(1, "i1"), st, read_only),
-                         elem) for ptr, pred in addrs]
-    ctx.set(op.results[0], Tile(regs, layout, elem))
+    read_only = not stored_by_kernel(src)
+
+    # One predicated load per register, without a branch.
+    def load(i):
+        ptr, pred = _element(ctx, arg, rank, offsets, ctx.coords(layout, i), lead, elem)
+        return from_storage(b, _predicated_load(b, ptr, pred if pred is not None else b.const(1, "i1"), st,
+                                                read_only), elem)
+    tile = LazyTile(layout, elem, load)
+    ctx.set(op.results[0], tile if ctx.lazy else tile.materialize())
 
 
 def stored_by_kernel(tensor: ir.Value) -> bool:
@@ -255,16 +263,37 @@ def stored_by_kernel(tensor: ir.Value) -> bool:
     return any(use.owner.name == StoreOp.NAME and StoreOp(use.owner).dst == tensor for use in tensor.uses)
 
 
+def pulls_lazily(ctx: Ctx, op, pending: list) -> bool:
+    """Whether the store `op` computes its lazy value box by box while it stages it (a persistent kernel's TMA
+    store: between two boxes a barrier keeps ptxas from hoisting the next box's loads), so that the lazy tiles
+    pending need not be materialized first. Not when one of them loads the stored tensor (its loads must come
+    before the store)."""
+    value = ctx.get_lazy(StoreOp(op).value)
+    if not (ctx.persistent and ctx.tma and isinstance(value, LazyTile) and _tma_storable(value, op)):
+        return False
+    dst = StoreOp(op).dst
+    return not any(v.owner.name == LoadOp.NAME and LoadOp(v.owner).src == dst for v in pending)
+
+
+def _tma_storable(value, op) -> bool:
+    elem = elem_type(StoreOp(op).dst.type)
+    return value.layout.desc.startswith("mma<") and value.layout.rank == 2 and \
+        (value.shape[1] * elem_bytes(elem)) % SWIZZLE_BYTES == 0
+
+
 def lower_store(ctx: Ctx, op) -> None:
     from .shape import register_tile
-    value = register_tile(ctx.get(StoreOp(op).value), op, ctx)
+    lazy = ctx.get_lazy(StoreOp(op).value)
     elem = elem_type(StoreOp(op).dst.type)
+    if isinstance(lazy, LazyTile) and ctx.persistent and ctx.tma and _tma_storable(lazy, op) and lazy.elem == elem:
+        tma_store_tile(ctx, op, lazy, [ctx.get(v) for v in StoreOp(op).offsets])
+        return
+    value = register_tile(ctx.get(StoreOp(op).value), op, ctx)
     if value.elem != elem:   # the frontend and the verifier (`store-dtype`) guarantee equal element types
         raise InternalCompilerError(f"storing a {value.elem} tile into a {elem} tensor", op=op.name,
                                     location=source_location(op))
     offsets = [ctx.get(v) for v in StoreOp(op).offsets]
-    if ctx.tma and value.layout.desc.startswith("mma<") and value.layout.rank == 2 and \
-            (value.shape[1] * elem_bytes(elem)) % SWIZZLE_BYTES == 0:
+    if ctx.tma and _tma_storable(value, op):
         tma_store_tile(ctx, op, value, offsets)
         return
     b = ctx.b
@@ -365,12 +394,17 @@ def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | No
         if pair is not None:
             vec = f"vector<2x{tile.elem}>"
             u = b.op(f"llvm.mlir.undef : {vec}", vec)
-            u = b.op(f"llvm.insertelement {tile.regs[i]}, {u}[{b.i32(0)} : i32] : {vec}", vec)
-            u = b.op(f"llvm.insertelement {tile.regs[pair]}, {u}[{b.i32(1)} : i32] : {vec}", vec)
+            u = b.op(f"llvm.insertelement {_reg(tile, i)}, {u}[{b.i32(0)} : i32] : {vec}", vec)
+            u = b.op(f"llvm.insertelement {_reg(tile, pair)}, {u}[{b.i32(1)} : i32] : {vec}", vec)
             b.line(f"llvm.store {u}, {ptr} : {vec}, !llvm.ptr<3>")
             done.add(pair)
         else:
-            b.line(f"llvm.store {to_storage(b, tile.regs[i])}, {ptr} : {storage_type(tile.elem)}, !llvm.ptr<3>")
+            b.line(f"llvm.store {to_storage(b, _reg(tile, i))}, {ptr} : {storage_type(tile.elem)}, !llvm.ptr<3>")
+
+
+def _reg(tile, i: int) -> V:
+    """Register i of a tile; of a lazy one, computed now (a persistent store computes box by box)."""
+    return tile.reg(i) if isinstance(tile, LazyTile) else tile.regs[i]
 
 
 def wait_stores_read(ctx: Ctx, pending: int = 0) -> None:

@@ -21,7 +21,7 @@ from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
-from .context import Ctx, SmemTile, Tile
+from .context import Ctx, LazyTile, SmemTile, Tile
 
 
 def register_tile(value, op, ctx: Ctx | None = None) -> Tile:
@@ -148,25 +148,35 @@ def lower_arange(ctx: Ctx, op) -> None:
 
 
 def lower_expand_dims(ctx: Ctx, op) -> None:
+    want = layout_of(op)
+    lazy = ctx.get_lazy(ExpandDimsOp(op).src)
+    if isinstance(lazy, LazyTile):
+        lay = L.expand(lazy.layout, op.attributes["axis"].value)
+        if lay.same_mapping(want):      # the same registers, one more (extent-1) dim
+            ctx.set(op.results[0], LazyTile(want, lazy.elem, lazy.reg))
+            return
     src = register_tile(ctx.get(ExpandDimsOp(op).src), op, ctx)
     lay = L.expand(src.layout, op.attributes["axis"].value)
     out = Tile(src.regs, lay, src.elem)
-    want = layout_of(op)
     ctx.set(op.results[0], convert(ctx, out, want))
 
 
 def lower_broadcast(ctx: Ctx, op) -> None:
-    src = register_tile(ctx.get(BroadcastOp(op).src), op, ctx)
     layout = layout_of(op)
     src_shape = tile_shape(BroadcastOp(op).src.type)
     need = L.collapse(layout, src_shape)
-    src = convert(ctx, src, need)
+    lazy = ctx.get_lazy(BroadcastOp(op).src)
+    if isinstance(lazy, LazyTile) and lazy.layout.same_mapping(need):
+        src = lazy
+    else:
+        src = convert(ctx, register_tile(ctx.get(BroadcastOp(op).src), op, ctx), need)
     index = {c: i for i, c in enumerate(src.layout.regs)}
-    regs = []
-    for c in layout.regs:
-        key = tuple(0 if src_shape[d] == 1 else c[d] for d in range(len(c)))
-        regs.append(src.regs[index[key]])
-    ctx.set(op.results[0], Tile(regs, layout, src.elem))
+    # Register i of the result is register pick[i] of the source.
+    pick = [index[tuple(0 if src_shape[d] == 1 else c[d] for d in range(len(c)))] for c in layout.regs]
+    if isinstance(src, LazyTile):
+        ctx.set(op.results[0], LazyTile(layout, src.elem, lambda i: src.reg(pick[i])))
+        return
+    ctx.set(op.results[0], Tile([src.regs[j] for j in pick], layout, src.elem))
 
 
 def lower_trans(ctx: Ctx, op) -> None:
