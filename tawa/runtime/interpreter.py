@@ -107,6 +107,7 @@ class CompiledProgram:
                 for s, v in zip(slots, values):
                     env[s] = v
                 rt.pid, rt.rings, rt.task = (x, y, z), [], None
+                rt.turn, rt.main_loops = 0, {}
                 if body.is_gen:
                     run_tasks(rt, [Task("kernel body", body.fn(env))])
                 else:

@@ -318,3 +318,54 @@ def test_split_k_gemm_bias_act_interleavings():
     run_all_seeds("gemm_bias_act", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
                   lambda: [A.copy(), B.copy(), bias.copy(), np.full((M, N), np.nan, BF16)], 3, ref, 2e-2,
                   splits=2, num_buffers=2)
+
+
+@pytest.mark.parametrize("M,N,K,bk,depth", [
+    (45, 37, 70, 16, 2),     # 2 x 2 tiles over 3 CTAs, 5 iterations per tile: more than a lap of the ring
+    (100, 37, 40, 16, 3),    # 4 x 2 tiles: both groups of a CTA busy, turns passed across tiles
+    (45, 37, 5, 16, 1),      # K smaller than a tile, a single slot
+    (20, 20, 48, 16, 4),     # a single tile: group 1 idle
+    (130, 70, 64, 16, 2),    # 5 x 3 tiles: groups take turns several times
+    (40, 33, 0, 16, 2),      # K = 0: the turns pass without a slot taken
+])
+def test_pingpong_gemm_interleavings(M, N, K, bk, depth):
+    """Two consumer groups each on every other tile of their CTA, sharing one ring (the interpreter waits on
+    slots by parity, as the GPU does: a group more than a lap ahead would fail)."""
+    consts, make_args, ref = gemm_case(M, N, K, bk, depth)
+    m = run_all_seeds("gemm", consts, make_args, 2, ref, 1e-5, num_buffers=depth, schedule="pingpong")
+    text = str(m)
+    assert text.count("tawa.tile_share") == 2 and "tawa.persistent" in text
+
+
+def test_pingpong_without_turns_reads_a_stale_slot(monkeypatch):
+    """The main loops' order is what keeps each group within a lap of the producer: without it, a group runs a
+    lap ahead and its parity wait passes on the previous lap's phase."""
+    from tawa.runtime.interp import scf_ops
+    monkeypatch.setattr(scf_ops.TurnWait, "ready", lambda self: True)
+    consts, make_args, ref = gemm_case(45, 37, 70, 16, 2)
+    m = build("gemm", consts, num_buffers=2, schedule="pingpong")
+    from tawa.runtime.interp.errors import ArefProtocolError
+    failures = 0
+    for seed in range(20):
+        args = make_args()
+        try:
+            run_kernel(m, args, grid_of(m, args), seed=seed)
+        except (ArefProtocolError, InterpreterDeadlock):
+            failures += 1
+    assert failures > 0
+
+
+def test_pingpong_linear_interleavings():
+    """Ping-pong with a fused epilogue (bias, GELU, a loaded residual)."""
+    M, N, K = 70, 45, 40
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((M, K)).astype(BF16)
+    W = rng.standard_normal((N, K)).astype(BF16)
+    bias = rng.standard_normal(N).astype(BF16)
+    R = rng.standard_normal((M, N)).astype(BF16)
+    h = X.astype(np.float32) @ W.astype(np.float32).T + bias.astype(np.float32)
+    with np.errstate(over="ignore"):        # exp(-z) of very negative z: the GELU is 0 there
+        ref = h / (1 + np.exp(-1.5957691216057308 * (h + 0.044715 * h ** 3))) + R.astype(np.float32)
+    run_all_seeds("linear_gelu_residual", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
+                  lambda: [X.copy(), W.copy(), bias.copy(), R.copy(), np.full((M, N), np.nan, BF16)], 4, ref, 2e-2,
+                  num_buffers=2, schedule="pingpong")

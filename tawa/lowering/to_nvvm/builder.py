@@ -98,7 +98,8 @@ class Builder:
                 lit = _float_literal(float(value), type)
             else:
                 lit = str(int(value))
-            self._consts[key] = self.op(f"arith.constant {lit} : {type}", type, prelude=True)
+            text = f"arith.constant {lit}" if type == "i1" else f"arith.constant {lit} : {type}"
+            self._consts[key] = self.op(text, type, prelude=True)
         return self._consts[key]
 
     def i32(self, value: int) -> V:

@@ -14,6 +14,7 @@ from .builder import V
 from .context import Ctx
 from .loop_values import flat_types, flatten, iter_layouts, unflatten
 from .schedule import LoopSchedule
+from .tile_turns import pass_main_loop_turn, take_main_loop_turn
 from .uniform_pipeline import UniformPipeline
 from .ws_consumer_loop import WarpSpecializedConsumerLoop
 from .ws_lookahead_loop import LookaheadConsumerLoop
@@ -43,8 +44,10 @@ def lower_for(ctx: Ctx, op) -> None:
     layouts = iter_layouts(op)
     # Rings used in loops nested in this one: their use counts are carried from one iteration to the next.
     direct_rings, nested_rings = arefs.rings_used(ctx, op)
-    if ctx.tile_share:                  # ping-pong: the tiles of the groups before this one
+    shared = bool(ctx.tile_share and direct_rings)
+    if shared:                          # ping-pong: the tiles of the groups before this one
         arefs.skip_tiles(ctx, direct_rings, lb, ub, step, ctx.tile_share[0])
+        take_main_loop_turn(ctx, op)
     sched = select_schedule(ctx, op)
     sched.before_loop(ctx, lb, ub, step)
     peeled = sched.prologue(ctx, lb, ub, step)
@@ -96,8 +99,9 @@ def lower_for(ctx: Ctx, op) -> None:
     sched.extra_results = results[n_counts:len(extra)]
     results = sched.after_loop(ctx, results[len(extra):])
     arefs.advance_rings(ctx, direct_rings, lb, ub, step)
-    if ctx.tile_share:                  # ... and of the groups after it
+    if shared:                          # ... and of the groups after it
         arefs.skip_tiles(ctx, direct_rings, lb, ub, step, ctx.tile_share[1] - 1 - ctx.tile_share[0])
+        pass_main_loop_turn(ctx)
     for r, val in zip(op.results, unflatten(results, list(op.results), layouts)):
         ctx.set(r, val)
 

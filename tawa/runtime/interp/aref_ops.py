@@ -39,6 +39,7 @@ class Ring:
         self.slots = [None] * depth
         self.state = [EMPTY] * depth
         self.seq = [-1] * depth     # which put (0, 1, ...) each slot holds
+        self.fills = [0] * depth    # puts into each slot so far (the phases its `full` barrier completed)
         self.puts = 0
         self.gets = 0               # the next put to get, for readers that do not share tiles
         self.cursors: dict = {}     # task -> the next put it gets, for readers that share tiles
@@ -74,19 +75,28 @@ class Ring:
         return self.state[self.put_at] == EMPTY
 
     def can_get(self, task=None) -> bool:
+        """Whether a get of the reader's next put may proceed, as the GPU decides it: the slot's `full` barrier
+        has completed a phase of the parity of that put's lap (`(k / D) & 1`). That tells laps apart only within
+        one lap: a reader two laps ahead passes on a stale phase, which `get` reports."""
         k = self.cursor(task)
-        return self.state[k % self.depth] == FULL and self.seq[k % self.depth] == k
+        fills = self.fills[k % self.depth]
+        return fills > 0 and (fills - 1) % 2 == (k // self.depth) % 2
 
     def put(self, values: list) -> None:
         slot = self.put_at
         self.slots[slot] = values
         self.state[slot] = FULL
         self.seq[slot] = self.puts
+        self.fills[slot] += 1
         self.puts += 1
 
-    def get(self, task) -> list:
+    def get(self, task, op=None) -> list:
         k = self.cursor(task)
         slot = k % self.depth
+        if self.seq[slot] != k or self.state[slot] != FULL:
+            raise ArefProtocolError(f"tawa.aref_get of put #{k} on {self.describe()} passed the parity wait of its "
+                                    f"slot {slot} on put #{self.seq[slot]} (a lap apart): the reader ran more than "
+                                    f"one lap of the ring ahead of or behind the producer", op_location(op))
         values = [np.array(v) if isinstance(v, np.ndarray) else v for v in self.slots[slot]]
         self.slots[slot] = values
         self.state[slot] = BORROWED
@@ -184,7 +194,7 @@ def _get(c, op):
     def gen(env):
         ring = env[r]
         yield Wait(ring, "get", op, rt.task)
-        values = ring.get(rt.task)
+        values = ring.get(rt.task, op)
         if len(values) != len(res):
             raise ArefProtocolError(f"tawa.aref_get expects {len(res)} values but the slot holds {len(values)}",
                                     op_location(op))

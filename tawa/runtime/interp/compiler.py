@@ -50,6 +50,9 @@ class Runtime:
     #: Split-K workspace of one launch: (tile, slot) -> {split: partial}, and tile -> programs arrived.
     partials: dict = field(default_factory=dict)
     arrived: dict = field(default_factory=dict)
+    #: Ping-pong: the tile (in the CTA's order) whose main loop may run now, and each group's main loops so far.
+    turn: int = 0
+    main_loops: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -27,6 +27,20 @@ def _tile_share(op):
     return (share, gets) if share else None
 
 
+class TurnWait:
+    """A ping-pong group waiting for its main loop's turn: tile `tile` of the CTA's order."""
+    __slots__ = ("rt", "tile", "op")
+
+    def __init__(self, rt, tile: int, op):
+        self.rt, self.tile, self.op = rt, tile, op
+
+    def ready(self) -> bool:
+        return self.rt.turn == self.tile
+
+    def describe(self) -> str:
+        return f"waits for the main-loop turn of tile {self.tile} (now {self.rt.turn})"
+
+
 @handler("scf.for")
 def _for(c, op):
     lb, ub, step, *inits = c.operands(op)
@@ -50,6 +64,10 @@ def _for(c, op):
             lo, hi, st = env[lb], env[ub], env[step]
             if st <= 0:
                 raise ValueError(f"scf.for step must be positive, got {st}")
+            # The groups' main loops run in tile order (`to_nvvm.tile_turns`): this is tile n * j + c.
+            j = rt.main_loops.get(rt.task, 0)
+            rt.main_loops[rt.task] = j + 1
+            yield TurnWait(rt, count * j + index, op)
             skip(env, index, lo, hi, st)
             for i in range(lo, hi, st):
                 env[iv] = i
@@ -57,6 +75,7 @@ def _for(c, op):
                 yield from fn(env)
                 values = [env[y] for y in yields]
             skip(env, count - 1 - index, lo, hi, st)
+            rt.turn += 1
             _assign(env, res, values)
         return gen_shared, True
     if not body.is_gen:
