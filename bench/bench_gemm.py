@@ -43,6 +43,7 @@ GEMM_VARIANTS = {
     "pers_128x128": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "persistent"}),
     "pers_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True, "schedule": "persistent"}),
     "pers_256x128": ({"BLOCK_M": 256, "BLOCK_N": 128}, {"warp_specialize": True, "schedule": "persistent"}),
+    "pp_128x128": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "pingpong"}),
     "uni_128x128": ({"BLOCK_N": 128}, {"warp_specialize": False, "num_stages": 3}),
     "uni_128x256": ({"BLOCK_N": 256}, {"warp_specialize": False, "num_stages": 3, "num_warps": 8}),
 }
@@ -56,13 +57,16 @@ FUSED_VARIANTS = {
     "swiglu_pers_n64": ("swiglu.tawa", {"BLOCK_N": 64}, {"schedule": "persistent"}),
     "swiglu_tile_n128": ("swiglu.tawa", {"BLOCK_N": 128}, {"schedule": "tile"}),
     "swiglu_pers_n128": ("swiglu.tawa", {"BLOCK_N": 128}, {"schedule": "persistent"}),
+    "swiglu_pp_n64": ("swiglu.tawa", {"BLOCK_N": 64}, {"schedule": "pingpong"}),
     "linear_tile_n256": ("linear_gelu_residual.tawa", {"BLOCK_N": 256}, {"schedule": "tile"}),
     "linear_pers_n256": ("linear_gelu_residual.tawa", {"BLOCK_N": 256}, {"schedule": "persistent"}),
     "linear_tile_n128": ("linear_gelu_residual.tawa", {"BLOCK_N": 128}, {"schedule": "tile"}),
     "linear_pers_n128": ("linear_gelu_residual.tawa", {"BLOCK_N": 128}, {"schedule": "persistent"}),
+    "linear_pp_n128": ("linear_gelu_residual.tawa", {"BLOCK_N": 128}, {"schedule": "pingpong"}),
     "fp8_tile": ("gemm_fp8.tawa", {}, {"schedule": "tile"}),
     "fp8_pers": ("gemm_fp8.tawa", {}, {"schedule": "persistent"}),
     "fp8_pers_n128": ("gemm_fp8.tawa", {"BLOCK_N": 128}, {"schedule": "persistent"}),
+    "fp8_pp_n128": ("gemm_fp8.tawa", {"BLOCK_N": 128}, {"schedule": "pingpong"}),
 }
 KERNELS.update(FUSED_VARIANTS)
 

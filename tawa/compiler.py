@@ -135,18 +135,22 @@ def _tile_schedule(func, options: CompileOptions, specialized: bool) -> tuple[st
                                         "tiles; compile with schedule='tile' or let the kernel specialize")
         return "tile", ""
     ok, reason = persistent_tiles.can_persist(func, options)
-    if ok and options.schedule == "pingpong":
-        ok, reason = persistent_tiles.can_pingpong(func, options)
+    if ok and options.schedule in (None, "pingpong"):
+        pingpong, why_not = persistent_tiles.can_pingpong(func, options)
+        if pingpong:
+            return "pingpong", ("about one CTA per SM; each of the two consumer warp groups computes every other "
+                                "output tile of its CTA on its own, their main loops in turn, so one group's "
+                                "epilogue runs under the other's main loop" +
+                                (" (schedule='pingpong')" if options.schedule else
+                                 " (chosen where each group can hold a whole tile's accumulators)"))
+        if options.schedule == "pingpong":
+            ok, reason = False, why_not
     if not ok:
         if asked:
             raise CompilationError(f"cannot make kernel '{name}' {what}: {reason}", source_location(func),
                                    note="compile with schedule='tile'" if what == "persistent" else
                                    "compile with schedule='persistent' or 'tile'")
         return "tile", f"not persistent because {reason}"
-    if options.schedule == "pingpong":
-        return "pingpong", ("about one CTA per SM; each of the two consumer warp groups computes every other output "
-                            "tile of its CTA on its own, so one group's epilogue runs under the other's main loop "
-                            "(schedule='pingpong')")
     return "persistent", ("about one CTA per SM, each looping over output tiles in grouped order; the aref ring "
                           "runs across tiles and each epilogue's TMA store overlaps the next tile's main loop")
 

@@ -79,6 +79,8 @@ def can_pingpong(func_op, options=None) -> tuple:
     whole tile's accumulators; and both groups stage their epilogues side by side next to the ring."""
     if getattr(options, "split_k", 1) > 1:
         return False, "split-K gives the programs of a tile K loops of different lengths"
+    if getattr(options, "num_consumer_groups", None) == 1:
+        return False, "it has one consumer warp group (num_consumer_groups=1)"
     plans = ws_analysis.plan(func_op)
     for p in plans:
         if _depends_on_program(p.loop):
@@ -89,10 +91,11 @@ def can_pingpong(func_op, options=None) -> tuple:
                        f"{PINGPONG_ACC_REGISTERS}; use a narrower tile)")
     heavy = {ld for p in plans for ld in p.loads}
     slot = sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
+    depth = getattr(options, "num_buffers", None) or 2
     other = aref_insertion.other_smem_bytes(func_op, heavy, persistent=True, stagings=2)
-    if 2 * slot + other > hopper.SMEM_FOR_TILES:
-        return False, (f"2 ring slots of {slot // 1024} KiB and two epilogue stagings of {other // 2048} KiB do not "
-                       f"fit in shared memory together")
+    if depth * slot + other > hopper.SMEM_FOR_TILES:
+        return False, (f"{depth} ring slots of {slot // 1024} KiB and two epilogue stagings of {other // 2048} KiB "
+                       f"do not fit in shared memory together")
     return True, ""
 
 
