@@ -199,6 +199,10 @@ class Kernel:
             except CompilationError as why:
                 error.note = f"its variant without TMA does not compile either: {why.message}"
                 raise error from None
+            except ImportError as why:
+                error.note = (f"its variant without TMA is not in the kernel cache and this machine cannot compile "
+                              f"it ({why}); compile it where the compiler is (tma=False) and copy the cache")
+                raise error from None
             warnings.warn(f"kernel '{self.name}': {error.message} -- launching its variant without TMA "
                           f"(tma=False, slower) for such arguments", TawaPerformanceWarning, stacklevel=3)
         return self._fallback

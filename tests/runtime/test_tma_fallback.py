@@ -59,3 +59,11 @@ def test_a_variant_that_does_not_compile_keeps_the_alignment_error():
     with pytest.raises(TmaAlignmentError) as info:
         kernel(True, variant)("x")
     assert "does not compile" in info.value.note
+
+
+def test_a_variant_neither_cached_nor_compilable_keeps_the_alignment_error():
+    def variant():
+        raise ModuleNotFoundError("No module named 'mlir'")
+    with pytest.raises(TmaAlignmentError) as info:
+        kernel(True, variant)("x")
+    assert "not in the kernel cache" in info.value.note
