@@ -268,11 +268,16 @@ def pulls_lazily(ctx: Ctx, op, pending: list) -> bool:
     store: between two boxes a barrier keeps ptxas from hoisting the next box's loads), so that the lazy tiles
     pending need not be materialized first. Not when one of them loads the stored tensor (its loads must come
     before the store)."""
-    value = ctx.get_lazy(StoreOp(op).value)
-    if not (ctx.persistent and ctx.tma and isinstance(value, LazyTile) and _tma_storable(value, op)):
+    if not _stages_box_by_box(ctx, ctx.get_lazy(StoreOp(op).value), op):
         return False
     dst = StoreOp(op).dst
     return not any(v.owner.name == LoadOp.NAME and LoadOp(v.owner).src == dst for v in pending)
+
+
+def _stages_box_by_box(ctx: Ctx, value, op) -> bool:
+    """A lazy value a persistent TMA store computes box by box (its staging boxes alternate with barriers)."""
+    return isinstance(value, LazyTile) and ctx.persistent and ctx.tma and _tma_storable(value, op) and \
+        value.elem == elem_type(StoreOp(op).dst.type)
 
 
 def _tma_storable(value, op) -> bool:
@@ -285,7 +290,7 @@ def lower_store(ctx: Ctx, op) -> None:
     from .shape import register_tile
     lazy = ctx.get_lazy(StoreOp(op).value)
     elem = elem_type(StoreOp(op).dst.type)
-    if isinstance(lazy, LazyTile) and ctx.persistent and ctx.tma and _tma_storable(lazy, op) and lazy.elem == elem:
+    if _stages_box_by_box(ctx, lazy, op):
         tma_store_tile(ctx, op, lazy, [ctx.get(v) for v in StoreOp(op).offsets])
         return
     value = register_tile(ctx.get(StoreOp(op).value), op, ctx)
