@@ -57,3 +57,54 @@ def rel_err(out, ref) -> float:
 def poisoned(torch, shape, dtype):
     """An output buffer full of NaN, so an element the kernel does not write fails the check."""
     return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
+
+
+# ---- operands and float64 references of the fused examples (fresh random inputs per seed) -----------------
+def _gelu_tanh(torch, x):
+    """tanh-approximated GELU, written as the examples write it: x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))."""
+    return x * torch.sigmoid(1.5957691216057308 * (x + 0.044715 * x ** 3))
+
+
+def bias_act_case(torch, m, n, k, seed):
+    """gemm_bias_act.tawa: ([a, b, bias], reference of the output)."""
+    torch.manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.float32)
+    return [a, b, bias], _gelu_tanh(torch, a.double() @ b.double() + bias.double())
+
+
+def linear_case(torch, m, n, k, seed):
+    """linear_gelu_residual.tawa (W stored [N, K]): ([x, w, bias, r], reference of the output)."""
+    torch.manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    return [x, w, bias, r], _gelu_tanh(torch, x.double() @ w.double().T + bias.double()) + r.double()
+
+
+def swiglu_case(torch, m, n, k, seed):
+    """swiglu.tawa: ([a, b1, b2], reference of silu(a @ b1) * (a @ b2))."""
+    torch.manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b1, b2 = (torch.randn(k, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    return [a, b1, b2], torch.nn.functional.silu(a.double() @ b1.double()) * (a.double() @ b2.double())
+
+
+def fp8_case(torch, m, n, k, seed):
+    """gemm_fp8.tawa (B stored [N, K], row and column scales): ([a, b, sa, sb], reference of the output)."""
+    torch.manual_seed(seed)
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
+    return [a, b, sa, sb], (a.double() @ b.double().T) * sa.double()[:, None] * sb.double()[None, :]
+
+
+def check_launch(torch, kernel, args, ref, tol=1e-2):
+    """Launch on the arguments and a NaN-poisoned bf16 output; every element written, close to `ref`."""
+    out = poisoned(torch, tuple(ref.shape), torch.bfloat16)
+    kernel(*args, out)
+    torch.cuda.synchronize()
+    assert not out.isnan().any()
+    assert rel_err(out, ref) < tol

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from e2e_support import compiled, poisoned, rel_err
+from e2e_support import bias_act_case, check_launch, compiled, fp8_case, linear_case, poisoned, rel_err, swiglu_case
 
 pytestmark = pytest.mark.gpu
 SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"schedule": "tile"}, id="ws-tile"),
@@ -38,16 +38,7 @@ def test_gemm(shape, dtype, ws):
 def test_gemm_bias_act(ws):
     kernel = compiled("gemm_bias_act.tawa", **ws)
     import torch
-    torch.manual_seed(1)
-    m, n, k = 333, 520, 200
-    a, b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    bias = torch.randn(n, device="cuda", dtype=torch.float32)
-    c = poisoned(torch, (m, n), torch.bfloat16)
-    kernel(a, b, bias, c)
-    torch.cuda.synchronize()
-    x = a.double() @ b.double() + bias.double()
-    ref = x * torch.sigmoid(1.5957691216057308 * (x + 0.044715 * x ** 3))
-    assert rel_err(c, ref) < 1e-2
+    check_launch(torch, kernel, *bias_act_case(torch, 333, 520, 200, seed=1))
 
 
 @pytest.mark.parametrize("ws", SCHEDULES)
@@ -56,19 +47,7 @@ def test_gemm_bias_act(ws):
 def test_linear_gelu_residual(shape, block_n, ws):
     kernel = compiled("linear_gelu_residual.tawa", BLOCK_N=block_n, **ws)
     import torch
-    torch.manual_seed(sum(shape) + block_n)
-    m, n, k = shape
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-    y = poisoned(torch, (m, n), torch.bfloat16)
-    kernel(x, w, bias, r, y)
-    torch.cuda.synchronize()
-    assert not y.isnan().any()
-    h = x.double() @ w.double().T + bias.double()
-    ref = h * torch.sigmoid(1.5957691216057308 * (h + 0.044715 * h ** 3)) + r.double()
-    assert rel_err(y, ref) < 1e-2
+    check_launch(torch, kernel, *linear_case(torch, *shape, seed=sum(shape) + block_n))
 
 
 def test_softmax():
@@ -86,31 +65,14 @@ def test_softmax():
 def test_swiglu(ws):
     kernel = compiled("swiglu.tawa", **ws)
     import torch
-    torch.manual_seed(3)
-    m, n, k = 300, 696, 264
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b1, b2 = (torch.randn(k, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    c = poisoned(torch, (m, n), torch.bfloat16)
-    kernel(a, b1, b2, c)
-    torch.cuda.synchronize()
-    g, u = a.double() @ b1.double(), a.double() @ b2.double()
-    assert rel_err(c, torch.nn.functional.silu(g) * u) < 1e-2
+    check_launch(torch, kernel, *swiglu_case(torch, 300, 696, 264, seed=3))
 
 
 @pytest.mark.parametrize("ws", SCHEDULES)
 def test_gemm_fp8(ws):
     kernel = compiled("gemm_fp8.tawa", **ws)
     import torch
-    torch.manual_seed(4)
-    m, n, k = 500, 296, 400
-    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
-    sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
-    c = poisoned(torch, (m, n), torch.bfloat16)
-    kernel(a, b, sa, sb, c)
-    torch.cuda.synchronize()
-    ref = (a.double() @ b.double().T) * sa.double()[:, None] * sb.double()[None, :]
-    assert rel_err(c, ref) < 1e-2
+    check_launch(torch, kernel, *fp8_case(torch, 500, 296, 400, seed=4))
 
 
 ATTENTION_SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"consumer_pingpong": False}, id="ws-no-pingpong"),

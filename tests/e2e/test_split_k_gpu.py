@@ -4,7 +4,7 @@ shapes (M = 1 and 8), fused epilogues (bias + GELU, SwiGLU's two accumulators), 
 counter is back at zero after a launch) and a CUDA-graph replay."""
 import pytest
 
-from e2e_support import compiled, poisoned, rel_err
+from e2e_support import bias_act_case, check_launch, compiled, poisoned, rel_err, swiglu_case
 
 pytestmark = pytest.mark.gpu
 SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"schedule": "tile"}, id="ws-tile"),
@@ -55,31 +55,14 @@ def test_split_k_is_deterministic():
 def test_split_k_bias_act(ws):
     kernel = compiled("gemm_bias_act.tawa", BLOCK_M=64, BLOCK_N=128, split_k=3, **ws)
     import torch
-    torch.manual_seed(11)
-    m, n, k = 33, 520, 1000
-    a, b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    bias = torch.randn(n, device="cuda", dtype=torch.float32)
-    c = poisoned(torch, (m, n), torch.bfloat16)
-    kernel(a, b, bias, c)
-    torch.cuda.synchronize()
-    x = a.double() @ b.double() + bias.double()
-    ref = x * torch.sigmoid(1.5957691216057308 * (x + 0.044715 * x ** 3))
-    assert rel_err(c, ref) < 1e-2
+    check_launch(torch, kernel, *bias_act_case(torch, 33, 520, 1000, seed=11))
 
 
 @pytest.mark.parametrize("ws", SCHEDULES)
 def test_split_k_swiglu(ws):
     kernel = compiled("swiglu.tawa", BLOCK_M=64, BLOCK_N=64, split_k=4, **ws)
     import torch
-    torch.manual_seed(12)
-    m, n, k = 16, 696, 2000
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b1, b2 = (torch.randn(k, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    c = poisoned(torch, (m, n), torch.bfloat16)
-    kernel(a, b1, b2, c)
-    torch.cuda.synchronize()
-    g, u = a.double() @ b1.double(), a.double() @ b2.double()
-    assert rel_err(c, torch.nn.functional.silu(g) * u) < 1e-2
+    check_launch(torch, kernel, *swiglu_case(torch, 16, 696, 2000, seed=12))
 
 
 def test_split_k_in_a_cuda_graph():

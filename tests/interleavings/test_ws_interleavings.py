@@ -151,32 +151,41 @@ def test_broken_trip_count_deadlocks_and_is_rejected_statically():
         run_kernel(m, args, grid_of(m, args), seed=0)
 
 
-@pytest.mark.parametrize("M,seed,depth,persistent", [(45, 2, 2, False), (70, 12, 3, True)],
-                         ids=["tile", "persistent"])
-def test_swiglu_interleavings(M, seed, depth, persistent):
-    N, K = (37, 40) if not persistent else (45, 40)
+def swiglu_case(M, N, K, seed):
+    """(make_args, reference) of swiglu.tawa: A [M, K], B1 and B2 [K, N] in bf16, a NaN-poisoned output."""
     rng = np.random.default_rng(seed)
     A = rng.standard_normal((M, K)).astype(BF16)
     B1 = rng.standard_normal((K, N)).astype(BF16)
     B2 = rng.standard_normal((K, N)).astype(BF16)
     g = A.astype(np.float32) @ B1.astype(np.float32)
     u = A.astype(np.float32) @ B2.astype(np.float32)
-    ref = g / (1 + np.exp(-g)) * u
-    run_all_seeds("swiglu", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
-                  lambda: [A.copy(), B1.copy(), B2.copy(), np.zeros((M, N), BF16)], 3, ref, 2e-2,
-                  num_buffers=depth, persistent=persistent)
+    return (lambda: [A.copy(), B1.copy(), B2.copy(), np.full((M, N), np.nan, BF16)]), g / (1 + np.exp(-g)) * u
 
 
-def test_gemm_bias_act_interleavings():
-    M, N, K = 40, 45, 24
-    rng = np.random.default_rng(3)
+def bias_act_case(M, N, K, seed):
+    """(make_args, reference) of gemm_bias_act.tawa: bf16 A and B, an f32 bias, a NaN-poisoned output."""
+    rng = np.random.default_rng(seed)
     A = rng.standard_normal((M, K)).astype(BF16)
     B = rng.standard_normal((K, N)).astype(BF16)
     bias = rng.standard_normal(N).astype(np.float32)
     x = A.astype(np.float32) @ B.astype(np.float32) + bias[None, :]
     ref = 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
-    run_all_seeds("gemm_bias_act", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
-                  lambda: [A.copy(), B.copy(), bias.copy(), np.zeros((M, N), BF16)], 3, ref, 2e-2, num_buffers=1)
+    return (lambda: [A.copy(), B.copy(), bias.copy(), np.full((M, N), np.nan, BF16)]), ref
+
+
+@pytest.mark.parametrize("M,seed,depth,persistent", [(45, 2, 2, False), (70, 12, 3, True)],
+                         ids=["tile", "persistent"])
+def test_swiglu_interleavings(M, seed, depth, persistent):
+    N, K = (37, 40) if not persistent else (45, 40)
+    make_args, ref = swiglu_case(M, N, K, seed)
+    run_all_seeds("swiglu", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}, make_args, 3, ref, 2e-2,
+                  num_buffers=depth, persistent=persistent)
+
+
+def test_gemm_bias_act_interleavings():
+    make_args, ref = bias_act_case(40, 45, 24, 3)
+    run_all_seeds("gemm_bias_act", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}, make_args, 3, ref, 2e-2,
+                  num_buffers=1)
 
 
 def test_gemm_fp8_interleavings():
@@ -292,31 +301,16 @@ def test_split_k_gemm_interleavings(M, N, K, bk, depth, splits, persistent):
 
 def test_split_k_swiglu_interleavings():
     """Two accumulators: both partials are kept and summed by the same (last) program."""
-    M, N, K = 45, 37, 72
-    rng = np.random.default_rng(21)
-    A = rng.standard_normal((M, K)).astype(BF16)
-    B1 = rng.standard_normal((K, N)).astype(BF16)
-    B2 = rng.standard_normal((K, N)).astype(BF16)
-    g = A.astype(np.float32) @ B1.astype(np.float32)
-    u = A.astype(np.float32) @ B2.astype(np.float32)
-    ref = g / (1 + np.exp(-g)) * u
-    m = run_all_seeds("swiglu", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
-                      lambda: [A.copy(), B1.copy(), B2.copy(), np.full((M, N), np.nan, BF16)], 3, ref, 2e-2,
+    make_args, ref = swiglu_case(45, 37, 72, 21)
+    m = run_all_seeds("swiglu", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}, make_args, 3, ref, 2e-2,
                       splits=3, num_buffers=2, persistent=True)
     assert str(m).count("tawa.split_k_store") == 2
 
 
 def test_split_k_gemm_bias_act_interleavings():
     """The epilogue's own loads (the bias) run once, in the program that sums."""
-    M, N, K = 40, 45, 56
-    rng = np.random.default_rng(5)
-    A = rng.standard_normal((M, K)).astype(BF16)
-    B = rng.standard_normal((K, N)).astype(BF16)
-    bias = rng.standard_normal(N).astype(np.float32)
-    x = A.astype(np.float32) @ B.astype(np.float32) + bias[None, :]
-    ref = 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
-    run_all_seeds("gemm_bias_act", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
-                  lambda: [A.copy(), B.copy(), bias.copy(), np.full((M, N), np.nan, BF16)], 3, ref, 2e-2,
+    make_args, ref = bias_act_case(40, 45, 56, 5)
+    run_all_seeds("gemm_bias_act", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}, make_args, 3, ref, 2e-2,
                   splits=2, num_buffers=2)
 
 

@@ -3,27 +3,15 @@ groups, each with its own epilogue barrier, whose main loops take turns on two n
 no serialized wgmma and no spills for the examples' ping-pong tiles; and the located reasons it is refused. Also
 the 0-spill 128x256 fused epilogue (bias + GELU + residual) of the cooperative persistent schedule. The GPU runs
 are in tests/e2e/test_pingpong_gpu.py."""
-import pathlib
 import re
 
 import pytest
 
 import tawa
+from ws_support import EXAMPLES, compile_example, spill_bytes
 from tawa.errors import CompilationError
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
-
-
-def compile_example(name, **kw):
-    kernel = tawa.compile(str(EXAMPLES / f"{name}.tawa"), cache=False, **kw)
-    assert kernel.cubin and kernel.cubin[:4] == b"\x7fELF"
-    return kernel
-
-
-def spills(kernel) -> int:
-    note = next(n for n in kernel.compiled.notes if n.startswith("ptxas:"))
-    return int(re.search(r"(\d+) bytes spill stores", note).group(1))
 
 
 @pytest.mark.parametrize("example,constants", [("gemm", {"BLOCK_N": 128}), ("linear_gelu_residual", {}),
@@ -34,7 +22,7 @@ def test_pingpong_kernels_take_turns_without_spills(example, constants):
     ptx, notes = k.ptx, "\n".join(k.compiled.notes)
     assert "uses the pingpong schedule" in notes and k.compiled.persistent
     assert k.compiled.num_threads == 384                       # a producer and two single-group consumers
-    assert spills(k) == 0 and not SERIALIZED.search(notes)
+    assert spill_bytes(k) == 0 and not SERIALIZED.search(notes)
     # Each group's epilogue syncs its own 128 threads; the main loops take turns on barriers 14 and 15.
     assert "bar.sync \t2, 128;" in ptx and "bar.sync \t3, 128;" in ptx
     assert "bar.sync \t14, 256;" in ptx and "bar.sync \t15, 256;" in ptx
@@ -45,8 +33,8 @@ def test_fused_epilogue_of_128x256_tiles_has_no_spills():
     """The 128x256 tile with bias + GELU + residual: the epilogue's loads and math are emitted element by element
     and stored box by box, so its registers fit next to the accumulator (it spilled 1000+ bytes before)."""
     k = compile_example("linear_gelu_residual", BLOCK_N=256, schedule="persistent")
-    assert spills(k) == 0
-    assert spills(compile_example("linear_gelu_residual", BLOCK_N=256, schedule="tile")) == 0
+    assert spill_bytes(k) == 0
+    assert spill_bytes(compile_example("linear_gelu_residual", BLOCK_N=256, schedule="tile")) == 0
 
 
 @pytest.mark.parametrize("example,constants,reason", [

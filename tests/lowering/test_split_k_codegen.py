@@ -2,32 +2,19 @@
 as 16-byte vectors, fences, counts its arrival with one acquire-release atomic, and only the last sums the
 partials and runs the epilogue; the workspace is a kernel parameter the runtime fills. The GPU runs of the same
 kernels are in tests/e2e/test_split_k_gpu.py."""
-import pathlib
 import re
 
 import pytest
 
-import tawa
+from ws_support import compile_example, spill_bytes
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
-
-
-def compile_split(example="gemm", **kw):
-    kernel = tawa.compile(str(EXAMPLES / f"{example}.tawa"), cache=False, **kw)
-    assert kernel.cubin and kernel.cubin[:4] == b"\x7fELF"
-    return kernel
-
-
-def spills(kernel) -> int:
-    note = next(n for n in kernel.compiled.notes if n.startswith("ptxas:"))
-    return int(re.search(r"(\d+) bytes spill stores", note).group(1))
 
 
 @pytest.mark.parametrize("ws,schedule", [(None, None), (None, "tile"), (False, None)],
                          ids=["persistent", "ws-tile", "uniform"])
 def test_partials_counter_and_sum(ws, schedule):
-    k = compile_split(split_k=4, warp_specialize=ws, schedule=schedule, BLOCK_M=64, BLOCK_N=128)
+    k = compile_example("gemm", split_k=4, warp_specialize=ws, schedule=schedule, BLOCK_M=64, BLOCK_N=128)
     ptx, c = k.ptx, k.compiled
     assert c.split_k == 4
     # 64 x 128 f32 per split for one consumer warp group (128 threads x 64 registers), plus the counter.
@@ -49,18 +36,18 @@ def test_partials_counter_and_sum(ws, schedule):
 def test_warp_specialized_split_has_no_spills():
     """The sum loads one register group of every split at a time: loading all partials first (what LLVM would
     schedule) needs 4 x 64 registers and spilled."""
-    assert spills(compile_split(split_k=4, BLOCK_M=64, BLOCK_N=128)) == 0
-    assert spills(compile_split(split_k=2, BLOCK_M=64, BLOCK_N=256)) == 0
+    assert spill_bytes(compile_example("gemm", split_k=4, BLOCK_M=64, BLOCK_N=128)) == 0
+    assert spill_bytes(compile_example("gemm", split_k=2, BLOCK_M=64, BLOCK_N=256)) == 0
 
 
 def test_two_accumulators_share_one_counter():
-    k = compile_split("swiglu", split_k=3, BLOCK_M=64, BLOCK_N=64)
+    k = compile_example("swiglu", split_k=3, BLOCK_M=64, BLOCK_N=64)
     assert k.ptx.count("atom.add.acq_rel.gpu.global.u32") == 1
     assert k.compiled.workspace_per_tile == 3 * 2 * 64 * 64 * 4 + 128
-    assert spills(k) == 0
+    assert spill_bytes(k) == 0
 
 
 def test_unsplit_kernels_have_no_workspace():
-    k = compile_split(BLOCK_M=64, BLOCK_N=128)
+    k = compile_example("gemm", BLOCK_M=64, BLOCK_N=128)
     assert k.compiled.split_k == 1 and k.compiled.workspace_per_tile == 0
     assert "atom.add" not in k.ptx and all(p.kind != "workspace" for p in k.compiled.abi)

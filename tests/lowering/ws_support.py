@@ -46,3 +46,18 @@ def region(module: ir.Module, role: str) -> ir.Operation:
 
 def ops_named(op: ir.Operation, name: str) -> list:
     return [o for o in walk(op) if o.name == name]
+
+
+def compile_example(name: str, **kw):
+    """An example compiled for sm_90a through `tawa.compile` (no cache), assembled by ptxas into a cubin."""
+    import tawa
+    kernel = tawa.compile(str(EXAMPLES / f"{name}.tawa"), cache=False, **kw)
+    assert kernel.cubin and kernel.cubin[:4] == b"\x7fELF"
+    return kernel
+
+
+def spill_bytes(kernel) -> int:
+    """The spill stores ptxas reported for the kernel."""
+    import re
+    note = next(n for n in kernel.compiled.notes if n.startswith("ptxas:"))
+    return int(re.search(r"(\d+) bytes spill stores", note).group(1))

@@ -17,7 +17,7 @@ from tawa.errors import CompilationError, InternalCompilerError
 from .. import layouts as L
 from ..assign_layouts import check_dot_tile, smem_swizzle
 from . import sync
-from .builder import V, is_float
+from .builder import V
 from .fp8 import from_storage, storage_type, to_storage
 from tawa.ir import attrs
 from tawa.ir.location import source_location
