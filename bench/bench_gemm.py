@@ -284,6 +284,21 @@ def _report(title: str, shape, res: dict, anchors: list) -> None:
         print(f"  best Tawa {best}: " + ", ".join(f"{tawa[best] / res[a]:.3f}x {a}" for a in anchors if a in res))
 
 
+def _checked(loaded: dict, prefix: str, args: list, out, ref, label: str, check) -> dict:
+    """name -> launch of every loaded variant whose name starts with `prefix` and whose output (`out`, poisoned
+    first) matches `ref`."""
+    import torch
+    impls = {}
+    for n, k in loaded.items():
+        if n.startswith(prefix):
+            out.fill_(float("nan"))
+            k.launch(args + [out])
+            torch.cuda.synchronize()
+            if check(f"{n} {label}", out, ref, 2e-2):
+                impls[n] = (lambda k: lambda: k.launch(args + [out]))(k)
+    return impls
+
+
 def fused_sweep(out, dev, check) -> None:
     """SwiGLU dual GEMM, linear + bias + GELU + residual, FP8 GEMM: each Tawa variant checked, then timed side by
     side with its anchors (TFLOP/s of the GEMM work; the anchors do the same math unfused)."""
@@ -299,14 +314,7 @@ def fused_sweep(out, dev, check) -> None:
         c = torch.empty(M, N, device=dev, dtype=bf)
         g, u = a.float() @ b1.float(), a.float() @ b2.float()
         ref = F.silu(g) * u
-        impls = {}
-        for n, k in loaded.items():
-            if n.startswith("swiglu"):
-                c.fill_(float("nan"))
-                k.launch([a, b1, b2, c])
-                torch.cuda.synchronize()
-                if check(f"{n} {M}x{N}x{K}", c, ref, 2e-2):
-                    impls[n] = (lambda k: lambda: k.launch([a, b1, b2, c]))(k)
+        impls = _checked(loaded, "swiglu", [a, b1, b2], c, ref, f"{M}x{N}x{K}", check)
         if M < 2048:
             continue
         impls["torch_unfused"] = lambda: F.silu(a @ b1) * (a @ b2)
@@ -324,14 +332,7 @@ def fused_sweep(out, dev, check) -> None:
         r = torch.randn(M, N, device=dev, dtype=bf)
         y = torch.empty(M, N, device=dev, dtype=bf)
         ref = F.gelu(x.float() @ w.float().T + bias.float(), approximate="tanh") + r.float()
-        impls = {}
-        for n, k in loaded.items():
-            if n.startswith("linear"):
-                y.fill_(float("nan"))
-                k.launch([x, w, bias, r, y])
-                torch.cuda.synchronize()
-                if check(f"{n} {M}x{N}x{K}", y, ref, 2e-2):
-                    impls[n] = (lambda k: lambda: k.launch([x, w, bias, r, y]))(k)
+        impls = _checked(loaded, "linear", [x, w, bias, r], y, ref, f"{M}x{N}x{K}", check)
         if M < 2048:
             continue
         impls["cublas_gemm"] = lambda: torch.matmul(x, w.T, out=y)
@@ -345,14 +346,7 @@ def fused_sweep(out, dev, check) -> None:
         sa, sb = torch.rand(M, device=dev) + 0.5, torch.rand(N, device=dev) + 0.5
         c = torch.empty(M, N, device=dev, dtype=bf)
         ref = (a.float() @ b.float().T) * sa[:, None] * sb[None, :]
-        impls = {}
-        for n, k in loaded.items():
-            if n.startswith("fp8"):
-                c.fill_(float("nan"))
-                k.launch([a, b, sa, sb, c])
-                torch.cuda.synchronize()
-                if check(f"{n} {M}x{N}x{K}", c, ref, 2e-2):
-                    impls[n] = (lambda k: lambda: k.launch([a, b, sa, sb, c]))(k)
+        impls = _checked(loaded, "fp8", [a, b, sa, sb], c, ref, f"{M}x{N}x{K}", check)
         if M < 2048:
             continue
         sa2, sb2 = sa[:, None].contiguous(), sb[None, :].contiguous()

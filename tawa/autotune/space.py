@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
-import tempfile
 import warnings
 from typing import Optional
 
@@ -101,18 +99,9 @@ def load_space(key: str) -> Optional[dict]:
 
 def write_json_atomic(path, data) -> None:
     """Write JSON to a temporary name and rename it into place: readers see all of it or none."""
+    from tawa.runtime import cache
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    cache.atomic_write(path, json.dumps(data, indent=1).encode())
 
 
 # ---- the candidates --------------------------------------------------------------------------------------

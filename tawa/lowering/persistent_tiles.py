@@ -38,7 +38,7 @@ from tawa.ir.location import where
 from tawa.ir.ops import GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_groups
 from tawa.ir.traversal import ops_of, walk
 from tawa.ir.types import tile_bytes
-from tawa.lowering import aref_insertion, ws_analysis
+from tawa.lowering import aref_insertion, ws_analysis, ws_ir
 
 #: Consecutive axis-0 programs visited for each axis-1 program (the L2-sharing group; Triton's GROUP_SIZE_M).
 GROUP = 8
@@ -83,7 +83,7 @@ def can_pingpong(func_op, options=None) -> tuple:
         return False, "it has one consumer warp group (num_consumer_groups=1)"
     plans = ws_analysis.plan(func_op)
     for p in plans:
-        if _depends_on_program(p.loop):
+        if ws_ir.computed_from_program(p.loop.operands[:3]):
             return False, f"the trip count of the loop{where(p.loop)} depends on the program"
     acc = _accumulator_registers(func_op)
     if acc > PINGPONG_ACC_REGISTERS:
@@ -111,22 +111,6 @@ def _accumulator_registers(func_op) -> int:
                         n *= d
                     total += n // hopper.THREADS_PER_WARP_GROUP
     return total
-
-
-def _depends_on_program(loop) -> bool:
-    """Whether the loop's bounds are computed from program ids or counts."""
-    from tawa.ir.traversal import defining_op
-    seen, stack = set(), list(loop.operands[:3])
-    while stack:
-        v = stack.pop()
-        op = defining_op(v)
-        if op is None or op in seen:
-            continue
-        seen.add(op)
-        if op.name in (ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME):
-            return True
-        stack.extend(op.operands)
-    return False
 
 
 def _i32(value: int) -> ir.Value:

@@ -30,7 +30,7 @@ from tawa.ir.kernel_info import body_block, kernels
 from tawa.ir.location import source_location, where
 from tawa.ir.ops import AREF_USE_OPS, ArefConsumedOp, ArefCreateOp, ArefGetOp, aref_of, enclosing_warp_group, warp_group_role
 from tawa.ir import attrs
-from tawa.ir.traversal import defining_op, ops_of, parent_op, walk
+from tawa.ir.traversal import ops_of, parent_op, walk
 from tawa.ir.types import aref_params
 from tawa.errors import CompilationError
 from tawa.lowering import ws_ir
@@ -194,24 +194,11 @@ def _check_uniform_trips(name, gets):
     for g in gets:
         loop = parent_op(g)
         while loop is not None and not warp_group_role(loop):
-            if loop.name == "scf.for" and _from_program(loop.operands[:3]):
+            if loop.name == "scf.for" and ws_ir.computed_from_program(loop.operands[:3]):
                 _fail(f"{name}: the loop{where(loop)} of a warp group that shares tiles with another runs a number "
                       f"of iterations that depends on the program; the groups could not skip each other's slots",
                       g)
             loop = parent_op(loop)
-
-
-def _from_program(values) -> bool:
-    stack, seen = list(values), set()
-    while stack:
-        op = defining_op(stack.pop())
-        if op is None or op in seen:
-            continue
-        seen.add(op)
-        if op.name in ws_ir.SCALAR_OPS - {"tawa.dim"}:
-            return True
-        stack.extend(op.operands)
-    return False
 
 
 # ----------------------------------------------------------------------------------------------------------

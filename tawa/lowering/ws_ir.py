@@ -27,6 +27,21 @@ def is_scalar_control(op: ir.Operation) -> bool:
     return all(not is_tile(r.type) for r in op.results) and all(not is_tile(v.type) for v in op.operands)
 
 
+def computed_from_program(values) -> bool:
+    """Whether any of `values` is computed (transitively) from a program id, program count or grid extent:
+    whether a loop with these bounds may run a different number of iterations in different programs."""
+    stack, seen = list(values), set()
+    while stack:
+        op = defining_op(stack.pop())
+        if op is None or op in seen:
+            continue
+        seen.add(op)
+        if op.name in (ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME):
+            return True
+        stack.extend(op.operands)
+    return False
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Cloning scalar control
 def clone_slice(values, ip: ir.InsertionPoint, mapping: dict, can_clone=is_scalar_control):

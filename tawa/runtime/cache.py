@@ -79,7 +79,8 @@ def entry_dir(key: str) -> pathlib.Path:
     return cache_dir() / key
 
 
-def _atomic_write(path: pathlib.Path, data: bytes) -> None:
+def atomic_write(path: pathlib.Path, data: bytes) -> None:
+    """Write to a temporary name and rename it into place: readers see all of it or none."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -112,10 +113,10 @@ def _store(key: str, kernel: CompiledKernel) -> pathlib.Path:
     meta["has_ptx"] = ptx is not None
     meta["has_cubin"] = kernel.cubin is not None
     if ptx is not None:
-        _atomic_write(d / _PTX, ptx.encode())
+        atomic_write(d / _PTX, ptx.encode())
     if kernel.cubin is not None:
-        _atomic_write(d / _CUBIN, bytes(kernel.cubin))
-    _atomic_write(d / _JSON, json.dumps(meta, indent=1, sort_keys=True).encode())
+        atomic_write(d / _CUBIN, bytes(kernel.cubin))
+    atomic_write(d / _JSON, json.dumps(meta, indent=1, sort_keys=True).encode())
     return d
 
 

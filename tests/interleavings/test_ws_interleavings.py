@@ -173,6 +173,17 @@ def bias_act_case(M, N, K, seed):
     return (lambda: [A.copy(), B.copy(), bias.copy(), np.full((M, N), np.nan, BF16)]), ref
 
 
+def fp8_case(M, N, K, seed):
+    """(make_args, reference) of gemm_fp8.tawa: e4m3 A [M, K] and B [N, K], row and column scales."""
+    rng = np.random.default_rng(seed)
+    A = (rng.standard_normal((M, K)) * 2).astype(FP8)
+    B = (rng.standard_normal((N, K)) * 2).astype(FP8)
+    sa = rng.uniform(0.5, 1.5, M).astype(np.float32)
+    sb = rng.uniform(0.5, 1.5, N).astype(np.float32)
+    ref = (A.astype(np.float32) @ B.astype(np.float32).T) * sa[:, None] * sb[None, :]
+    return (lambda: [A.copy(), B.copy(), sa.copy(), sb.copy(), np.zeros((M, N), BF16)]), ref
+
+
 @pytest.mark.parametrize("M,seed,depth,persistent", [(45, 2, 2, False), (70, 12, 3, True)],
                          ids=["tile", "persistent"])
 def test_swiglu_interleavings(M, seed, depth, persistent):
@@ -189,15 +200,8 @@ def test_gemm_bias_act_interleavings():
 
 
 def test_gemm_fp8_interleavings():
-    M, N, K = 45, 40, 80
-    rng = np.random.default_rng(4)
-    A = (rng.standard_normal((M, K)) * 2).astype(FP8)
-    B = (rng.standard_normal((N, K)) * 2).astype(FP8)
-    sa = rng.uniform(0.5, 1.5, M).astype(np.float32)
-    sb = rng.uniform(0.5, 1.5, N).astype(np.float32)
-    ref = (A.astype(np.float32) @ B.astype(np.float32).T) * sa[:, None] * sb[None, :]
-    run_all_seeds("gemm_fp8", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32},
-                  lambda: [A.copy(), B.copy(), sa.copy(), sb.copy(), np.zeros((M, N), BF16)], 4, ref, 2e-2,
+    make_args, ref = fp8_case(45, 40, 80, 4)
+    run_all_seeds("gemm_fp8", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, make_args, 4, ref, 2e-2,
                   num_buffers=2)
 
 
@@ -256,15 +260,8 @@ def test_persistent_gemm_zero_trip_count():
 
 
 def test_persistent_gemm_fp8_interleavings():
-    M, N, K = 70, 40, 80
-    rng = np.random.default_rng(13)
-    A = (rng.standard_normal((M, K)) * 2).astype(FP8)
-    B = (rng.standard_normal((N, K)) * 2).astype(FP8)
-    sa = rng.uniform(0.5, 1.5, M).astype(np.float32)
-    sb = rng.uniform(0.5, 1.5, N).astype(np.float32)
-    ref = (A.astype(np.float32) @ B.astype(np.float32).T) * sa[:, None] * sb[None, :]
-    run_all_seeds("gemm_fp8", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32},
-                  lambda: [A.copy(), B.copy(), sa.copy(), sb.copy(), np.zeros((M, N), BF16)], 4, ref, 2e-2,
+    make_args, ref = fp8_case(70, 40, 80, 13)
+    run_all_seeds("gemm_fp8", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, make_args, 4, ref, 2e-2,
                   num_buffers=2, persistent=True)
 
 

@@ -4,8 +4,6 @@ and must still raise every error the full path raises."""
 from __future__ import annotations
 
 import struct
-import sys
-import types
 
 import pytest
 
@@ -13,7 +11,7 @@ from tawa.errors import LaunchError
 from tawa.runtime.launcher import GpuLauncher
 from tawa.runtime.tensor_map import TensorMapCache
 
-from runtime_fakes import FakeDeviceArray
+from runtime_fakes import FakeDeviceArray, FakeTorchTensor, install_fake_torch
 from test_launcher import BASE, args, fake, gemm_kernel  # noqa: F401  (fake is a fixture)
 
 
@@ -118,50 +116,15 @@ def test_empty_tensor_plan_reuses_scratch(fake):
 
 # -- torch tensors, read directly (data_ptr, shape, stride, dtype, device) -------------------------------------
 
-class _Device:
-    def __init__(self, index):
-        self.type, self.index = ("cuda", index) if index is not None else ("cpu", None)
-
-
-class _FakeTensor:
-    _DTYPES = {"bf16": "torch.bfloat16", "f32": "torch.float32", "f16": "torch.float16"}
-
-    def __init__(self, shape, dtype="f32", ptr=BASE, device=0, strides=None):
-        self.shape, self._ptr, self._index = tuple(shape), ptr, device
-        self.dtype = self._DTYPES[dtype]
-        acc, st = 1, []
-        for extent in reversed(self.shape):
-            st.append(acc)
-            acc *= max(extent, 1)
-        self._strides = tuple(strides) if strides else tuple(reversed(st))
-
-    is_cuda = property(lambda self: self._index is not None)
-    device = property(lambda self: _Device(self._index))
-
-    def get_device(self):
-        return -1 if self._index is None else self._index
-
-    def data_ptr(self):
-        return self._ptr
-
-    def stride(self):
-        return self._strides
-
-
 @pytest.fixture
 def fake_torch(monkeypatch):
-    streams = []
-    torch = types.ModuleType("torch")
-    torch.Tensor = _FakeTensor
-    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda dev: streams.append(dev) or 0x5000 + dev)
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    return streams
+    return install_fake_torch(monkeypatch)
 
 
 def _torch_args(M=300, K=200, N=504, **over):
-    a = dict(A=_FakeTensor((M, K), "bf16", ptr=BASE), B=_FakeTensor((K, N), "bf16", ptr=BASE + 0x100000),
-             C=_FakeTensor((M, N), "f32", ptr=BASE + 0x200000), alpha=1.5, steps=7,
-             bias=_FakeTensor((4,), "f32", ptr=BASE + 0x300000))
+    a = dict(A=FakeTorchTensor((M, K), "bf16", ptr=BASE), B=FakeTorchTensor((K, N), "bf16", ptr=BASE + 0x100000),
+             C=FakeTorchTensor((M, N), "f32", ptr=BASE + 0x200000), alpha=1.5, steps=7,
+             bias=FakeTorchTensor((4,), "f32", ptr=BASE + 0x300000))
     a.update(over)
     return list(a.values())
 
@@ -170,15 +133,15 @@ def test_torch_tensors_fast_path(fake, fake_torch):
     cache = TensorMapCache()
     kernel = gemm_kernel()
     warm = GpuLauncher(kernel, tensor_maps=cache)
-    for over in (dict(), dict(A=_FakeTensor((300, 200), "bf16", ptr=BASE + 0x40)), dict(M=64), dict()):
+    for over in (dict(), dict(A=FakeTorchTensor((300, 200), "bf16", ptr=BASE + 0x40)), dict(M=64), dict()):
         a = _torch_args(**over)
         warm.launch(a)
         _cold(kernel, cache, a)
         assert fake.launches[-2] == fake.launches[-1]
         assert fake.launches[-1].stream == 0x5000           # torch's current stream on device 0
-    assert _error(warm, _torch_args(A=_FakeTensor((300, 200), "bf16", ptr=BASE + 8))) == \
-        _error(GpuLauncher(kernel, tensor_maps=cache), _torch_args(A=_FakeTensor((300, 200), "bf16", ptr=BASE + 8)))
-    assert "16-byte aligned" in _error(warm, _torch_args(A=_FakeTensor((300, 200), "bf16", ptr=BASE + 8)))
-    assert "host (CPU) array" in _error(warm, _torch_args(C=_FakeTensor((300, 504), "f32", device=None)))
-    assert "has dtype f16" in _error(warm, _torch_args(A=_FakeTensor((300, 200), "f16")))
-    assert "on GPU 1" in _error(warm, _torch_args(C=_FakeTensor((300, 504), "f32", device=1)))
+    assert _error(warm, _torch_args(A=FakeTorchTensor((300, 200), "bf16", ptr=BASE + 8))) == \
+        _error(GpuLauncher(kernel, tensor_maps=cache), _torch_args(A=FakeTorchTensor((300, 200), "bf16", ptr=BASE + 8)))
+    assert "16-byte aligned" in _error(warm, _torch_args(A=FakeTorchTensor((300, 200), "bf16", ptr=BASE + 8)))
+    assert "host (CPU) array" in _error(warm, _torch_args(C=FakeTorchTensor((300, 504), "f32", ptr=BASE, device=None)))
+    assert "has dtype f16" in _error(warm, _torch_args(A=FakeTorchTensor((300, 200), "f16", ptr=BASE)))
+    assert "on GPU 1" in _error(warm, _torch_args(C=FakeTorchTensor((300, 504), "f32", ptr=BASE, device=1)))

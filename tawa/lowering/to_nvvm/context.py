@@ -333,8 +333,7 @@ class Ctx:
     def alloc_word(self) -> int:
         """Four bytes of shared memory for a value the threads exchange (in the reserved region, never
         initialised as an mbarrier: tiles and rings, which other warp groups may be using, stay untouched)."""
-        off = self.alloc_barriers(1, 0)
-        return off
+        return self.alloc_barriers(1, 0)
 
     def smem_base(self) -> V:
         return self._cached("smem", lambda: self.b.op("llvm.mlir.addressof @tawa_smem : !llvm.ptr<3>", "!llvm.ptr<3>",

@@ -72,13 +72,14 @@ def _record_base(ctx: Ctx, tile: V, record: dict) -> V:
     return b.gep(ctx.params.workspace(), offset)
 
 
-def _slot_base(ctx: Ctx, tile: V, split: V | None, slot: int, record: dict, fixed_split: int = 0) -> V:
+def _slot_base(ctx: Ctx, tile: V, split: V | int, slot: int, record: dict) -> V:
+    """The address of slot `slot` of split `split` (a value, or a split known here) in the tile's record."""
     b = ctx.b
     base = _record_base(ctx, tile, record)
-    if split is not None:
-        base = b.gep(base, b.mul(b.ext_i64(split), b.const(record["per_split"], "i64")))
+    if isinstance(split, int):
+        base = b.gep(base, split * record["per_split"])
     else:
-        base = b.gep(base, fixed_split * record["per_split"])
+        base = b.gep(base, b.mul(b.ext_i64(split), b.const(record["per_split"], "i64")))
     return b.gep(base, record["slots"][slot])
 
 
@@ -138,7 +139,7 @@ def lower_split_k_sum(ctx: Ctx, op) -> None:
     vtype = f"vector<{VECTOR}xf32>"
     groups = -(-len(tile.regs) // VECTOR)
     offsets = _thread_offsets(ctx, groups)
-    bases = [_slot_base(ctx, ctx.get(view.tile), None, view.slot, record, fixed_split=s)
+    bases = [_slot_base(ctx, ctx.get(view.tile), s, view.slot, record)
              for s in range(view.splits)]
     sums: list = []
     # Group by group, so that only one group's partials are in flight (LLVM would otherwise load every partial
