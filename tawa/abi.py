@@ -55,6 +55,9 @@ class CompiledKernel:
     #: in a workspace of `workspace_per_tile` bytes per program of the grid it is launched with.
     split_k: int = 1
     workspace_per_tile: int = 0
+    #: A clustered persistent kernel: [CTAs along grid axis 0, along axis 1] of its thread-block clusters, which
+    #: the runtime launches where the grid divides into them (`runtime.grid.cluster_size_for`); None: no clusters.
+    cluster: Optional[list] = None
     ptx: Optional[str] = None
     cubin: Optional[bytes] = None
     ir: Optional[str] = None        # the final MLIR text (cpu target: what the interpreter runs)

@@ -42,6 +42,8 @@ class Plan:
     schedule: str = "tile"
     #: Programs each output tile's K loop is split over (1: not split).
     split_k: int = 1
+    #: Thread-block cluster of a persistent kernel, "AxB" ("1x1": none).
+    cluster: str = "1x1"
 
 
 def _always(plan: Plan) -> bool: return True
@@ -114,10 +116,24 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     schedule, why = _tile_schedule(func, options, bool(specialize))
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' uses the {schedule} schedule: {why}")
+    cluster, why = _cluster(func, options, schedule if specialize else "tile")
+    if why:
+        notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
     if options.split_k > 1:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' splits its K loop over {options.split_k} programs "
                      f"per output tile (split_k={options.split_k})")
-    return Plan(options.target, bool(specialize), schedule, options.split_k), notes
+    return Plan(options.target, bool(specialize), schedule, options.split_k, cluster), notes
+
+
+def _cluster(func, options: CompileOptions, schedule: str) -> tuple[str, str]:
+    """("AxB", what the kernel's notes say) for the `cluster` option: clusters are asked for, never chosen."""
+    if options.cluster in (None, "1x1"):
+        return "1x1", ""
+    ok, why = persistent_tiles.can_cluster(func, options, schedule)
+    if not ok:
+        raise CompilationError(f"cannot run kernel '{kernel_info.kernel_name(func)}' in {options.cluster} clusters: "
+                               f"{why}", source_location(func), note="compile without the cluster option")
+    return options.cluster, f"runs in {options.cluster} thread-block clusters: {why}"
 
 
 def _tile_schedule(func, options: CompileOptions, specialized: bool) -> tuple[str, str]:
@@ -218,7 +234,8 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     Returns the module when `tile_level_only` or `stop_after` is given, else the `CompiledKernel`."""
     plan, notes = decide(module, options)
     # The passes see the decided schedule (aref-insertion sizes the ring next to a persistent epilogue's staging).
-    options = dataclasses.replace(options, schedule=plan.schedule if plan.warp_specialize else options.schedule)
+    options = dataclasses.replace(options, schedule=plan.schedule if plan.warp_specialize else options.schedule,
+                                  cluster=plan.cluster)
     module = run_pipeline(module, options, plan, stop_after=stop_after, tile_level_only=tile_level_only)
     if tile_level_only or stop_after:
         return module

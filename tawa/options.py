@@ -23,6 +23,10 @@ CONSUMER_GROUPS = (1, 2)
 #: persistent with each consumer warp group on tiles of its own, one group's epilogue under the other's main loop
 #: ("pingpong").
 SCHEDULES = ("tile", "persistent", "pingpong")
+#: Thread-block cluster shapes of a persistent kernel, "AxB": A CTAs along grid axis 0, B along axis 1. The CTAs
+#: of a cluster compute neighbouring output tiles and share the operand tile those have in common: each copies a
+#: share of it into every CTA of the cluster (TMA multicast).
+CLUSTERS = ("1x1", "2x1", "1x2")
 #: Most programs one output tile's K loop may be split over (`split_k`).
 MAX_SPLIT_K = 16
 #: Warps per program on the uniform-warp path: one or two warp groups.
@@ -83,6 +87,12 @@ class CompileOptions:
              "tile; 'pingpong' is persistent with each of two consumer warp groups on tiles of its own, so that "
              "one group's epilogue runs under the other's main loop (auto: persistent where it applies, see the "
              "kernel's notes)")
+    cluster: Optional[str] = _opt(
+        None, choices=CLUSTERS,
+        help="thread-block cluster of a persistent kernel: '2x1' pairs CTAs along grid axis 0 (a GEMM's M), '1x2' "
+             "along axis 1 (N); the two compute neighbouring tiles and load the operand tile they share once, "
+             "half each, multicast to both (TMA multicast), halving its traffic from L2. Launches whose grid "
+             "does not divide into clusters run without them. Default and '1x1': no clusters")
     split_k: int = _opt(
         1, help=f"split each output tile's K loop over this many programs (1 to {MAX_SPLIT_K}; default 1, no "
                 "split), for grids too small to fill the GPU (decode-shaped GEMMs): each program reduces part "
@@ -100,6 +110,13 @@ class CompileOptions:
     constants: dict = _opt(factory=dict, help="overrides of the kernel's const parameters (NAME=VALUE)")
     dump_ir_after_all: bool = _opt(False, help="print the IR after every pass to stderr (also verifies each)")
     verify_each: bool = _opt(False, help="run the tawa verifier after every pass (also TAWA_VERIFY_EACH=1)")
+
+    def cluster_dims(self) -> tuple:
+        """(CTAs along grid axis 0, along axis 1) of the `cluster` option; (1, 1) without clusters."""
+        if not self.cluster:
+            return (1, 1)
+        x, y = self.cluster.split("x")
+        return (int(x), int(y))
 
     def cache_key_fields(self) -> dict:
         """The fields that determine the generated code (the disk cache's key): not the debugging switches."""
@@ -140,6 +157,8 @@ class CompileOptions:
         if self.num_consumer_groups is not None and (not is_int(self.num_consumer_groups)
                                                      or self.num_consumer_groups not in CONSUMER_GROUPS):
             bad("num_consumer_groups", self.num_consumer_groups, "1 or 2 (or None: chosen by the compiler)")
+        if self.cluster is not None and self.cluster not in CLUSTERS:
+            bad("cluster", self.cluster, " or ".join(repr(c) for c in CLUSTERS) + " (or None: no clusters)")
         if not is_int(self.split_k) or not 1 <= self.split_k <= MAX_SPLIT_K:
             bad("split_k", self.split_k, f"an integer from 1 (no split) to {MAX_SPLIT_K}")
         if self.num_buffers is not None and (not is_int(self.num_buffers) or self.num_buffers < 1):

@@ -130,6 +130,10 @@ SPLIT_K = I32Attr("tawa.split_k", 1)
 #: On each consumer region of a ping-pong kernel: [its index, the number of consumer regions]; region c computes
 #: the c-th of every run of that many consecutive tiles of its CTA (see `persistent_tiles`).
 TILE_SHARE = PyAttr("tawa.tile_share", None)
+#: On a clustered persistent kernel: [CTAs along grid axis 0, along axis 1] of its thread-block clusters.
+CLUSTER = PyAttr("tawa.cluster", None)
+#: On a producer's load: the CTAs of a cluster all read this tile; each copies its share to every one of them.
+MULTICAST = UnitAttr("tawa.multicast")
 
 #: Warp-group roles.
 PRODUCER, CONSUMER = "producer", "consumer"
@@ -144,5 +148,6 @@ KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 
 #: Every `tawa.*` attribute, for the verifier and the docs.
 ALL = (KERNEL, PARAMS, GRID, CONSTANTS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
-       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, TILE_SHARE, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
+       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, TILE_SHARE, CLUSTER,
+       MULTICAST, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
        KERNEL_INFO)

@@ -46,6 +46,11 @@ irdl.dialect @tawa {
     irdl.attributes {"axis" = %attr}
     irdl.results(result: %i32)
   }
+  // The CTAs of the thread-block cluster this CTA runs in (1 when the launch has no clusters).
+  irdl.operation @cluster_size {
+    %i32 = irdl.is i32
+    irdl.results(result: %i32)
+  }
   irdl.operation @dim {
     %mem = irdl.base "!builtin.memref"
     %i32 = irdl.is i32

@@ -49,6 +49,12 @@ class GridExtentOp(OpView):
     axis = property(lambda self: self._int("axis"))
 
 
+class ClusterSizeOp(OpView):
+    """`tawa.cluster_size`: the CTAs of the thread-block cluster this CTA runs in, 1 when the launch has none (a
+    clustered persistent kernel runs with clusters only where its grid divides into them: see `persistent_tiles`)."""
+    NAME = "tawa.cluster_size"
+
+
 class DimOp(OpView):
     NAME = "tawa.dim"
     tensor = property(lambda self: self.op.operands[0])

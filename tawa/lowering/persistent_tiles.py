@@ -24,7 +24,21 @@ Grouped order: the programs of grid axes 0 and 1 are visited in runs of `GROUP` 
 each axis-1 program, so the CTAs resident at one time share rows of A and columns of B in L2 (axis 2, a batch
 axis, is outermost). Programs are independent, so any order computes the same result.
 
-`can_persist(func)` (asked by the driver before any pass runs) says whether the kernel qualifies, and why not.
+Clusters (`cluster="2x1"` or `"1x2"`): CTAs run in pairs along grid axis a, and the tile loop walks pairs of
+neighbouring tiles, the CTA of cluster rank r taking the r-th of each:
+
+    %n = tawa.cluster_size                             2, or 1 where the runtime launched without clusters
+    %r = cta % n, loop over cluster tiles from cta / n step ctas / n, the grid's axis a counted in pairs
+    p_a = 2 * <pair index along a> + %r
+
+so both CTAs of a cluster see the same program along the other axes. The tiles they share (a producer load whose
+offsets do not depend on program_id(a): B for 2x1, A for 1x2) are marked `tawa.multicast`: the conversion gives
+each CTA half of the tile to copy into both CTAs' ring slots at once (TMA multicast). The runtime launches with
+clusters only when axis a of the grid divides into pairs; otherwise `%n` is 1, every tile its own pair, and each
+CTA copies both halves for itself, so one kernel serves every grid.
+
+`can_persist(func)` (asked by the driver before any pass runs) says whether the kernel qualifies, and why not;
+`can_cluster(func, ...)` the same for clusters.
 """
 from __future__ import annotations
 
@@ -35,10 +49,12 @@ from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
 from tawa.ir.location import where
-from tawa.ir.ops import GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_groups
-from tawa.ir.traversal import ops_of, walk
-from tawa.ir.types import tile_bytes
+from tawa.ir.ops import (ArefPutOp, ClusterSizeOp, GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_group_role,
+                         warp_groups)
+from tawa.ir.traversal import defining_op, ops_of, walk
+from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 from tawa.lowering import aref_insertion, ws_analysis, ws_ir
+from tawa.lowering.assign_layouts import smem_swizzle
 
 #: Consecutive axis-0 programs visited for each axis-1 program (the L2-sharing group; Triton's GROUP_SIZE_M).
 GROUP = 8
@@ -99,6 +115,65 @@ def can_pingpong(func_op, options=None) -> tuple:
     return True, ""
 
 
+#: Bytes at which a swizzled shared tile may be cut into separately copied parts (the 128-byte swizzle repeats
+#: every 8 rows of 128 bytes; the narrower swizzles more often).
+SWIZZLE_ATOM_BYTES = 1024
+
+
+def can_cluster(func_op, options, schedule: str) -> tuple:
+    """(True, what is shared) if the kernel can run in the clusters `options.cluster` asks for, else (False, why
+    not). Asked before any pass runs, with the schedule the driver chose."""
+    if schedule not in ("persistent", "pingpong"):
+        return False, "clusters need a persistent schedule (a warp-specialized kernel with schedule 'persistent' " \
+                      "or 'pingpong')"
+    if getattr(options, "split_k", 1) > 1:
+        return False, "split-K programs of one tile would have to meet across clusters"
+    axis, size = cluster_axis(options.cluster_dims())
+    shared = [ld for p in ws_analysis.plan(func_op) for ld in p.loads if multicast_parts(ld, axis, size)]
+    if not shared:
+        return False, (f"no operand tile of the pipelined loops is the same for CTAs that differ only in "
+                       f"program_id({axis}), or none can be cut into {size} copies of whole swizzle atoms")
+    names = ", ".join(f"the load{where(ld)}" for ld in shared)
+    return True, (f"the pairs of CTAs along grid axis {axis} share {names}: each CTA copies half of it into both "
+                  f"(TMA multicast)")
+
+
+def cluster_axis(dims) -> tuple:
+    """(grid axis, CTAs along it) of a 2x1 or 1x2 cluster."""
+    x, y = dims
+    return (0, x) if x > 1 else (1, y)
+
+
+def multicast_parts(load_op, axis: int, size: int) -> bool:
+    """Whether the CTAs of a cluster along `axis` all load the same tile here (its offsets do not depend on
+    program_id(axis)) and the tile cuts along its rows into `size` parts of whole swizzle atoms."""
+    if _depends_on_program(LoadOp(load_op).offsets, axis):
+        return False
+    t = LoadOp(load_op).result.type
+    shape = tile_shape(t)
+    width = smem_swizzle(shape[-1], elem_type(t)) if len(shape) == 2 else None
+    if width is None or shape[0] % size:
+        return False
+    return (shape[0] // size) * width % SWIZZLE_ATOM_BYTES == 0
+
+
+def _feeds_put(load_op) -> bool:
+    return any(use.owner.name == ArefPutOp.NAME for use in load_op.results[0].uses)
+
+
+def _depends_on_program(values, axis: int) -> bool:
+    stack, seen = list(values), set()
+    while stack:
+        op = defining_op(stack.pop())
+        if op is None or op in seen:
+            continue
+        seen.add(op)
+        if op.name == ProgramIdOp.NAME and ProgramIdOp(op).axis == axis:
+            return True
+        stack.extend(op.operands)
+    return False
+
+
 def _accumulator_registers(func_op) -> int:
     """f32 registers per thread of the tiles carried by the kernel's loops with dots, for one warp group."""
     total = 0
@@ -138,9 +213,10 @@ def _grouped_program(t, gx, gy) -> tuple:
     return p0, p1, p2
 
 
-def wrap_region(region) -> None:
+def wrap_region(region, cluster=None) -> None:
     """Move the region's body into a loop over the tiles this CTA owns (a ping-pong consumer region: the c-th of
-    every n consecutive ones, for its `tawa.tile_share` [c, n])."""
+    every n consecutive ones, for its `tawa.tile_share` [c, n]); with `cluster` (grid axis, CTAs), over the tiles
+    of its cluster's pairs."""
     block = region.regions[0].blocks[0]
     body = ops_of(block)[:-1]
     term = ops_of(block)[-1]
@@ -151,7 +227,17 @@ def wrap_region(region) -> None:
         cta = _program_query(ProgramIdOp.NAME, 0)
         ctas = _program_query(NumProgramsOp.NAME, 0)
         extents = [_program_query(GridExtentOp.NAME, a) for a in range(3)]
-        tiles = arith.MulIOp(arith.MulIOp(extents[0], extents[1]).result, extents[2]).result
+        walked = list(extents)
+        if cluster:
+            axis = cluster[0]
+            i32 = ir.IntegerType.get_signless(32)
+            size = ir.Operation.create(ClusterSizeOp.NAME, results=[i32]).results[0]
+            rank = arith.RemUIOp(cta, size).result
+            cta = arith.DivUIOp(cta, size).result
+            ctas = arith.DivUIOp(ctas, size).result
+            walked[axis] = arith.DivUIOp(arith.SubIOp(arith.AddIOp(extents[axis], size).result, _i32(1)).result,
+                                         size).result
+        tiles = arith.MulIOp(arith.MulIOp(walked[0], walked[1]).result, walked[2]).result
         share = attrs.TILE_SHARE.get(region)
         if share:
             index, count = share
@@ -159,7 +245,9 @@ def wrap_region(region) -> None:
             ctas = arith.MulIOp(ctas, _i32(count)).result
         loop = scf.ForOp(cta, tiles, ctas, [])
         with ir.InsertionPoint(loop.body):
-            program = _grouped_program(loop.induction_variable, extents[0], extents[1])
+            program = list(_grouped_program(loop.induction_variable, walked[0], walked[1]))
+            if cluster:
+                program[axis] = arith.AddIOp(arith.MulIOp(program[axis], size).result, rank).result
             tail = scf.YieldOp([])
     for op in body:
         op.move_before(tail)
@@ -177,7 +265,16 @@ def run(module: ir.Module, options=None) -> ir.Module:
             groups = warp_groups(func)
             if not groups or attrs.PERSISTENT.get(func):
                 continue
+            dims = options.cluster_dims() if options is not None and getattr(options, "cluster", None) else (1, 1)
+            cluster = cluster_axis(dims) if dims != (1, 1) else None
+            if cluster:
+                attrs.CLUSTER.set(func, list(dims))
+                for region in groups:
+                    if warp_group_role(region) == attrs.PRODUCER:
+                        for op in walk(region):
+                            if op.name == LoadOp.NAME and _feeds_put(op) and multicast_parts(op, *cluster):
+                                attrs.MULTICAST.set(op)
             for region in groups:
-                wrap_region(region)
+                wrap_region(region, cluster)
             attrs.PERSISTENT.set(func)
     return module

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from mlir import ir
 
-from tawa.ir.ops import DimOp, GridExtentOp, NumProgramsOp, ProgramIdOp
+from tawa.ir.ops import ClusterSizeOp, DimOp, GridExtentOp, NumProgramsOp, ProgramIdOp
 from tawa.ir.traversal import defining_op
 from tawa.ir.types import is_tile
 
 #: Ops without regions that compute scalar control and index math: safe to replicate into every warp group.
-SCALAR_OPS = {ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME, DimOp.NAME}
+SCALAR_OPS = {ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME, ClusterSizeOp.NAME, DimOp.NAME}
 SCALAR_DIALECTS = ("arith.", "math.", "index.")
 
 
@@ -36,7 +36,7 @@ def computed_from_program(values) -> bool:
         if op is None or op in seen:
             continue
         seen.add(op)
-        if op.name in (ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME):
+        if op.name in (ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME, ClusterSizeOp.NAME):
             return True
         stack.extend(op.operands)
     return False

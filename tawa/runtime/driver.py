@@ -313,16 +313,44 @@ def _load_module(image):
     return check(cu.cuModuleLoadDataEx(bytes(image), 0, [], []), "cuModuleLoadDataEx (cubin)")
 
 
-def launch(fn: Function, grid: tuple, block: tuple, shared_bytes: int, stream: int, params_addr: int) -> None:
-    """Launch `fn` on `stream` (a raw CUstream value, 0 = the legacy default stream).
+def launch(fn: Function, grid: tuple, block: tuple, shared_bytes: int, stream: int, params_addr: int,
+           cluster: int = 1) -> None:
+    """Launch `fn` on `stream` (a raw CUstream value, 0 = the legacy default stream), in thread-block clusters of
+    `cluster` CTAs along x when it is above 1.
 
     `params_addr` is the address of a `void*[n]` array whose entries point at each parameter's bytes, as
     cuLaunchKernel's `kernelParams` takes them.
     """
     cu = driver()
+    if cluster > 1:
+        check(cu.cuLaunchKernelEx(_launch_config(grid, block, shared_bytes, stream, cluster), fn.handle,
+                                  params_addr, 0), "cuLaunchKernelEx (clusters)")
+        return
     check(cu.cuLaunchKernel(fn.handle, grid[0], grid[1], grid[2], block[0], block[1], block[2],
                             shared_bytes, cu.CUstream(stream), params_addr, 0),
           "cuLaunchKernel")
+
+
+def _launch_config(grid: tuple, block: tuple, shared_bytes: int, stream: int, cluster: int):
+    cu = driver()
+    attr = cu.CUlaunchAttribute()
+    attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
+    config = cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared_bytes
+    config.hStream = cu.CUstream(stream)
+    config.attrs = [attr]
+    config.numAttrs = 1
+    return config
+
+
+def max_active_clusters(fn: Function, grid: tuple, block: tuple, shared_bytes: int, cluster: int) -> int:
+    """Clusters of `cluster` CTAs of `fn` that the device can hold at once."""
+    cu = driver()
+    config = _launch_config(grid, block, shared_bytes, 0, cluster)
+    return int(check(cu.cuOccupancyMaxActiveClusters(fn.handle, config), "cuOccupancyMaxActiveClusters"))
 
 
 def mem_alloc(nbytes: int) -> int:

@@ -195,3 +195,16 @@ def eval_grid(grid_exprs: list, bindings: dict, constants: dict) -> tuple:
             raise LaunchError(f"grid expression '{text}' is negative ({value})")
         grid.append(value)
     return tuple(grid)
+
+
+def cluster_size_for(cluster: Optional[Sequence[int]], tile_grid: tuple, ctas: int) -> int:
+    """The CTAs per cluster a clustered persistent kernel launches with: those its `cluster` [x, y] asks for
+    when the grid it was written for divides into clusters along that axis and at least one cluster's worth of
+    CTAs runs; else 1 (the kernel then works alone on every tile: see `tawa.lowering.persistent_tiles`)."""
+    if not cluster:
+        return 1
+    size = max(cluster)
+    axis = 0 if cluster[0] > 1 else 1
+    if size <= 1 or tile_grid[axis] % size or ctas < size:
+        return 1
+    return size

@@ -23,6 +23,7 @@ from tawa.abi import AbiParam, CompiledKernel
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
 from tawa.runtime import driver as drv
 from tawa.runtime import tensor_map as tm
+from tawa.runtime.grid import cluster_size_for
 
 #: Grid limits of compute capability 9.0.
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -140,9 +141,10 @@ class _Plan:
     device; per scalar: Python type; and the grid asked for), computed and checked once by the full path.
     A launch with the same signature only supplies data addresses and scalar values."""
     __slots__ = ("grid", "ordinal", "template", "ptr_slots", "scalar_slots", "map_slots", "tma_checks",
-                 "workspace")
+                 "workspace", "cluster")
 
-    def __init__(self, grid, ordinal, template, ptr_slots, scalar_slots, map_slots, tma_checks, workspace=None):
+    def __init__(self, grid, ordinal, template, ptr_slots, scalar_slots, map_slots, tma_checks, workspace=None,
+                 cluster=1):
         self.grid = grid                    # (x, y, z); None when the grid is empty (nothing to launch)
         self.ordinal = ordinal              # device ordinal; None: the current context's, read per launch
         self.template = template            # parameter values, with dims and strides filled in
@@ -152,6 +154,7 @@ class _Plan:
                                             #   rank instead of a Geometry for an empty tensor (the scratch)
         self.tma_checks = tma_checks        # [(argument index, name)]: pointers TMA reads, 16-byte aligned
         self.workspace = workspace          # (ABI index, bytes) of a split-K kernel's workspace, else None
+        self.cluster = cluster              # CTAs per thread-block cluster (1: a launch without clusters)
 
 
 # -- the launcher ------------------------------------------------------------------------------------------------
@@ -198,6 +201,7 @@ class GpuLauncher:
         self._pointer_array = ctypes.c_void_p * max(len(self.abi), 1)
         self._buffers: dict = {}           # thread id -> (packed-parameter buffer, address of its pointer array)
         self._functions: dict = {}         # context key -> loaded function (one module per device)
+        self._resident_clusters: dict = {}  # (context key, CTAs per cluster) -> clusters resident at once
         self._streams: set = set()         # (stream, context key) pairs checked to belong together
         self._block = (kernel.num_threads, 1, 1)
 
@@ -302,7 +306,16 @@ class GpuLauncher:
             if buffers is None:
                 buffers = self._new_buffers()
             self._struct.pack_into(buffers[0], 0, *values)
-            drv.launch(fn, plan.grid, self._block, self.kernel.shared_bytes, stream_value, buffers[1])
+            grid = plan.grid
+            if plan.cluster > 1:
+                # As many clusters as can be resident at once (the GPCs may hold fewer pairs than SMs / 2).
+                key = (ctx.key, plan.cluster)
+                most = self._resident_clusters.get(key)
+                if most is None:
+                    most = self._resident_clusters[key] = drv.max_active_clusters(
+                        fn, grid, self._block, self.kernel.shared_bytes, plan.cluster)
+                grid = (min(grid[0], max(most, 1) * plan.cluster), 1, 1)
+            drv.launch(fn, grid, self._block, self.kernel.shared_bytes, stream_value, buffers[1], plan.cluster)
             self.launches += 1
         finally:
             if previous is not None:
@@ -389,10 +402,13 @@ class GpuLauncher:
             else:
                 scalar_slots.append((j, p.arg, p.dtype, self._scalar_where(p)))
                 _scalar_value(args[p.arg], p.dtype, scalar_slots[-1][3])
+        cluster = 1
         if self.kernel.persistent:
-            grid3 = self._persistent_grid(grid3, ordinal)
+            ctas = self._persistent_grid(grid3, ordinal)[0]
+            cluster = cluster_size_for(self.kernel.cluster, grid3, ctas)
+            grid3 = (ctas // cluster * cluster, 1, 1)
         return _Plan(grid3, ordinal if known else None, template, ptr_slots, scalar_slots, map_slots, tma_checks,
-                     workspace)
+                     workspace, cluster)
 
     def _split_grid(self, grid3: tuple) -> tuple:
         """A split-K kernel runs `split_k` programs for each program of the grid along axis 2."""

@@ -40,6 +40,7 @@ class LaunchRecord:
     shared_bytes: int
     stream: int
     params: list            # bytes of each parameter, in ABI order
+    cluster: int = 1        # CTAs per thread-block cluster
 
 
 @dataclass
@@ -69,6 +70,8 @@ class FakeDriver:
     loads: list = field(default_factory=list)
     launch_devices: list = field(default_factory=list)
     stream_devices: dict = field(default_factory=dict)
+    #: Clusters the fake device holds at once, for each cluster size (`max_active_clusters`); SMs / size if unset.
+    resident_clusters: dict = field(default_factory=dict)
     switches: int = 0                             # context changes made by launches (entering and restoring)
 
     def install(self, monkeypatch, sizes):
@@ -82,6 +85,8 @@ class FakeDriver:
         monkeypatch.setattr(driver, "context_device", lambda key: (key - 0xC0FFEE) // 0x100)
         monkeypatch.setattr(driver, "load_function", self._load_function)
         monkeypatch.setattr(driver, "launch", self._launch)
+        monkeypatch.setattr(driver, "max_active_clusters",
+                            lambda fn, grid, block, shared, n: self.resident_clusters.get(n, 132 // n))
         monkeypatch.setattr(driver, "mem_alloc", lambda n: 0x7E0000000000 + 256 * len(self.encoded))
         monkeypatch.setattr(driver, "memcpy_htod", lambda dst, data: None)
         monkeypatch.setattr(driver, "memset_async", lambda dst, n, stream: None)
@@ -112,10 +117,10 @@ class FakeDriver:
         self.encoded.append(args)
         return hashlib.sha512(repr(args).encode()).digest() * 2
 
-    def _launch(self, fn, grid, block, shared_bytes, stream, params_addr):
+    def _launch(self, fn, grid, block, shared_bytes, stream, params_addr, cluster=1):
         pointers = (ctypes.c_void_p * len(self.sizes)).from_address(params_addr)
         params = [ctypes.string_at(pointers[i], size) for i, size in enumerate(self.sizes)]
-        self.launches.append(LaunchRecord(grid, block, shared_bytes, stream, params))
+        self.launches.append(LaunchRecord(grid, block, shared_bytes, stream, params, cluster))
         self.launch_devices.append(self.current)
 
 

@@ -62,3 +62,30 @@ def test_grid_parameters_need_a_persistent_kernel():
     k = dataclasses.replace(persistent_kernel(), persistent=False)
     with pytest.raises(LaunchError, match="persistent"):
         GpuLauncher(k)
+
+
+# ---- clusters: launched where the grid divides into them, as many as the device holds at once --------------------
+def clustered_kernel(dims):
+    return dataclasses.replace(persistent_kernel(), cluster=list(dims))
+
+
+@pytest.mark.parametrize("dims,M,N,cluster,ctas", [
+    ((2, 1), 4096, 4096, 2, 132),     # 32 x 16 tiles: pairs along M
+    ((2, 1), 300, 504, 1, 6),         # 3 tile rows: no pairs, a launch without clusters
+    ((1, 2), 300, 504, 2, 6),         # 2 tile columns: pairs along N
+    ((1, 2), 4096, 4224, 1, 132),     # 33 tile columns
+    ((2, 1), 256, 128, 2, 2),         # one pair
+    ((2, 1), 128 * 134, 128, 2, 132), # 134 tiles: 66 pairs at once
+])
+def test_clustered_launch(fake, dims, M, N, cluster, ctas):
+    GpuLauncher(clustered_kernel(dims)).launch(args(M=M, N=N))
+    record = fake.launches[-1]
+    assert (record.cluster, record.grid) == (cluster, (ctas, 1, 1))
+    assert record.grid[0] % record.cluster == 0
+
+
+def test_clustered_launch_fits_the_resident_clusters(fake):
+    """A GPU whose GPCs hold fewer pairs than SMs / 2: the persistent grid shrinks to what runs at once."""
+    fake.resident_clusters[2] = 60
+    GpuLauncher(clustered_kernel((2, 1))).launch(args(M=4096, N=4096))
+    assert (fake.launches[-1].cluster, fake.launches[-1].grid) == (2, (120, 1, 1))

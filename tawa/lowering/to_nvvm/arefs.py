@@ -24,6 +24,7 @@ proxy fence is needed for loads; an aref carrying register values written by thr
 """
 from __future__ import annotations
 
+from contextlib import nullcontext as _nothing
 from dataclasses import dataclass
 
 from tawa import hopper
@@ -52,6 +53,9 @@ class Ring:
     value_bytes: list      # TMA bytes of each value
     full: int              # byte offset of full[0] (mbarriers are 8 bytes apart)
     empty: int             # byte offset of empty[0]
+    #: Whether the CTAs of a cluster copy into each other's slots (a value is `tawa.multicast`): its consumers
+    #: then release a slot in every CTA of the cluster, and its producer drains the ring before the CTA exits.
+    multicast: bool = False
 
     @property
     def tx_bytes(self) -> int:
@@ -92,9 +96,15 @@ def lower_aref_create(ctx, op) -> None:
     # Every warp group of the consumer region that reads a slot releases it (ping-pong regions read theirs alone).
     consumers = max((attrs.NUM_WARP_GROUPS.get(g) for g in warp_groups(parent_op(op))
                      if warp_group_role(g) == attrs.CONSUMER), default=consumer_warp_groups(parent_op(op)))
+    multicast = bool(ctx.cluster) and any(attrs.MULTICAST.get(v.owner) for put in _puts(create.result)
+                                          for v in ArefPutOp(put).values)
     full = ctx.alloc_barriers(create.depth, 1)
-    empty = ctx.alloc_barriers(create.depth, consumers)
-    ctx.set(create.result, Ring(create.depth, base, top, offsets, sizes, full, empty))
+    empty = ctx.alloc_barriers(create.depth, consumers, per_cluster_cta=multicast)
+    ctx.set(create.result, Ring(create.depth, base, top, offsets, sizes, full, empty, multicast))
+
+
+def _puts(aref) -> list:
+    return [use.owner for use in aref.uses if use.owner.name == ArefPutOp.NAME]
 
 
 def iteration(ctx, op):
@@ -215,10 +225,28 @@ def lower_aref_put(ctx, op) -> None:
         sync.mbarrier_expect_tx(b, full, ring.tx_bytes)
         slot = b.add(b.mul(stage, ring.slot_bytes), ring.base)
         for load, off in zip(loads, ring.value_offsets):
-            tma = TmaLoad(ctx, load)
             offsets = [ctx.get(v) for v in LoadOp(load).offsets]
-            tma.issue(ctx, offsets, b.add(slot, off) if off else slot, full)
+            dst = b.add(slot, off) if off else slot
+            if attrs.MULTICAST.get(load):
+                issue_shared(ctx, load, offsets, dst, full)
+            else:
+                TmaLoad(ctx, load).issue(ctx, offsets, dst, full)
     issue_elected(ctx, None, issue)
+
+
+def issue_shared(ctx, load, offsets: list, dst, full) -> None:
+    """A tile every CTA of the cluster loads: CTA r copies row block r into all of them. Launched without
+    clusters (the runtime's choice where the grid does not divide into them), a CTA copies every block for
+    itself alone."""
+    b = ctx.b
+    parts = max(ctx.cluster)
+    tma = TmaLoad(ctx, load, parts)
+    size, rank = ctx.cluster_size(), ctx.cluster_rank()
+    alone = b.cmpi("eq", size, 1)
+    mask = b.op(f"arith.trunci {b.sub(b.shl(b.i32(1), size), 1)} : i32 to i16", "i16")
+    for part in range(parts):
+        with b.if_(b.or_(alone, b.cmpi("eq", rank, part))):
+            tma.issue(ctx, offsets, dst, full, part, mask)
 
 
 def lower_aref_get(ctx, op) -> None:
@@ -252,7 +280,23 @@ def release(ctx, ring: Ring, stage) -> None:
     with b.if_(first_warp):
         elected = sync.elect_sync(b)
         with b.if_(elected):
-            sync.mbarrier_arrive(b, barrier_ptr(ctx, ring.empty, stage))
+            empty = barrier_ptr(ctx, ring.empty, stage)
+            if not ring.multicast:
+                sync.mbarrier_arrive(b, empty)
+                return
+            # The slot was filled by every CTA of the cluster: each of their producers waits for this release.
+            for rank in range(max(ctx.cluster)):
+                with b.if_(b.cmpi("ult", b.i32(rank), ctx.cluster_size())) if rank else _nothing():
+                    sync.mbarrier_arrive_in_cta(b, empty, b.i32(rank))
+
+
+def drain(ctx, ring: Ring) -> None:
+    """The producer's last wait: every slot it filled released by every consumer that reads it (in a cluster, the
+    other CTAs' consumers arrive on this CTA's barriers, so the CTA must not exit before they have)."""
+    b = ctx.b
+    for j in range(ring.depth):
+        stage, phase = stage_of(ctx, ring, b.i32(j))
+        sync.mbarrier_wait(b, barrier_ptr(ctx, ring.empty, stage), b.xor(phase, 1))
 
 
 HANDLERS = {

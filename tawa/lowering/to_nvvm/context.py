@@ -197,6 +197,8 @@ class Ctx:
     #: A ping-pong consumer region's (index, count) (`tawa.tile_share`): its loops pass over the other groups'
     #: tiles in the rings they use (`arefs.skip_tiles`); None elsewhere.
     tile_share: tuple | None = None
+    #: A clustered persistent kernel's [CTAs along grid axis 0, along axis 1] (`tawa.cluster`); None elsewhere.
+    cluster: list | None = None
 
     def lower_block(self, block) -> None:
         """Lower the ops of `block` in this context."""
@@ -267,6 +269,16 @@ class Ctx:
     def warp_group(self) -> V:
         return self._cached("wg", lambda: self._prelude_bin("shrui", self.tid(), 7))
 
+    def cluster_rank(self) -> V:
+        """This CTA's rank in its cluster (0 without clusters)."""
+        return self._cached("ctarank", lambda: self.b.op('"nvvm.read.ptx.sreg.cluster.ctarank"() : () -> i32', "i32",
+                                                         prelude=True))
+
+    def cluster_size(self) -> V:
+        """The CTAs of this CTA's cluster (1 when the launch has no clusters)."""
+        return self._cached("nctarank", lambda: self.b.op('"nvvm.read.ptx.sreg.cluster.nctarank"() : () -> i32',
+                                                          "i32", prelude=True))
+
     def is_warp0(self) -> V:
         return self._cached("w0", lambda: self.b.op(f"arith.cmpi eq, {self.warp()}, {self.b.i32(0)} : i32", "i1",
                                                     prelude=True))
@@ -319,15 +331,17 @@ class Ctx:
         return self.smem.alloc(nbytes)
 
     # ---- shared memory -------------------------------------------------------------------------------------
-    barriers: list = field(default_factory=list)   # (byte offset, arrival count), initialised at kernel start
+    #: (byte offset, arrival count, whether the count is per CTA of the cluster), initialised at kernel start.
+    barriers: list = field(default_factory=list)
 
-    def alloc_barriers(self, n: int, count: int) -> int:
-        """`n` consecutive mbarriers (8 bytes each) in the reserved region at the start of shared memory."""
+    def alloc_barriers(self, n: int, count: int, per_cluster_cta: bool = False) -> int:
+        """`n` consecutive mbarriers (8 bytes each) in the reserved region at the start of shared memory; with
+        `per_cluster_cta`, each expects `count` arrivals from every CTA of the cluster."""
         off = 8 * len(self.barriers)
         if off + 8 * n > BARRIER_REGION:
             raise CompilationError(f"the kernel needs more than {BARRIER_REGION // 8} mbarriers",
                                    note="use fewer pipeline stages or ring slots (num_stages, num_buffers)")
-        self.barriers.extend((off + 8 * i, count) for i in range(n))
+        self.barriers.extend((off + 8 * i, count, per_cluster_cta) for i in range(n))
         return off
 
     def alloc_word(self) -> int:

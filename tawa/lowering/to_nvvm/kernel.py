@@ -116,6 +116,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
                                    note="kernel parameters are tensors, i32 or f32 scalars")
     ctx.persistent = bool(attrs.PERSISTENT.get(func))
     ctx.tma = getattr(options, "tma", None) is not False
+    ctx.cluster = attrs.CLUSTER.get(func)
     if warp_groups(func) and len(attrs.GRID.get(func)) == 2 and not ctx.persistent:
         # (A persistent kernel visits its tiles in grouped order already: persistent-tiles wrote it in the IR.)
         ctx.pid_group = PID_GROUP
@@ -125,11 +126,16 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
     if ctx.barriers:
         with b.redirect(start):
             with b.if_(b.cmpi("eq", ctx.tid(), 0)):
-                for off, count in ctx.barriers:
+                for off, count, per_cta in ctx.barriers:
                     if count:               # (count 0: a plain shared word, `Ctx.alloc_word`)
-                        sync.mbarrier_init(b, ctx.smem_ptr(off), count)
+                        arrivals = b.mul(ctx.cluster_size(), count) if per_cta else b.i32(count)
+                        sync.mbarrier_init(b, ctx.smem_ptr(off), arrivals)
             sync.fence_mbarrier_init(b)
-            sync.barrier(b)
+            if ctx.cluster:
+                # The other CTAs of the cluster copy into this one's slots and arrive on its barriers.
+                sync.cluster_barrier(b)
+            else:
+                sync.barrier(b)
     shared_bytes = ctx.smem.peak if ctx.smem.peak > BARRIER_REGION or ctx.barriers else 0
     if shared_bytes > hopper.SMEM_PER_BLOCK:
         # Located at the deepest aref ring (the loop it feeds) when there is one, else at the kernel's `def`.
@@ -163,6 +169,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         "shared_bytes": shared_bytes,
         "persistent": ctx.persistent,
         "split_k": attrs.SPLIT_K.get(func),
+        "cluster": list(ctx.cluster) if ctx.cluster else None,
         "workspace_per_tile": ctx.params.workspace_per_tile,
     }
     try:

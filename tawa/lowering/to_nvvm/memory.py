@@ -33,8 +33,10 @@ class TmaLoad:
     column boxes with the 128-byte swizzle, rows of 32 or 64 bytes into one box with the swizzle of that width
     (`assign_layouts.smem_swizzle`, which the dot lowering reads the same way)."""
 
-    def __init__(self, ctx: Ctx, op):
+    def __init__(self, ctx: Ctx, op, parts: int = 1):
         self.op = op
+        #: A tile the CTAs of a cluster share (`tawa.multicast`) is copied in `parts` row blocks, one per CTA.
+        self.parts = parts
         src = LoadOp(op).src
         self.arg = ctx.params.arg_index(src)
         self.src_rank = ir.MemRefType(src.type).rank
@@ -52,17 +54,23 @@ class TmaLoad:
         self.nbox = self.cols // self.box_cols
         self.box_bytes = self.rows * width
         self.bytes = self.nbox * self.box_bytes
-        box = [1] * (self.src_rank - 2) + [self.rows, self.box_cols]
+        self.part_rows = self.rows // parts
+        box = [1] * (self.src_rank - 2) + [self.part_rows, self.box_cols]
         self.tmap = ctx.params.tensormap(self.arg, box, width)
 
-    def issue(self, ctx: Ctx, offsets: list, dst_offset: V, bar: V) -> None:
-        """Issue the copies (caller: one elected thread). `offsets`: i32 element offsets, outermost first."""
+    def issue(self, ctx: Ctx, offsets: list, dst_offset: V, bar: V, part: int = 0, multicast: V | None = None) \
+            -> None:
+        """Issue the copies (caller: one elected thread). `offsets`: i32 element offsets, outermost first. A
+        tile cut into parts: the copies of row block `part`, to the CTAs of the `multicast` mask."""
         b = ctx.b
+        skip = part * self.part_rows
+        row = b.add(offsets[-2], skip) if skip else offsets[-2]
         for j in range(self.nbox):
             col = b.add(offsets[-1], j * self.box_cols) if j else offsets[-1]
-            coords = [col, offsets[-2]] + list(reversed(offsets[:-2]))
-            dst = ctx.smem_ptr(b.add(dst_offset, j * self.box_bytes) if j else dst_offset)
-            sync.tma_load(b, self.tmap, dst, bar, coords)
+            coords = [col, row] + list(reversed(offsets[:-2]))
+            into = j * self.box_bytes + skip * (self.box_bytes // self.rows)
+            dst = ctx.smem_ptr(b.add(dst_offset, into) if into else dst_offset)
+            sync.tma_load(b, self.tmap, dst, bar, coords, multicast)
 
 
 def issue_elected(ctx: Ctx, pred: V | None, body) -> None:

@@ -1,14 +1,15 @@
-"""Lowering of `tawa.program_id` / `tawa.num_programs`: special registers, optionally in grouped launch order; and
-of a persistent kernel's `tawa.grid_extent`: a parameter the runtime fills with the grid the kernel was written for."""
+"""Lowering of `tawa.program_id` / `tawa.num_programs`: special registers, optionally in grouped launch order; of a
+persistent kernel's `tawa.grid_extent`: a parameter the runtime fills with the grid the kernel was written for; and
+of `tawa.cluster_size`: the special register `%cluster_nctarank` (1 in a launch without clusters)."""
 from __future__ import annotations
 
-from tawa.ir.ops import GridExtentOp, NumProgramsOp, ProgramIdOp
+from tawa.ir.ops import ClusterSizeOp, GridExtentOp, NumProgramsOp, ProgramIdOp
 
 from .builder import V
 from .context import Ctx
 
 _SREG = {ProgramIdOp.NAME: "ctaid", NumProgramsOp.NAME: "nctaid"}
-SREG_OPS = tuple(_SREG) + (GridExtentOp.NAME,)
+SREG_OPS = tuple(_SREG) + (GridExtentOp.NAME, ClusterSizeOp.NAME)
 
 #: Programs along grid axis 0 that run next to each other in grouped launch order (warp-specialized kernels).
 PID_GROUP = 8
@@ -17,6 +18,9 @@ PID_GROUP = 8
 def lower_program_index(ctx: Ctx, op) -> None:
     if op.name == GridExtentOp.NAME:
         ctx.set(op.results[0], ctx.params.grid_extent(GridExtentOp(op).axis))
+        return
+    if op.name == ClusterSizeOp.NAME:
+        ctx.set(op.results[0], ctx.cluster_size())
         return
     axis = (ProgramIdOp if op.name == ProgramIdOp.NAME else NumProgramsOp)(op).axis
     ctx.set(op.results[0], program_index(ctx, op.name, axis))

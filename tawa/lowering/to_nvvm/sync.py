@@ -43,8 +43,8 @@ def named_barrier_arrive(b: Builder, barrier_id: V, num_threads: int) -> None:
            f'constraints = "r,r", has_side_effects}}> : (i32, i32) -> ()')
 
 
-def mbarrier_init(b: Builder, bar: V, count: int) -> None:
-    b.generic("nvvm.mbarrier.init", [bar, b.i32(count)])
+def mbarrier_init(b: Builder, bar: V, count: V) -> None:
+    b.generic("nvvm.mbarrier.init", [bar, count])
 
 
 def fence_mbarrier_init(b: Builder) -> None:
@@ -59,6 +59,22 @@ def mbarrier_expect_tx(b: Builder, bar: V, nbytes: int) -> None:
 
 def mbarrier_arrive(b: Builder, bar: V) -> None:
     b.line(f'"nvvm.mbarrier.arrive"({bar}) : ({bar.type}) -> ()')
+
+
+def mbarrier_arrive_in_cta(b: Builder, bar: V, rank: V) -> None:
+    """Arrive on the mbarrier at `bar`'s offset in the shared memory of the cluster's CTA `rank` (release at
+    cluster scope: this thread's reads of its own slot happen before that CTA's producer overwrites it)."""
+    addr = b.op(f"llvm.ptrtoint {bar} : !llvm.ptr<3> to i32", "i32")
+    asm = ("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, $0, $1; "
+           "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }")
+    b.line(f'"llvm.inline_asm"({addr}, {rank}) <{{asm_string = "{asm}", constraints = "r,r", has_side_effects}}> '
+           f': (i32, i32) -> ()')
+
+
+def cluster_barrier(b: Builder) -> None:
+    """Every thread of every CTA of the cluster (`barrier.cluster.arrive` + `wait`)."""
+    b.generic("nvvm.cluster.arrive")
+    b.generic("nvvm.cluster.wait")
 
 
 def mbarrier_wait(b: Builder, bar: V, phase: V) -> None:
@@ -79,13 +95,15 @@ def to_cluster(b: Builder, p: V) -> V:
     return b.op(f"llvm.addrspacecast {p} : !llvm.ptr<3> to !llvm.ptr<7>", "!llvm.ptr<7>")
 
 
-def tma_load(b: Builder, tmap: V, dst: V, bar: V, coords: list) -> None:
-    """Bulk tensor copy global -> shared; `coords` innermost first (the TMA convention), in elements."""
+def tma_load(b: Builder, tmap: V, dst: V, bar: V, coords: list, multicast: V | None = None) -> None:
+    """Bulk tensor copy global -> shared; `coords` innermost first (the TMA convention), in elements. With
+    `multicast` (an i16 mask of cluster ranks), the box lands at `dst` in each of those CTAs and completes bytes
+    on the mbarrier at `bar`'s offset in each."""
     dst7 = to_cluster(b, dst)
-    operands = [dst7, tmap] + list(coords) + [bar]
+    operands = [dst7, tmap] + list(coords) + [bar] + ([multicast] if multicast is not None else [])
     b.generic("nvvm.cp.async.bulk.tensor.shared.cluster.global", operands,
               props=f"isCTAOnly = false, mode = #nvvm.tma_load_mode<tile>, operandSegmentSizes = "
-                    f"array<i32: 1, 1, {len(coords)}, 1, 0, 0, 0, 0>")
+                    f"array<i32: 1, 1, {len(coords)}, 1, 0, {int(multicast is not None)}, 0, 0>")
 
 
 def tma_store(b: Builder, tmap: V, src: V, coords: list) -> None:

@@ -35,6 +35,7 @@ def region_context(ctx: Ctx, first_group: int, num_groups: int) -> Ctx:
     child.pid_group = ctx.pid_group
     child.persistent = ctx.persistent
     child.tma = ctx.tma
+    child.cluster = ctx.cluster
     # Named barrier 0 is the CTA barrier; each region gets its own (ids 1..15), over its threads only.
     child.barrier_id = 1 + first_group
     tid = ctx.tid()
@@ -66,6 +67,8 @@ def lower_warp_group(ctx: Ctx, op) -> None:
         if role == attrs.PRODUCER:
             with b.if_(child.is_warp0()):
                 lower_producer_block(child, block)
+                for ring in [v for v in ctx.env.values() if isinstance(v, arefs.Ring) and v.multicast]:
+                    arefs.drain(child, ring)
         else:
             child.lower_block(block)
             if child.stores_in_flight:

@@ -43,6 +43,8 @@ class Runtime:
     grid: tuple = (1, 1, 1)
     #: A persistent kernel's `tawa.grid_extent`: the grid it was written for (`grid` is then the CTAs launched).
     tile_grid: tuple = (1, 1, 1)
+    #: `tawa.cluster_size`: the CTAs of each cluster of the launch (1: no clusters).
+    cluster_size: int = 1
     rng: object = None
     task: object = None            # the scheduler task running now (None outside warp groups)
     rings: list = field(default_factory=list)   # arefs created by the current program

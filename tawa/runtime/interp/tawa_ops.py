@@ -31,6 +31,16 @@ handler("tawa.num_programs")(_grid_query("grid"))
 handler("tawa.grid_extent")(_grid_query("tile_grid"))
 
 
+@handler("tawa.cluster_size")
+def _cluster_size(c, op):
+    (r,) = c.results(op)
+    rt = c.rt
+
+    def run(env):
+        env[r] = rt.cluster_size
+    return run, False
+
+
 @handler("tawa.dim")
 def _dim(c, op):
     axis = int_attr(op, "axis")
