@@ -44,6 +44,10 @@ GEMM_VARIANTS = {
     "pers_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True, "schedule": "persistent"}),
     "pers_256x128": ({"BLOCK_M": 256, "BLOCK_N": 128}, {"warp_specialize": True, "schedule": "persistent"}),
     "pp_128x128": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "pingpong"}),
+    "pers_128x256_c21": ({"BLOCK_N": 256}, {"warp_specialize": True, "schedule": "persistent", "cluster": "2x1"}),
+    "pers_128x256_c12": ({"BLOCK_N": 256}, {"warp_specialize": True, "schedule": "persistent", "cluster": "1x2"}),
+    "pp_128x128_c21": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "pingpong", "cluster": "2x1"}),
+    "pp_128x128_c12": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "pingpong", "cluster": "1x2"}),
     "uni_128x128": ({"BLOCK_N": 128}, {"warp_specialize": False, "num_stages": 3}),
     "uni_128x256": ({"BLOCK_N": 256}, {"warp_specialize": False, "num_stages": 3, "num_warps": 8}),
 }
@@ -67,6 +71,14 @@ FUSED_VARIANTS = {
     "fp8_pers": ("gemm_fp8.tawa", {}, {"schedule": "persistent"}),
     "fp8_pers_n128": ("gemm_fp8.tawa", {"BLOCK_N": 128}, {"schedule": "persistent"}),
     "fp8_pp_n128": ("gemm_fp8.tawa", {"BLOCK_N": 128}, {"schedule": "pingpong"}),
+    "swiglu_pers_n128_c21": ("swiglu.tawa", {"BLOCK_N": 128}, {"schedule": "persistent", "cluster": "2x1"}),
+    "swiglu_pers_n128_c12": ("swiglu.tawa", {"BLOCK_N": 128}, {"schedule": "persistent", "cluster": "1x2"}),
+    "swiglu_pp_n64_c21": ("swiglu.tawa", {"BLOCK_N": 64}, {"schedule": "pingpong", "cluster": "2x1"}),
+    "linear_pp_n128_c21": ("linear_gelu_residual.tawa", {"BLOCK_N": 128}, {"schedule": "pingpong", "cluster": "2x1"}),
+    "linear_pers_n256_c21": ("linear_gelu_residual.tawa", {"BLOCK_N": 256}, {"schedule": "persistent",
+                                                                            "cluster": "2x1"}),
+    "fp8_pers_c21": ("gemm_fp8.tawa", {}, {"schedule": "persistent", "cluster": "2x1"}),
+    "fp8_pers_c12": ("gemm_fp8.tawa", {}, {"schedule": "persistent", "cluster": "1x2"}),
 }
 KERNELS.update(FUSED_VARIANTS)
 
@@ -237,7 +249,7 @@ HEADLINE_WS = "ws_256x128"
 def print_table(table) -> None:
     import math
     names = sorted({k[2] for k in table})
-    ws = [n for n in names if n.startswith(("ws_", "pers_"))]
+    ws = [n for n in names if n.startswith(("ws_", "pers_", "pp_"))]
     uni = [n for n in names if n.startswith("uni_")]
     cols = ["Tawa-WS", "WS best", "Tawa-uniform", "cuBLAS", "Triton"]
     print(f"\nTFLOP/s; Tawa-WS = {HEADLINE_WS}; ratios to cuBLAS (torch.matmul)")

@@ -50,8 +50,11 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
     shapes = None
     if target == "cuda" and not SHAPE_CHOICES & set(kwargs):
         from tawa.autotune.space import space_info
+        # (Small-M variants run without clusters: the pairs would share no tiles worth the pairing, and split-K
+        # cannot pair programs.)
+        alone = {k: v for k, v in kwargs.items() if k != "cluster"}
         shapes = ShapeVariants(lambda: space_info(source, filename),
-                               lambda config: compile(path_or_source, target=target, cache=cache, **kwargs, **config))
+                               lambda config: compile(path_or_source, target=target, cache=cache, **alone, **config))
     key = None
     if cache and target == "cuda":
         from tawa.runtime import cache as disk_cache

@@ -129,10 +129,15 @@ def can_cluster(func_op, options, schedule: str) -> tuple:
     if getattr(options, "split_k", 1) > 1:
         return False, "split-K programs of one tile would have to meet across clusters"
     axis, size = cluster_axis(options.cluster_dims())
-    shared = [ld for p in ws_analysis.plan(func_op) for ld in p.loads if multicast_parts(ld, axis, size)]
+    loads = [ld for p in ws_analysis.plan(func_op) for ld in p.loads]
+    shared = [ld for ld in loads if multicast_parts(ld, axis, size)]
     if not shared:
-        return False, (f"no operand tile of the pipelined loops is the same for CTAs that differ only in "
-                       f"program_id({axis}), or none can be cut into {size} copies of whole swizzle atoms")
+        same = [ld for ld in loads if not _depends_on_program(LoadOp(ld).offsets, axis)]
+        if same:
+            return False, (f"the tile loaded{where(same[0])} is the same for the CTAs of a cluster but does not cut "
+                           f"into {size} row blocks of whole {SWIZZLE_ATOM_BYTES}-byte swizzle atoms")
+        return False, (f"every operand tile of the pipelined loops depends on program_id({axis}), so the CTAs of "
+                       f"a cluster would share none")
     names = ", ".join(f"the load{where(ld)}" for ld in shared)
     return True, (f"the pairs of CTAs along grid axis {axis} share {names}: each CTA copies half of it into both "
                   f"(TMA multicast)")

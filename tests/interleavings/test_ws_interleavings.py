@@ -360,3 +360,42 @@ def test_pingpong_linear_interleavings():
     run_all_seeds("linear_gelu_residual", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
                   lambda: [X.copy(), W.copy(), bias.copy(), R.copy(), np.full((M, N), np.nan, BF16)], 4, ref, 2e-2,
                   num_buffers=2, schedule="pingpong")
+
+
+# ---- clusters: pairs of CTAs walk pairs of neighbouring tiles (the multicast itself is below the tile IR) ---------
+@pytest.mark.parametrize("M,N,K,dims,schedule", [
+    (100, 37, 70, "2x1", "persistent"),    # 4 x 2 tiles: 2 CTAs in one cluster, pairs along M, 5 iterations
+    (45, 70, 40, "1x2", "persistent"),     # 2 x 3 tiles: 3 tile columns do not pair, 3 CTAs without clusters
+    (64, 64, 5, "1x2", "persistent"),      # 2 x 2 tiles, K smaller than a tile
+    (130, 70, 64, "2x1", "pingpong"),      # 5 x 3 tiles: odd rows, no clusters; groups take turns
+    (128, 70, 48, "2x1", "pingpong"),      # 4 x 3 tiles in pairs, both consumer groups of both CTAs busy
+    (40, 33, 0, "2x1", "persistent"),      # K = 0
+])
+def test_cluster_gemm_interleavings(M, N, K, dims, schedule):
+    consts, make_args, ref = gemm_case(M, N, K, 16, 2)
+    m = run_all_seeds("gemm", consts, make_args, 2, ref, 1e-5, num_buffers=2, schedule=schedule, cluster=dims)
+    text = str(m)
+    assert "tawa.cluster_size" in text and text.count("tawa.multicast") == 1
+
+
+def test_cluster_tiles_visit_every_tile_once():
+    """Every program of the grid computed exactly once, for any number of CTAs, grids that pair and grids that do
+    not, along either axis."""
+    from tawa.runtime.interpreter import compile_kernel
+    for dims in ("2x1", "1x2"):
+        for M, N in ((100, 70), (128, 64), (45, 37), (64, 96), (20, 20)):
+            consts, make_args, ref = gemm_case(M, N, 16, 16, 2)
+            program = compile_kernel(build("gemm", consts, num_buffers=2, persistent=True, cluster=dims))
+            for ctas in (1, 2, 3, 7, 12, 40):
+                args = make_args()
+                args[2][:] = np.nan
+                program.run(args, grid_of(build("gemm", consts, specialize=False), args), seed=ctas, ctas=ctas)
+                np.testing.assert_allclose(args[2], ref, rtol=1e-5, atol=1e-5, err_msg=f"{dims} {M}x{N} {ctas}")
+
+
+def test_cluster_swiglu_interleavings():
+    """1x2: the pair shares A; each of B1 and B2 is its own."""
+    make_args, ref = swiglu_case(45, 64, 140, 22)
+    m = run_all_seeds("swiglu", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64}, make_args, 3, ref, 2e-2,
+                      num_buffers=2, persistent=True, cluster="1x2")
+    assert str(m).count("tawa.multicast") == 1

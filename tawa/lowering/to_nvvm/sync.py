@@ -62,11 +62,15 @@ def mbarrier_arrive(b: Builder, bar: V) -> None:
 
 
 def mbarrier_arrive_in_cta(b: Builder, bar: V, rank: V) -> None:
-    """Arrive on the mbarrier at `bar`'s offset in the shared memory of the cluster's CTA `rank` (release at
-    cluster scope: this thread's reads of its own slot happen before that CTA's producer overwrites it)."""
+    """Arrive on the mbarrier at `bar`'s offset in the shared memory of the cluster's CTA `rank`.
+
+    The default semantics (release at CTA scope) suffice: what the arrival orders is the wgmmas' reads of this
+    CTA's slot, completed by `wgmma.wait_group` before it, against the async-proxy writes of the other CTA's TMA,
+    which that producer issues only after observing the phase. A release at cluster scope costs a fence on
+    every slot of the main loop."""
     addr = b.op(f"llvm.ptrtoint {bar} : !llvm.ptr<3> to i32", "i32")
     asm = ("{ .reg .b32 remote; mapa.shared::cluster.u32 remote, $0, $1; "
-           "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }")
+           "mbarrier.arrive.shared::cluster.b64 _, [remote]; }")
     b.line(f'"llvm.inline_asm"({addr}, {rank}) <{{asm_string = "{asm}", constraints = "r,r", has_side_effects}}> '
            f': (i32, i32) -> ()')
 

@@ -1,0 +1,88 @@
+"""Thread-block clusters on the GPU (`cluster="2x1"` / `"1x2"`: pairs of CTAs share an operand tile through TMA
+multicast) against float64 torch references: fresh random inputs, NaN-poisoned outputs, ragged shapes (tiles that
+do not divide M, N or K, K smaller than BLOCK_K, a single tile, tile counts that are not a multiple of the SM
+count), grids that do not divide into pairs (launched without clusters, each CTA copying the whole tile itself),
+both persistent schedules and every fused epilogue of the examples. Each test also checks which cluster size the
+runtime launched with."""
+import pytest
+
+from e2e_support import bias_act_case, check_launch, compiled, fp8_case, linear_case, poisoned, rel_err, swiglu_case
+
+pytestmark = pytest.mark.gpu
+
+#: (M, N, K) -> with 128x256 tiles: tile rows / columns even or odd, ragged, K < BLOCK_K, one tile, 594 tiles.
+SHAPES = [(4096, 4096, 4096), (1000, 6000, 712), (129, 72, 88), (64, 200, 8), (100, 120, 40), (2176, 2304, 256),
+          (8448, 2304, 520), (300, 1104, 64)]
+
+
+@pytest.fixture
+def clusters(monkeypatch):
+    """The cluster size of every launch made through the driver."""
+    from tawa.runtime import driver
+    sizes, launch = [], driver.launch
+
+    def recording(fn, grid, block, shared, stream, params, cluster=1):
+        sizes.append(cluster)
+        return launch(fn, grid, block, shared, stream, params, cluster)
+    monkeypatch.setattr(driver, "launch", recording)
+    return sizes
+
+
+def _pairs(shape, tile, dims) -> int:
+    """The cluster size the runtime should pick: 2 where the tile grid divides into pairs along the axis."""
+    tiles = (-(-shape[0] // tile[0]), -(-shape[1] // tile[1]))
+    axis = 0 if dims == "2x1" else 1
+    return 2 if tiles[axis] % 2 == 0 and tiles[0] * tiles[1] >= 2 else 1
+
+
+@pytest.mark.parametrize("schedule,tile", [("persistent", (128, 256)), ("pingpong", (128, 128))])
+@pytest.mark.parametrize("dims", ["2x1", "1x2"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gemm(shape, dims, schedule, tile, clusters):
+    kernel = compiled("gemm.tawa", DTYPE="bf16", BLOCK_N=tile[1], schedule=schedule, cluster=dims)
+    import torch
+    torch.manual_seed(sum(shape) + 3)
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    for launch in range(2):
+        c = poisoned(torch, (m, n), torch.bfloat16)
+        kernel(a, b, c)
+        torch.cuda.synchronize()
+        assert not c.isnan().any(), f"launch {launch}"
+        assert rel_err(c, a.double() @ b.double()) < 1e-2, f"launch {launch}"
+    assert clusters == [_pairs(shape, tile, dims)] * 2
+
+
+@pytest.mark.parametrize("shape", [(333, 520, 200), (1000, 3000, 712), (2048, 4096, 1024)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("options", [{"BLOCK_N": 256, "schedule": "persistent"},
+                                     {"BLOCK_N": 128, "schedule": "pingpong"}], ids=["persistent", "pingpong"])
+def test_linear_gelu_residual(shape, options, clusters):
+    kernel = compiled("linear_gelu_residual.tawa", cluster="2x1", **options)
+    import torch
+    check_launch(torch, kernel, *linear_case(torch, *shape, seed=sum(shape)))
+    assert clusters == [_pairs(shape, (128, options["BLOCK_N"]), "2x1")]
+
+
+def test_gemm_bias_act(clusters):
+    kernel = compiled("gemm_bias_act.tawa", cluster="1x2")
+    import torch
+    check_launch(torch, kernel, *bias_act_case(torch, 1333, 1020, 200, seed=5))
+    assert clusters == [2]
+
+
+@pytest.mark.parametrize("dims", ["2x1", "1x2"])
+def test_swiglu(dims, clusters):
+    kernel = compiled("swiglu.tawa", BLOCK_N=128, cluster=dims)
+    import torch
+    check_launch(torch, kernel, *swiglu_case(torch, 1300, 696, 264, seed=6))
+    assert clusters == [_pairs((1300, 696), (128, 128), dims)]
+
+
+@pytest.mark.parametrize("dims", ["2x1", "1x2"])
+def test_gemm_fp8(dims, clusters):
+    kernel = compiled("gemm_fp8.tawa", cluster=dims)
+    import torch
+    check_launch(torch, kernel, *fp8_case(torch, 1500, 600, 400, seed=7))
+    assert clusters == [_pairs((1500, 600), (128, 256), dims)]
