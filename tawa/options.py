@@ -89,7 +89,7 @@ class CompileOptions:
              "kernel's notes)")
     cluster: Optional[str] = _opt(
         None, choices=CLUSTERS,
-        help="thread-block cluster of a persistent kernel: '2x1' pairs CTAs along grid axis 0 (a GEMM's M), '1x2' "
+        help="thread-block cluster of a persistent kernel ('AxB' or (A, B)): '2x1' pairs CTAs along grid axis 0 (a GEMM's M), '1x2' "
              "along axis 1 (N); the two compute neighbouring tiles and load the operand tile they share once, "
              "half each, multicast to both (TMA multicast), halving its traffic from L2. Launches whose grid "
              "does not divide into clusters run without them. Default and '1x1': no clusters")
@@ -157,8 +157,11 @@ class CompileOptions:
         if self.num_consumer_groups is not None and (not is_int(self.num_consumer_groups)
                                                      or self.num_consumer_groups not in CONSUMER_GROUPS):
             bad("num_consumer_groups", self.num_consumer_groups, "1 or 2 (or None: chosen by the compiler)")
+        if isinstance(self.cluster, (tuple, list)) and len(self.cluster) == 2 and all(map(is_int, self.cluster)):
+            self.cluster = f"{self.cluster[0]}x{self.cluster[1]}"    # (2, 1), as Triton's cluster_dims
         if self.cluster is not None and self.cluster not in CLUSTERS:
-            bad("cluster", self.cluster, " or ".join(repr(c) for c in CLUSTERS) + " (or None: no clusters)")
+            bad("cluster", self.cluster, " or ".join(repr(c) for c in CLUSTERS) + ", the same as (x, y), or None "
+                "(no clusters)")
         if not is_int(self.split_k) or not 1 <= self.split_k <= MAX_SPLIT_K:
             bad("split_k", self.split_k, f"an integer from 1 (no split) to {MAX_SPLIT_K}")
         if self.num_buffers is not None and (not is_int(self.num_buffers) or self.num_buffers < 1):

@@ -6,7 +6,8 @@ on top of every candidate (they are fixed, not tuned) and repeats collapse.
 
 The default space is for kernels with a `dot` and `BLOCK_M` / `BLOCK_N` constants (the GEMM family): the Hopper
 tiles that win on large problems (256x128 and 128x256 warp specialized, then 128x128), 64-row tiles for small M,
-two uniform-warp schedules, and split-K for grids too small to fill the GPU (decode shapes); `BLOCK_K` stays at the kernel's default or 64, whichever is larger (64 bf16
+two uniform-warp schedules, split-K for grids too small to fill the GPU (decode shapes), and 2x1 clusters of
+the 128x256 tile; `BLOCK_K` stays at the kernel's default or 64, whichever is larger (64 bf16
 elements are one 128-byte swizzle row; fp8 kernels declare 128); the ring depth is left to the compiler (as many
 slots as fit). Other kernels with a dot try their defaults with and without warp specialization; kernels
 without one have nothing to tune unless they declare a space.
@@ -14,7 +15,8 @@ without one have nothing to tune unless they declare a space.
 Shape pruning (`prune_by_shape`) drops candidates whose tile along a key symbol is larger than needed: with
 `@grid(cdiv(M, BLOCK_M), ...)` and M = 8, a 256-row tile computes 97% padding where a 64-row one would do. It also
 drops split-K candidates (`split_k` > 1) when the unsplit grid already has enough programs to fill the GPU, so
-that a space with splits costs nothing to tune on large problems.
+that a space with splits costs nothing to tune on large problems; and clustered candidates (`cluster`) where it
+has too few (their gain is the shared tiles' L2 traffic of a full GPU) or where they would also split K.
 
 `space_info` reads what the above needs from the source (`tawa.frontend.tuning.space_info`) and keeps it in the
 kernel cache directory, so a machine without the compiler (no MLIR, no Lark) can tune from a prefilled cache.
@@ -40,6 +42,8 @@ DEFAULT_UNIFORM = ((128, 128, 4), (128, 256, 8))
 MIN_BLOCK_K = 64
 #: Split-K candidates of the default space, for grids too small to fill the GPU: (BLOCK_M, BLOCK_N, split_k).
 DEFAULT_SPLITS = ((64, 128, 2), (64, 128, 4), (64, 64, 4))
+#: Clustered candidates of the default space: (BLOCK_M, BLOCK_N, cluster).
+DEFAULT_CLUSTERS = ((128, 256, "2x1"),)
 #: A split-K candidate is tried only when the unsplit grid has fewer programs than this (about the SMs of an
 #: H100 / H200: a grid that already fills them gains nothing from splitting, and pays the partials' traffic).
 SPLIT_BELOW_PROGRAMS = 128
@@ -119,6 +123,7 @@ def default_configs(info: dict) -> list:
     out += [{"BLOCK_M": m, "BLOCK_N": n, **k, "warp_specialize": False, "num_warps": w}
             for m, n, w in DEFAULT_UNIFORM]
     out += [{"BLOCK_M": m, "BLOCK_N": n, **k, "split_k": s} for m, n, s in DEFAULT_SPLITS]
+    out += [{"BLOCK_M": m, "BLOCK_N": n, **k, "cluster": c} for m, n, c in DEFAULT_CLUSTERS]
     return out
 
 
@@ -247,9 +252,15 @@ def prune_by_shape(info: dict, configs: list, extents: dict) -> tuple:
     for c in kept:
         splits = c.get("split_k", 1)
         programs = grid_programs(info, c, extents)
+        clustered = c.get("cluster") not in (None, "1x1", [1, 1], (1, 1))
         if isinstance(splits, int) and splits > 1 and programs is not None and programs >= SPLIT_BELOW_PROGRAMS:
             pruned.append((c, f"split_k={splits}: the grid has {programs} programs without splitting, enough to "
                               f"fill the GPU"))
+        elif clustered and isinstance(splits, int) and splits > 1:
+            pruned.append((c, f"cluster={c.get('cluster')} with split_k={splits}: clusters do not split K"))
+        elif clustered and programs is not None and programs < SPLIT_BELOW_PROGRAMS:
+            pruned.append((c, f"cluster={c.get('cluster')}: the grid has {programs} programs, too few to fill the GPU "
+                              f"for the shared tiles' traffic to matter"))
         else:
             still.append(c)
     if not still:                   # only split candidates: keep them rather than nothing

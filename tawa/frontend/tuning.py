@@ -135,8 +135,8 @@ def _configs(kw: S.Keyword, constants: dict, diag) -> list:
 
 
 def _value(kw: S.Keyword, e, constants: dict, diag):
-    """The JSON value of `NAME=VALUE` in a config: a number, True/False, None (an option's auto) or a dtype
-    name. Checked against the constant's kind, or, for an option, left to `_check_options`."""
+    """The JSON value of `NAME=VALUE` in a config: a number, True/False, None (an option's auto), a dtype name or,
+    for an option, a tuple of numbers (a list). Checked against the constant's kind, or, for an option, left to `_check_options`."""
     options = tunable_options()
     if kw.name not in constants and kw.name not in options:
         pool = list(constants) + options
@@ -149,6 +149,8 @@ def _value(kw: S.Keyword, e, constants: dict, diag):
         v = None
     elif isinstance(e, S.Name) and e.id in DTYPE_ALIASES:
         v = DTYPE_ALIASES[e.id]
+    elif isinstance(e, S.Tuple) and kw.name not in constants:      # an option taking a pair: cluster=(2, 1)
+        v = [evaluate(item, {}, diag, f"@autotune: value of '{kw.name}'") for item in e.items]
     else:
         v = evaluate(e, {}, diag, f"@autotune: value of '{kw.name}'")
     if kw.name in constants:

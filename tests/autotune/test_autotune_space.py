@@ -88,7 +88,7 @@ def _tiles(configs):
     ({"K": 16}, [(64, 128), (64, 256), (128, 128), (128, 256), (256, 128)]),                # K tiles no grid axis
 ])
 def test_prune_by_shape_drops_tiles_larger_than_the_extent_needs(extents, kept):
-    configs = [Config(c) for c in space.default_configs(GEMM_INFO) if "split_k" not in c]
+    configs = [Config(c) for c in space.default_configs(GEMM_INFO) if "split_k" not in c and "cluster" not in c]
     got, pruned = space.prune_by_shape(GEMM_INFO, configs, extents)
     assert _tiles(got) == kept
     assert len(got) + len(pruned) == len(configs)
@@ -154,3 +154,20 @@ def test_shape_defaults_leave_other_kernels_alone():
     assert space.shape_defaults(small_default, {"M": 8, "N": 4096, "K": 4096}) == {}
     # With fewer SMs, fewer splits fit.
     assert space.shape_defaults(GEMM_INFO, {"M": 8, "N": 4096, "K": 4096}, sms=100)["split_k"] == 2
+
+
+@pytest.mark.parametrize("extents, tried", [
+    ({"M": 4096, "N": 4096}, True),         # 512 programs of 128 x 256: the pairs' shared tiles matter
+    ({"M": 512, "N": 1024}, False),         # 16 programs: too few
+])
+def test_clustered_candidates_only_where_the_grid_fills_the_gpu(extents, tried):
+    configs = [Config(c) for c in space.default_configs(GEMM_INFO)]
+    assert sum(c.get("cluster") == "2x1" for c in configs) == 1
+    got, pruned = space.prune_by_shape(GEMM_INFO, configs, extents)
+    assert any(c.get("cluster") for c in got) == tried
+    assert all("too few" in why for c, why in pruned if c.get("cluster"))
+    # Never with split-K (the compiler refuses the pair).
+    mixed = Config({"BLOCK_M": 128, "BLOCK_N": 256, "split_k": 2, "cluster": [2, 1]})
+    got, pruned = space.prune_by_shape(GEMM_INFO, [mixed, Config({"BLOCK_M": 128, "BLOCK_N": 256})],
+                                       {"M": 4096, "N": 256})
+    assert got == [Config({"BLOCK_M": 128, "BLOCK_N": 256})] and "do not split K" in pruned[0][1]
