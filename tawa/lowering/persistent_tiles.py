@@ -51,8 +51,8 @@ from tawa.ir.kernel_info import kernels
 from tawa.ir.location import where
 from tawa.ir.ops import (ArefPutOp, ClusterSizeOp, GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_group_role,
                          warp_groups)
-from tawa.ir.traversal import defining_op, ops_of, walk
-from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
+from tawa.ir.traversal import ops_of, walk
+from tawa.ir.types import elem_type, tile_bytes, tile_shape
 from tawa.lowering import aref_insertion, ws_analysis, ws_ir
 from tawa.lowering.assign_layouts import smem_swizzle
 
@@ -167,16 +167,7 @@ def _feeds_put(load_op) -> bool:
 
 
 def _depends_on_program(values, axis: int) -> bool:
-    stack, seen = list(values), set()
-    while stack:
-        op = defining_op(stack.pop())
-        if op is None or op in seen:
-            continue
-        seen.add(op)
-        if op.name == ProgramIdOp.NAME and ProgramIdOp(op).axis == axis:
-            return True
-        stack.extend(op.operands)
-    return False
+    return ws_ir.computed_from(values, lambda op: op.name == ProgramIdOp.NAME and ProgramIdOp(op).axis == axis)
 
 
 def _accumulator_registers(func_op) -> int:

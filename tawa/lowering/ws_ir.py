@@ -30,13 +30,19 @@ def is_scalar_control(op: ir.Operation) -> bool:
 def computed_from_program(values) -> bool:
     """Whether any of `values` is computed (transitively) from a program id, program count or grid extent:
     whether a loop with these bounds may run a different number of iterations in different programs."""
+    return computed_from(values, lambda op: op.name in (ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME,
+                                                         ClusterSizeOp.NAME))
+
+
+def computed_from(values, source) -> bool:
+    """Whether any of `values` is computed (transitively, through operands) from an op for which `source(op)`."""
     stack, seen = list(values), set()
     while stack:
         op = defining_op(stack.pop())
         if op is None or op in seen:
             continue
         seen.add(op)
-        if op.name in (ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME, ClusterSizeOp.NAME):
+        if source(op):
             return True
         stack.extend(op.operands)
     return False
