@@ -27,6 +27,22 @@ SCHEDULES = ("tile", "persistent", "pingpong")
 #: of a cluster compute neighbouring output tiles and share the operand tile those have in common: each copies a
 #: share of it into every CTA of the cluster (TMA multicast).
 CLUSTERS = ("1x1", "2x1", "1x2")
+
+
+def cluster_name(value):
+    """A cluster as the option spells it: (2, 1) or [2, 1] (Triton's cluster_dims, JSON) becomes "2x1"; any other
+    value comes back as it is (for `validate` to judge)."""
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return f"{value[0]}x{value[1]}"
+    return value
+
+
+def cluster_axis(dims) -> tuple:
+    """(grid axis, CTAs along it) of cluster dims [x, y] with one of them above 1 (2x1 or 1x2)."""
+    x, y = dims
+    return (0, x) if x > 1 else (1, y)
+
+
 #: Most programs one output tile's K loop may be split over (`split_k`).
 MAX_SPLIT_K = 16
 #: Warps per program on the uniform-warp path: one or two warp groups.
@@ -157,8 +173,7 @@ class CompileOptions:
         if self.num_consumer_groups is not None and (not is_int(self.num_consumer_groups)
                                                      or self.num_consumer_groups not in CONSUMER_GROUPS):
             bad("num_consumer_groups", self.num_consumer_groups, "1 or 2 (or None: chosen by the compiler)")
-        if isinstance(self.cluster, (tuple, list)) and len(self.cluster) == 2 and all(map(is_int, self.cluster)):
-            self.cluster = f"{self.cluster[0]}x{self.cluster[1]}"    # (2, 1), as Triton's cluster_dims
+        self.cluster = cluster_name(self.cluster)
         if self.cluster is not None and self.cluster not in CLUSTERS:
             bad("cluster", self.cluster, " or ".join(repr(c) for c in CLUSTERS) + ", the same as (x, y), or None "
                 "(no clusters)")

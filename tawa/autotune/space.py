@@ -28,7 +28,7 @@ import json
 import warnings
 from typing import Optional
 
-from tawa.options import tunable_options
+from tawa.options import cluster_name, tunable_options
 
 from .config import Config, dedupe
 from .errors import AutotuneError
@@ -252,7 +252,7 @@ def prune_by_shape(info: dict, configs: list, extents: dict) -> tuple:
     for c in kept:
         splits = c.get("split_k", 1)
         programs = grid_programs(info, c, extents)
-        clustered = c.get("cluster") not in (None, "1x1", [1, 1], (1, 1))
+        clustered = cluster_name(c.get("cluster")) not in (None, "1x1")
         if isinstance(splits, int) and splits > 1 and programs is not None and programs >= SPLIT_BELOW_PROGRAMS:
             pruned.append((c, f"split_k={splits}: the grid has {programs} programs without splitting, enough to "
                               f"fill the GPU"))

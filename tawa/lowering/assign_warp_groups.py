@@ -31,9 +31,10 @@ from tawa import hopper
 from tawa.errors import CompilationError
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
-from tawa.ir.ops import (ArefCreateOp, ArefGetOp, ArefPutOp, BroadcastOp, DotOp, ExpandDimsOp, ForOp, LoadOp,
+from tawa.ir.ops import (ArefCreateOp, ArefGetOp, BroadcastOp, DotOp, ExpandDimsOp, ForOp, LoadOp,
                          SplatOp, TransOp, is_zero_splat, warp_group_role, warp_groups)
 from tawa.ir.traversal import defining_op, is_ancestor, ops_of, parent_op, users, walk
+from tawa.lowering import ws_ir
 
 
 def _does_math_on_dots(region) -> bool:
@@ -183,11 +184,9 @@ def annotate_kernel(func, options=None) -> None:
                 and (pingpong or (pingpong is None and _softmax_pipelined(g))):
             attrs.PINGPONG.set(g)
     for op in walk(producers[0]):
-        if op.name == LoadOp.NAME:
-            used_by = users(LoadOp(op).result)
-            if used_by and all(u.name == ArefPutOp.NAME for u in used_by):
-                attrs.AREF_LOAD.set(op)
-                attrs.SMEM.set(op)
+        if op.name == LoadOp.NAME and ws_ir.feeds_puts(op):
+            attrs.AREF_LOAD.set(op)
+            attrs.SMEM.set(op)
 
 
 def run(module: ir.Module, options=None) -> ir.Module:

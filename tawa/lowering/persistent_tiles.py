@@ -49,12 +49,13 @@ from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
 from tawa.ir.location import where
-from tawa.ir.ops import (ArefPutOp, ClusterSizeOp, GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_group_role,
+from tawa.ir.ops import (ClusterSizeOp, GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_group_role,
                          warp_groups)
 from tawa.ir.traversal import ops_of, walk
 from tawa.ir.types import elem_type, tile_bytes, tile_shape
 from tawa.lowering import aref_insertion, ws_analysis, ws_ir
 from tawa.lowering.assign_layouts import smem_swizzle
+from tawa.options import cluster_axis
 
 #: Consecutive axis-0 programs visited for each axis-1 program (the L2-sharing group; Triton's GROUP_SIZE_M).
 GROUP = 8
@@ -143,12 +144,6 @@ def can_cluster(func_op, options, schedule: str) -> tuple:
                   f"(TMA multicast)")
 
 
-def cluster_axis(dims) -> tuple:
-    """(grid axis, CTAs along it) of a 2x1 or 1x2 cluster."""
-    x, y = dims
-    return (0, x) if x > 1 else (1, y)
-
-
 def multicast_parts(load_op, axis: int, size: int) -> bool:
     """Whether the CTAs of a cluster along `axis` all load the same tile here (its offsets do not depend on
     program_id(axis)) and the tile cuts along its rows into `size` parts of whole swizzle atoms."""
@@ -160,10 +155,6 @@ def multicast_parts(load_op, axis: int, size: int) -> bool:
     if width is None or shape[0] % size:
         return False
     return (shape[0] // size) * width % SWIZZLE_ATOM_BYTES == 0
-
-
-def _feeds_put(load_op) -> bool:
-    return any(use.owner.name == ArefPutOp.NAME for use in load_op.results[0].uses)
 
 
 def _depends_on_program(values, axis: int) -> bool:
@@ -268,7 +259,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
                 for region in groups:
                     if warp_group_role(region) == attrs.PRODUCER:
                         for op in walk(region):
-                            if op.name == LoadOp.NAME and _feeds_put(op) and multicast_parts(op, *cluster):
+                            if op.name == LoadOp.NAME and ws_ir.feeds_puts(op) and multicast_parts(op, *cluster):
                                 attrs.MULTICAST.set(op)
             for region in groups:
                 wrap_region(region, cluster)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from mlir import ir
 
-from tawa.ir.ops import ClusterSizeOp, DimOp, GridExtentOp, NumProgramsOp, ProgramIdOp
-from tawa.ir.traversal import defining_op
+from tawa.ir.ops import ArefPutOp, ClusterSizeOp, DimOp, GridExtentOp, NumProgramsOp, ProgramIdOp
+from tawa.ir.traversal import defining_op, users
 from tawa.ir.types import is_tile
 
 #: Ops without regions that compute scalar control and index math: safe to replicate into every warp group.
@@ -25,6 +25,12 @@ def is_scalar_control(op: ir.Operation) -> bool:
     if op.name not in SCALAR_OPS and not op.name.startswith(SCALAR_DIALECTS):
         return False
     return all(not is_tile(r.type) for r in op.results) and all(not is_tile(v.type) for v in op.operands)
+
+
+def feeds_puts(load_op) -> bool:
+    """Whether a load's tile goes into aref puts only (the producer's loads whose copies the puts issue)."""
+    used_by = users(load_op.results[0])
+    return bool(used_by) and all(u.name == ArefPutOp.NAME for u in used_by)
 
 
 def computed_from_program(values) -> bool:

@@ -14,6 +14,7 @@ import functools
 from typing import Any, Optional, Sequence
 
 from tawa.errors import LaunchError
+from tawa.options import cluster_axis
 
 #: tawa dtype name -> numpy dtype name (bf16 and fp8 come from ml_dtypes).
 DTYPE_NAMES = ("f32", "f16", "bf16", "f8E4M3FN", "f8E5M2", "i32", "i1")
@@ -201,10 +202,9 @@ def cluster_size_for(cluster: Optional[Sequence[int]], tile_grid: tuple, ctas: i
     """The CTAs per cluster a clustered persistent kernel launches with: those its `cluster` [x, y] asks for
     when the grid it was written for divides into clusters along that axis and at least one cluster's worth of
     CTAs runs; else 1 (the kernel then works alone on every tile: see `tawa.lowering.persistent_tiles`)."""
-    if not cluster:
+    if not cluster or max(cluster) <= 1:
         return 1
-    size = max(cluster)
-    axis = 0 if cluster[0] > 1 else 1
-    if size <= 1 or tile_grid[axis] % size or ctas < size:
+    axis, size = cluster_axis(cluster)
+    if tile_grid[axis] % size or ctas < size:
         return 1
     return size

@@ -53,17 +53,13 @@ def test_without_a_variant_the_error_says_how_to_get_one():
     assert "tma=False" in info.value.note
 
 
-def test_a_variant_that_does_not_compile_keeps_the_alignment_error():
+@pytest.mark.parametrize("failure,note", [
+    (CompilationError("a tile read by a dot without TMA needs rows of a multiple of 128 bytes"), "does not compile"),
+    (ModuleNotFoundError("No module named 'mlir'"), "not in the kernel cache"),
+], ids=["does-not-compile", "neither-cached-nor-compilable"])
+def test_a_variant_that_cannot_be_had_keeps_the_alignment_error(failure, note):
     def variant():
-        raise CompilationError("a tile read by a dot without TMA needs rows of a multiple of 128 bytes")
+        raise failure
     with pytest.raises(TmaAlignmentError) as info:
         kernel(True, variant)("x")
-    assert "does not compile" in info.value.note
-
-
-def test_a_variant_neither_cached_nor_compilable_keeps_the_alignment_error():
-    def variant():
-        raise ModuleNotFoundError("No module named 'mlir'")
-    with pytest.raises(TmaAlignmentError) as info:
-        kernel(True, variant)("x")
-    assert "not in the kernel cache" in info.value.note
+    assert note in info.value.note

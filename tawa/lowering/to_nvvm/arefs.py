@@ -24,7 +24,6 @@ proxy fence is needed for loads; an aref carrying register values written by thr
 """
 from __future__ import annotations
 
-from contextlib import nullcontext as _nothing
 from dataclasses import dataclass
 
 from tawa import hopper
@@ -285,8 +284,9 @@ def release(ctx, ring: Ring, stage) -> None:
                 sync.mbarrier_arrive(b, empty)
                 return
             # The slot was filled by every CTA of the cluster: each of their producers waits for this release.
-            for rank in range(max(ctx.cluster)):
-                with b.if_(b.cmpi("ult", b.i32(rank), ctx.cluster_size())) if rank else _nothing():
+            sync.mbarrier_arrive_in_cta(b, empty, b.i32(0))
+            for rank in range(1, max(ctx.cluster)):
+                with b.if_(b.cmpi("ult", b.i32(rank), ctx.cluster_size())):
                     sync.mbarrier_arrive_in_cta(b, empty, b.i32(rank))
 
 

@@ -35,8 +35,6 @@ class TmaLoad:
 
     def __init__(self, ctx: Ctx, op, parts: int = 1):
         self.op = op
-        #: A tile the CTAs of a cluster share (`tawa.multicast`) is copied in `parts` row blocks, one per CTA.
-        self.parts = parts
         src = LoadOp(op).src
         self.arg = ctx.params.arg_index(src)
         self.src_rank = ir.MemRefType(src.type).rank
@@ -54,6 +52,7 @@ class TmaLoad:
         self.nbox = self.cols // self.box_cols
         self.box_bytes = self.rows * width
         self.bytes = self.nbox * self.box_bytes
+        # A tile the CTAs of a cluster share (`tawa.multicast`) is copied in `parts` row blocks, one per CTA.
         self.part_rows = self.rows // parts
         box = [1] * (self.src_rank - 2) + [self.part_rows, self.box_cols]
         self.tmap = ctx.params.tensormap(self.arg, box, width)
