@@ -12,8 +12,8 @@ machines:
 `python bench/bench_attention.py` (or `all`) does both on one machine. DIR defaults to `.carry/` in the repository
 root. The run step imports neither `mlir` nor `lark`.
 
-Variants (VARIANTS, named fa_d{HEAD_DIM}_c{CAUSAL}_n{BLOCK_N}_{ws|uni|...}, BLOCK_M = 128 except the "m256"
-kinds of head dim 64): head dim 64 and 128, causal 0 and 1, BLOCK_N 64 and 128, warp specialization auto ("ws": the compiler specializes where it
+Variants (VARIANTS, named fa_d{HEAD_DIM}_c{CAUSAL}_n{BLOCK_N}_{ws|uni|...}, BLOCK_M = 128 throughout): head dim 64
+and 128, causal 0 and 1, BLOCK_N 64 and 128, warp specialization auto ("ws": the compiler specializes where it
 applies; the build prints the thread count, 384 = producer + 2 consumer warp groups) and off ("uni": the
 uniform-warp software pipeline, two warp groups).
 
@@ -69,14 +69,12 @@ for _d in HEAD_DIMS:
                 {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
                 {"warp_specialize": None, "consumer_lookahead": False})
     if _d == 64:
-        # Head dim 64 with 256-row query blocks ("m256"): each consumer warp group holds two 64-row slabs, whose
-        # independent softmax chains hide each other's latency (at 128 rows the softmax waits on one chain);
-        # BLOCK_N 64 keeps both slabs' scores and outputs in registers (BLOCK_N 128 spills).
+        # Ablation of two CTAs per SM: at head dim 64 with BLOCK_N 64 the compiler keeps two CTAs resident per SM
+        # ("ws"); "one" holds the same kernel to one (ctas_per_sm=1).
         for _c in (0, 1):
-            for _kind, _opts in (("m256", {}), ("m256nopp", {"consumer_pingpong": False})):
-                VARIANTS[variant_name(_d, _c, 64, _kind)] = (
-                    {"HEAD_DIM": _d, "BLOCK_M": 256, "BLOCK_N": 64, "CAUSAL": _c},
-                    {"warp_specialize": None, **_opts})
+            VARIANTS[variant_name(_d, _c, 64, "one")] = (
+                {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 64, "CAUSAL": _c},
+                {"warp_specialize": None, "ctas_per_sm": 1})
 
 #: Timed shapes (B, H, S, D); each is run non-causal and causal.
 SHAPES = [(4, 16, 4096, 128), (2, 16, 8192, 128), (8, 16, 2048, 64)]
@@ -86,7 +84,7 @@ RAGGED = [(1, 2, 1000, 128), (1, 3, 77, 64), (2, 1, 1, 128), (1, 1, 129, 64)]
 TAWA_COLS = [("WS n64", 64, True), ("WS n128", 128, True), ("uni n64", 64, False), ("uni n128", 128, False),
              ("WS+pp n64", 64, "pp"), ("WS+pp n128", 128, "pp"),
              ("WS-nola n64", 64, "nola"), ("WS-nola n128", 128, "nola"),
-             ("WS m256 n64", 64, "m256"), ("WS-pp m256 n64", 64, "m256nopp")]
+             ("WS 1 CTA/SM n64", 64, "one")]
 ANCHORS = ["cudnn", "fa2", "triton"]
 ANCHOR_LABEL = {"cudnn": "cuDNN", "fa2": "FA2", "triton": "Triton"}
 #: Problems with at most this many score elements (B * H * S * S) get the float64 reference.
@@ -103,7 +101,7 @@ def select(regex):
 
 
 def parse_name(name):
-    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni|pp|nola|m256|m256nopp)", name)
+    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni|pp|nola|one)", name)
     return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) != "uni"
 
 
@@ -536,19 +534,21 @@ def markdown_tables(results, failed=None, excluded=None, rounds=None, reps=None)
 
     lines += ["", "### Ablation (ratios of TFLOP/s)", "",
               "| B×H×S×D | causal | WS/uni (n64) | WS/uni (n128) | n128/n64 (WS) | n128/n64 (uni) | "
-              "ping-pong on/off (n64) | ping-pong on/off (n128) | overlap on/off (n64) | overlap on/off (n128) |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    abl = {i: [] for i in range(8)}
+              "ping-pong on/off (n64) | ping-pong on/off (n128) | overlap on/off (n64) | overlap on/off (n128) | "
+              "2/1 CTAs per SM (n64) |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    abl = {i: [] for i in range(9)}
     for key in keys:
         row = _row(results, key)
         vals = [_ratio(row["WS n64"], row["uni n64"]), _ratio(row["WS n128"], row["uni n128"]),
                 _ratio(row["WS n128"], row["WS n64"]), _ratio(row["uni n128"], row["uni n64"]),
                 _ratio(row["WS+pp n64"], row["WS n64"]), _ratio(row["WS+pp n128"], row["WS n128"]),
-                _ratio(row["WS n64"], row["WS-nola n64"]), _ratio(row["WS n128"], row["WS-nola n128"])]
+                _ratio(row["WS n64"], row["WS-nola n64"]), _ratio(row["WS n128"], row["WS-nola n128"]),
+                _ratio(row["WS n64"], row["WS 1 CTA/SM n64"])]
         for i, x in enumerate(vals):
             abl[i].append(x)
         lines.append(f"| {'×'.join(map(str, key[0]))} | {key[1]} | " + " | ".join(_fmt(x, 2) for x in vals) + " |")
-    lines.append("| geomean | | " + " | ".join(_fmt(_geomean(abl[i]), 2) for i in range(8)) + " |")
+    lines.append("| geomean | | " + " | ".join(_fmt(_geomean(abl[i]), 2) for i in range(9)) + " |")
     if failed:
         lines += ["", "Variants excluded (failed a check or did not load):", ""]
         lines += [f"- `{n}`: {why}" for n, why in failed.items()]

@@ -58,6 +58,11 @@ class CompiledKernel:
     #: A clustered persistent kernel: [CTAs along grid axis 0, along axis 1] of its thread-block clusters, which
     #: the runtime launches where the grid divides into them (`runtime.grid.cluster_size_for`); None: no clusters.
     cluster: Optional[list] = None
+    #: CTAs the kernel keeps resident per SM (its registers and shared memory sized for that many); a persistent
+    #: kernel is launched with this many CTAs per SM.
+    ctas_per_sm: int = 1
+    #: Bytes ptxas spilled (stores + loads; 0 where ptxas did not run).
+    spill_bytes: int = 0
     ptx: Optional[str] = None
     cubin: Optional[bytes] = None
     ir: Optional[str] = None        # the final MLIR text (cpu target: what the interpreter runs)

@@ -27,8 +27,8 @@ from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import kernel_info, verify
 from tawa.ir.location import source_location
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, lower_to_llvm,
-                           mask_elision, partition, persistent_tiles, protocol_check, register_realloc, software_pipeline,
-                           split_k, to_nvvm, ws_analysis)
+                           mask_elision, occupancy, partition, persistent_tiles, protocol_check, register_realloc,
+                           software_pipeline, split_k, to_nvvm, ws_analysis)
 from tawa.options import CompileOptions
 
 
@@ -44,6 +44,8 @@ class Plan:
     split_k: int = 1
     #: Thread-block cluster of a persistent kernel, "AxB" ("1x1": none).
     cluster: str = "1x1"
+    #: CTAs kept resident per SM (`tawa.lowering.occupancy`): 2 splits the registers and shared memory in half.
+    ctas_per_sm: int = 1
 
 
 def _always(plan: Plan) -> bool: return True
@@ -122,7 +124,10 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     if options.split_k > 1:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' splits its K loop over {options.split_k} programs "
                      f"per output tile (split_k={options.split_k})")
-    return Plan(options.target, bool(specialize), schedule, options.split_k, cluster), notes
+    ctas, why = occupancy.choose(func, options, bool(specialize), schedule if specialize else "tile", cluster)
+    if why:
+        notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
+    return Plan(options.target, bool(specialize), schedule, options.split_k, cluster, ctas), notes
 
 
 def _cluster(func, options: CompileOptions, schedule: str) -> tuple[str, str]:
@@ -233,10 +238,12 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
 
     Returns the module when `tile_level_only` or `stop_after` is given, else the `CompiledKernel`."""
     plan, notes = decide(module, options)
-    # The passes see the decided schedule (aref-insertion sizes the ring next to a persistent epilogue's staging).
-    options = dataclasses.replace(options, schedule=plan.schedule if plan.warp_specialize else options.schedule,
-                                  cluster=plan.cluster)
-    module = run_pipeline(module, options, plan, stop_after=stop_after, tile_level_only=tile_level_only)
+    where = source_location(kernel_info.kernel_function(module))     # for errors of the backend's tools
+    # Two CTAs per SM chosen automatically are checked against ptxas below: keep the input to compile again.
+    retry = str(module) if plan.ctas_per_sm > 1 and options.ctas_per_sm is None and not (
+        tile_level_only or stop_after) else None
+    module = run_pipeline(module, _decided(options, plan), plan, stop_after=stop_after,
+                          tile_level_only=tile_level_only)
     if tile_level_only or stop_after:
         return module
     if plan.target == "cpu":
@@ -244,6 +251,31 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         return CompiledKernel(name=info["name"], target="cpu", params=info["params"], grid=info["grid"],
                               constants=info["constants"], ir=str(module), notes=notes)
     from tawa.lowering.backend import build_kernel
-    kernel = build_kernel(module)
+    try:
+        kernel = build_kernel(module)
+        why = f"ptxas spilled {kernel.spill_bytes} bytes of registers" if kernel.spill_bytes else ""
+    except CompilationError as e:
+        if retry is None:
+            if e.location is None:
+                e.location = where
+            raise
+        why = e.message
+    if retry is not None and why:
+        # Half the register file was too little after all: one CTA per SM, with the budgets of one.
+        from mlir import ir
+        kernel = compile_module(ir.Module.parse(retry, module.context), dataclasses.replace(options, ctas_per_sm=1))
+        kernel.notes = list(kernel.notes) + [f"kernel '{kernel.name}' keeps 1 CTA per SM: at 2, {why}"]
+        return kernel
     kernel.notes = notes + list(kernel.notes)
     return kernel
+
+
+def _decided(options: CompileOptions, plan: Plan) -> CompileOptions:
+    """The options the passes see: the plan's schedule, cluster and CTAs per SM (aref-insertion sizes the ring
+    next to a persistent epilogue's staging and to the CTA's share of shared memory); at two CTAs per SM the
+    consumer lookahead is off unless asked for (`tawa.lowering.occupancy`)."""
+    lookahead = options.consumer_lookahead
+    if plan.ctas_per_sm > 1 and lookahead is None:
+        lookahead = False
+    return dataclasses.replace(options, schedule=plan.schedule if plan.warp_specialize else options.schedule,
+                               cluster=plan.cluster, ctas_per_sm=plan.ctas_per_sm, consumer_lookahead=lookahead)

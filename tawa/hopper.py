@@ -14,6 +14,9 @@ THREADS_PER_WARP_GROUP = THREADS_PER_WARP * WARPS_PER_GROUP
 
 #: Dynamic shared memory one block may opt into (227 KiB on H100/H200).
 SMEM_PER_BLOCK = 227 * 1024
+#: Shared memory of one SM, and what the hardware sets aside per resident block (H100/H200).
+SMEM_PER_SM = 228 * 1024
+SMEM_RESERVED_PER_BLOCK = 1024
 #: Bytes at the start of the dynamic shared segment reserved for mbarriers; tiles start 1024-aligned after it.
 SMEM_BARRIER_REGION = 1024
 #: What is left for tiles (rings, staging) once the barrier region is set aside.
@@ -32,3 +35,23 @@ NAMED_BARRIERS = 16
 #: TMA: global strides and the base address must be multiples of this many bytes; the swizzle atom TMA writes.
 TMA_ALIGN_BYTES = 16
 SWIZZLE_BYTES = 128
+
+
+#: Blocks a kernel may ask to keep resident per SM (`ctas_per_sm`): one, or two that split the SM between them.
+CTAS_PER_SM = (1, 2)
+
+
+def smem_per_block(ctas_per_sm: int = 1) -> int:
+    """Dynamic shared memory one block may use when `ctas_per_sm` blocks are to be resident on an SM."""
+    return min(SMEM_PER_BLOCK, SMEM_PER_SM // ctas_per_sm - SMEM_RESERVED_PER_BLOCK)
+
+
+def smem_for_tiles(ctas_per_sm: int = 1) -> int:
+    """What is left of `smem_per_block` for tiles once the barrier region is set aside."""
+    return smem_per_block(ctas_per_sm) - SMEM_BARRIER_REGION
+
+
+def entry_registers(num_threads: int, ctas_per_sm: int = 1) -> int:
+    """Registers per thread at kernel entry when `ctas_per_sm` blocks of `num_threads` share the register file
+    (what `.maxntid` with `.minnctapersm` fixes; a multiple of 8)."""
+    return min(MAX_REGISTERS_PER_THREAD, REGISTER_FILE // ctas_per_sm // num_threads // 8 * 8)

@@ -109,6 +109,15 @@ class CompileOptions:
              "along axis 1 (N); the two compute neighbouring tiles and load the operand tile they share once, "
              "half each, multicast to both (TMA multicast), halving its traffic from L2. Launches whose grid "
              "does not divide into clusters run without them. Default and '1x1': no clusters")
+    ctas_per_sm: Optional[int] = _opt(
+        None, choices=hopper.CTAS_PER_SM,
+        help="blocks kept resident per SM (1 or 2): with 2, each block gets half the registers and shared memory "
+             "(the ring is sized to half, a warp-specialized kernel's producer gets 24 registers and its "
+             "consumers what is left of half the register file, at most consumer_registers), and the two "
+             "blocks' warp groups hide each other's latencies. Auto: 2 for a warp-specialized kernel whose "
+             "consumer loop feeds math on one dot's result into another dot (attention) and whose tiles fit "
+             "twice on an SM with registers to spare (attention at head dim 64), falling back to 1 if ptxas "
+             "then spills; else 1")
     split_k: int = _opt(
         1, help=f"split each output tile's K loop over this many programs (1 to {MAX_SPLIT_K}; default 1, no "
                 "split), for grids too small to fill the GPU (decode-shaped GEMMs): each program reduces part "
@@ -177,6 +186,9 @@ class CompileOptions:
         if self.cluster is not None and self.cluster not in CLUSTERS:
             bad("cluster", self.cluster, " or ".join(repr(c) for c in CLUSTERS) + ", the same as (x, y), or None "
                 "(no clusters)")
+        if self.ctas_per_sm is not None and (not is_int(self.ctas_per_sm)
+                                             or self.ctas_per_sm not in hopper.CTAS_PER_SM):
+            bad("ctas_per_sm", self.ctas_per_sm, "1 or 2 (or None: chosen by the compiler)")
         if not is_int(self.split_k) or not 1 <= self.split_k <= MAX_SPLIT_K:
             bad("split_k", self.split_k, f"an integer from 1 (no split) to {MAX_SPLIT_K}")
         if self.num_buffers is not None and (not is_int(self.num_buffers) or self.num_buffers < 1):

@@ -70,13 +70,15 @@ def choose_depth(slot_bytes: int, func_op, options, heavy=()) -> int:
     persistent = schedule in ("persistent", "pingpong")
     # Ping-pong: each consumer warp group stages its own epilogue.
     stagings = 2 if schedule == "pingpong" else 1
-    budget = hopper.SMEM_FOR_TILES - other_smem_bytes(func_op, set(heavy), persistent, stagings)
+    # (At two CTAs per SM, each gets half the SM's shared memory.)
+    tiles = hopper.smem_for_tiles(getattr(options, "ctas_per_sm", None) or 1)
+    budget = tiles - other_smem_bytes(func_op, set(heavy), persistent, stagings)
     depth = min(MAX_AUTO_DEPTH, budget // max(slot_bytes, 1))
     if depth >= 2:
         return depth
     # Even two slots do not fit next to the epilogue: give the ring what there is (the backend reports if one
     # slot is still too large).
-    return 2 if 2 * slot_bytes <= hopper.SMEM_FOR_TILES else 1
+    return 2 if 2 * slot_bytes <= tiles else 1
 
 
 def _load_names(loads):

@@ -48,9 +48,10 @@ def _build_kernel(module: ir.Module, ptxas: bool) -> CompiledKernel:
             note="use smaller tiles (BLOCK_M, BLOCK_N, BLOCK_K) or fewer pipeline stages (num_stages, "
                  "num_buffers)")
     ptx = emit_ptx.emit_ptx(module)
-    cubin, notes = None, []
+    cubin, notes, spills = None, [], 0
     if ptxas and emit_ptx.find_ptxas():
         cubin, rep = emit_ptx.assemble(ptx)
+        spills = rep.spill_stores + rep.spill_loads
         notes.append(f"ptxas: {rep.registers} registers, {rep.spill_stores} bytes spill stores, "
                      f"{rep.spill_loads} bytes spill loads, {rep.stack_bytes} bytes stack")
         notes.extend(f"ptxas: {w}" for w in rep.warnings)
@@ -59,5 +60,6 @@ def _build_kernel(module: ir.Module, ptxas: bool) -> CompiledKernel:
         abi=[AbiParam(**p) for p in info["abi"]], num_threads=info["num_threads"],
         shared_bytes=info["shared_bytes"], persistent=info.get("persistent", False),
         split_k=info.get("split_k", 1), workspace_per_tile=info.get("workspace_per_tile", 0),
-        cluster=info.get("cluster"), ptx=ptx, cubin=cubin,
+        cluster=info.get("cluster"), ctas_per_sm=info.get("ctas_per_sm", 1), spill_bytes=spills, ptx=ptx,
+        cubin=cubin,
         ir=str(module), notes=notes)

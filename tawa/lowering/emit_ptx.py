@@ -119,6 +119,12 @@ def assemble(ptx: str, ptxas: str | None = None) -> tuple[bytes, PtxasReport]:
             raise CompilationError(f"could not run ptxas ({ptxas}): {e.strerror or e}",
                                    note="set TAWA_PTXAS to a working ptxas binary") from None
         if proc.returncode != 0:
+            m = re.search(r"Insufficient registers \((\d+)\)", proc.stderr)
+            if m:   # the register count the kernel starts with (its threads and CTAs per SM) is too small
+                raise CompilationError(
+                    f"ptxas cannot fit the kernel's instructions in the {m.group(1)} registers per thread its launch "
+                    f"size allows", note="use ctas_per_sm=1 (two CTAs per SM halve every thread's registers), "
+                                         "fewer warps, or smaller tiles (BLOCK_M, BLOCK_N)")
             raise InternalCompilerError(f"ptxas rejected the generated PTX:\n{proc.stderr.strip()}", PTXAS)
         with open(out, "rb") as f:
             return f.read(), parse_ptxas_report(proc.stderr + proc.stdout)

@@ -27,9 +27,18 @@ from tawa.ir.ops import consumer_warp_groups, warp_group_role, warp_groups
 
 
 def budgets(options, num_consumer_groups: int, func=None) -> tuple:
-    """(producer, consumer) register counts, checked against the register file."""
+    """(producer, consumer) register counts, checked against the register file. At two CTAs per SM
+    (`ctas_per_sm`) the CTA holds half the register file from its start: the producer gets the least setmaxnreg
+    allows and the consumers share what is left, at most `consumer_registers` each."""
     p, c = options.producer_registers, options.consumer_registers
     per_group = hopper.THREADS_PER_WARP_GROUP
+    ctas = getattr(options, "ctas_per_sm", None) or 1
+    if ctas > 1:
+        threads = per_group * (1 + num_consumer_groups)
+        held = hopper.entry_registers(threads, ctas) * threads
+        p = min(p, hopper.SETMAXNREG_MIN)
+        step = hopper.SETMAXNREG_STEP
+        return p, min(c, (held // per_group - p) // num_consumer_groups // step * step)
     total = per_group * (p + num_consumer_groups * c)
     if total > hopper.REGISTER_FILE:
         best = (hopper.REGISTER_FILE // per_group - p) // num_consumer_groups // 8 * 8

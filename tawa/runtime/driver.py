@@ -284,6 +284,12 @@ def load_function(ctx: Context, image_key: str, image, entry: str, shared_bytes:
             check(cu.cuFuncSetAttribute(
                 fn.handle, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 shared_bytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+            # All of the SM's unified memory as shared memory: a kernel sized for two CTAs per SM needs both
+            # halves (the driver may otherwise configure less and fit one).
+            check(cu.cuFuncSetAttribute(
+                fn.handle, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                int(cu.CUshared_carveout.CU_SHAREDMEM_CARVEOUT_MAX_SHARED)),
+                "cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)")
             fn.shared_bytes = shared_bytes
         _functions[key] = fn
         return fn

@@ -438,14 +438,15 @@ class GpuLauncher:
         return ptr
 
     def _persistent_grid(self, grid3: tuple, ordinal) -> tuple:
-        """A persistent kernel runs as one CTA per SM (fewer when there are fewer programs), on a 1-D grid; it
-        loops over the programs of `grid3`, which it receives in its "grid" parameters."""
+        """A persistent kernel runs as one CTA per SM, or the `ctas_per_sm` it was compiled for (fewer when there
+        are fewer programs), on a 1-D grid; it loops over the programs of `grid3`, which it receives in its
+        "grid" parameters."""
         programs = grid3[0] * grid3[1] * grid3[2]
         if programs > MAX_GRID[0]:
             raise LaunchError(f"kernel '{self.kernel.name}' is persistent and its grid {grid3} has {programs} "
                               f"programs, more than the {MAX_GRID[0]} it can count")
         sms = drv.sm_count(ordinal if ordinal is not None else drv.default_device())
-        return (min(programs, sms), 1, 1)
+        return (min(programs, sms * max(self.kernel.ctas_per_sm, 1)), 1, 1)
 
     # -- argument checks ------------------------------------------------------------------------------------
     def _read_arrays(self, args: list, stream_value: Optional[int]) -> list:

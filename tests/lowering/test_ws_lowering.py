@@ -42,15 +42,19 @@ def test_register_budgets():
 
 
 def test_setmaxnreg_direction():
+    from tawa import hopper
     from tawa.lowering.to_nvvm import sync
     from tawa.lowering.to_nvvm.builder import Builder
-    assert sync.entry_registers(384) == 168
+    assert hopper.entry_registers(384) == 168
+    assert hopper.entry_registers(384, 2) == 80      # two CTAs per SM: half the register file each
     b = Builder()
     sync.setmaxnreg(b, 40, 384)
     sync.setmaxnreg(b, 232, 384)
-    assert b.lines[-2:] == ["nvvm.setmaxregister decrease 40", "nvvm.setmaxregister increase 232"] or \
-        [line.strip() for line in b.lines[-2:]] == ["nvvm.setmaxregister decrease 40",
-                                                   "nvvm.setmaxregister increase 232"]
+    sync.setmaxnreg(b, 104, 384, 2)                 # above the 80 held at entry with two CTAs per SM
+    sync.setmaxnreg(b, 24, 384, 2)
+    assert [line.strip() for line in b.lines[-4:]] == [
+        "nvvm.setmaxregister decrease 40", "nvvm.setmaxregister increase 232",
+        "nvvm.setmaxregister increase 104", "nvvm.setmaxregister decrease 24"]
 
 
 def test_annotations():

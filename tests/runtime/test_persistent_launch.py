@@ -44,6 +44,15 @@ def test_persistent_grid_is_bounded_by_the_sms(fake, M, N, tiles):
     assert _grid_params(record) == (*tiles, 1)
 
 
+@pytest.mark.parametrize("M,N,tiles", [(4096, 4096, (32, 16)), (128 * 132, 256, (132, 1)), (300, 504, (3, 2))])
+def test_two_ctas_per_sm_double_the_persistent_grid(fake, M, N, tiles):
+    # A kernel sized for two CTAs per SM (ctas_per_sm=2) is launched with two per SM.
+    GpuLauncher(dataclasses.replace(persistent_kernel(), ctas_per_sm=2)).launch(args(M=M, N=N))
+    record = fake.launches[-1]
+    assert record.grid == (min(tiles[0] * tiles[1], 2 * SMS), 1, 1)
+    assert _grid_params(record) == (*tiles, 1)
+
+
 def test_explicit_grid_reaches_the_grid_parameters(fake):
     launcher = GpuLauncher(persistent_kernel())
     launcher.launch(args(), grid=(5, 7, 2))

@@ -199,6 +199,8 @@ class Ctx:
     tile_share: tuple | None = None
     #: A clustered persistent kernel's [CTAs along grid axis 0, along axis 1] (`tawa.cluster`); None elsewhere.
     cluster: list | None = None
+    #: CTAs kept resident per SM (`ctas_per_sm`): the registers each thread holds at entry depend on it.
+    ctas_per_sm: int = 1
 
     def lower_block(self, block) -> None:
         """Lower the ops of `block` in this context."""

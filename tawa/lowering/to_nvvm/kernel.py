@@ -9,8 +9,8 @@ argument attribute (tensor maps passed by value, `__grid_constant__`) is only ac
 Fixes for the toolchain built in here: the dynamic shared segment is an *external* global aligned to 1024 bytes
 (otherwise NVPTX aliases it with static shared variables; 1024 is also the 128-byte swizzle atom), mbarriers
 are initialised by one thread followed by `fence.mbarrier_init` and a CTA barrier, and the kernel carries
-`nvvm.minctasm = 1` and `nvvm.maxntid` (a fixed register budget at entry, which `setmaxnreg` and ptxas's
-wgmma pipelining need).
+`nvvm.minctasm` (1, or 2 with `ctas_per_sm=2`) and `nvvm.maxntid` (a fixed register budget at entry, which
+`setmaxnreg` and ptxas's wgmma pipelining need).
 """
 from __future__ import annotations
 
@@ -117,6 +117,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
     ctx.persistent = bool(attrs.PERSISTENT.get(func))
     ctx.tma = getattr(options, "tma", None) is not False
     ctx.cluster = attrs.CLUSTER.get(func)
+    ctx.ctas_per_sm = getattr(options, "ctas_per_sm", None) or 1
     if warp_groups(func) and len(attrs.GRID.get(func)) == 2 and not ctx.persistent:
         # (A persistent kernel visits its tiles in grouped order already: persistent-tiles wrote it in the IR.)
         ctx.pid_group = PID_GROUP
@@ -137,7 +138,8 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
             else:
                 sync.barrier(b)
     shared_bytes = ctx.smem.peak if ctx.smem.peak > BARRIER_REGION or ctx.barriers else 0
-    if shared_bytes > hopper.SMEM_PER_BLOCK:
+    smem_limit = hopper.smem_per_block(ctx.ctas_per_sm)
+    if shared_bytes > smem_limit:
         # Located at the deepest aref ring (the loop it feeds) when there is one, else at the kernel's `def`.
         rings = [op for op in walk(func.operation) if op.name == ArefCreateOp.NAME]
         ring = max(rings, key=lambda op: ArefCreateOp(op).depth, default=None)
@@ -146,8 +148,10 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
                f"automatically)" if ring is not None else "fewer pipeline stages (num_stages)")
         raise CompilationError(
             f"the kernel needs {shared_bytes} bytes ({-(-shared_bytes // 1024)} KiB) of shared memory, more "
-            f"than the {hopper.SMEM_PER_BLOCK} bytes ({hopper.SMEM_PER_BLOCK // 1024} KiB) a Hopper block can "
-            f"use", where, note=f"use {tip} or smaller tiles (BLOCK_M, BLOCK_N, BLOCK_K)")
+            f"than the {smem_limit} bytes ({smem_limit // 1024} KiB) a Hopper block can use" +
+            (f" with {ctx.ctas_per_sm} blocks per SM (ctas_per_sm)" if ctx.ctas_per_sm > 1 else ""), where,
+            note=f"use {tip} or smaller tiles (BLOCK_M, BLOCK_N, BLOCK_K)" +
+                 (", or ctas_per_sm=1" if ctx.ctas_per_sm > 1 else ""))
     threads = num_warps * hopper.THREADS_PER_WARP
     text = "\n".join([
         "module attributes {gpu.container_module} {",
@@ -155,7 +159,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         "    llvm.mlir.global external @tawa_smem() {addr_space = 3 : i32, alignment = 1024 : i64} "
         ": !llvm.array<0 x i8>",
         f"    llvm.func @{name}({', '.join(ctx.params.decls)}) attributes {{nvvm.kernel, "
-        f"nvvm.maxntid = array<i32: {threads}, 1, 1>, nvvm.minctasm = 1 : i32}} {{",
+        f"nvvm.maxntid = array<i32: {threads}, 1, 1>, nvvm.minctasm = {ctx.ctas_per_sm} : i32}} {{",
         *b.prelude, *start, *b.lines,
         "      llvm.return",
         "    }",
@@ -170,6 +174,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         "persistent": ctx.persistent,
         "split_k": attrs.SPLIT_K.get(func),
         "cluster": list(ctx.cluster) if ctx.cluster else None,
+        "ctas_per_sm": ctx.ctas_per_sm,
         "workspace_per_tile": ctx.params.workspace_per_tile,
     }
     try:

@@ -166,13 +166,8 @@ def fence_registers(b: Builder, regs: list) -> list:
     return out
 
 
-def entry_registers(num_threads: int) -> int:
-    """Registers per thread at kernel entry with one CTA per SM (what `nvvm.minctasm = 1` fixes)."""
-    return min(hopper.MAX_REGISTERS_PER_THREAD, hopper.REGISTER_FILE // num_threads // 8 * 8)
-
-
-def setmaxnreg(b: Builder, count: int, num_threads: int) -> None:
+def setmaxnreg(b: Builder, count: int, num_threads: int, ctas_per_sm: int = 1) -> None:
     """Move the executing warp group to `count` registers per thread (`setmaxnreg.inc/dec`), from the count every
-    thread of a `num_threads` block starts with."""
-    action = "increase" if count > entry_registers(num_threads) else "decrease"
+    thread of a `num_threads` block starts with at `ctas_per_sm` blocks per SM."""
+    action = "increase" if count > hopper.entry_registers(num_threads, ctas_per_sm) else "decrease"
     b.line(f"nvvm.setmaxregister {action} {count}")

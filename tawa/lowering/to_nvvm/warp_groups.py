@@ -59,7 +59,7 @@ def lower_warp_group(ctx: Ctx, op) -> None:
     with b.if_(cond):
         budget = attrs.MAX_REGISTERS.get(op)
         if budget is not None:
-            sync.setmaxnreg(b, budget, ctx.num_threads)
+            sync.setmaxnreg(b, budget, ctx.num_threads, ctx.ctas_per_sm)
         child = region_context(ctx, first, count)
         share = attrs.TILE_SHARE.get(op)
         child.tile_share = tuple(share) if share else None

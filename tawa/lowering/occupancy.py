@@ -1,0 +1,78 @@
+"""Blocks per SM: whether a kernel keeps two CTAs resident on each SM (`ctas_per_sm`).
+
+Not a pass: `tawa.compiler.decide` calls `choose` once, before the pipeline, and the passes read the answer
+from the options: `aref-insertion` sizes the ring to half an SM's shared memory, `register-realloc` the warp
+groups' budgets to half its register file, `assign-warp-groups` leaves the intra-warpgroup lookahead off (it
+needs a second score tile of registers, and the other CTA's warp groups supply the overlap instead), and
+`convert-to-nvvm` marks the kernel `.minnctapersm 2`. The runtime launches a persistent kernel with two CTAs
+per SM when asked to.
+
+Why: a warp-specialized attention kernel at head dim 64 holds little per consumer thread (a 64x64 score tile, a
+64x64 output accumulator), but each consumer warp group's softmax waits on its own Q K^T, and two consumer warp
+groups per SM are too few to hide that wait: at one CTA per SM the exponential unit was 43% busy and the issue
+slots 40%. A second resident CTA brings two more consumer warp groups; at 8x16x2048x64 on an H200 that took
+the kernel from 375 to 425 TFLOP/s (docs/performance.md). FlashAttention-3 gets the same from a third consumer
+warp group over 192-row tiles. A GEMM main loop only accumulates and its ring wants all the shared memory, so
+GEMMs keep one CTA per SM unless asked.
+"""
+from __future__ import annotations
+
+from tawa import hopper
+from tawa.ir.ops import DotOp, LoadOp
+from tawa.ir.traversal import backward_slice, defining_op, ops_of, walk
+from tawa.ir.types import tile_bytes
+from tawa.lowering import aref_insertion, partition, ws_analysis
+
+#: Registers per consumer thread that the consumer loop's register tiles may take at two CTAs per SM: of the 104
+#: a consumer warp group gets there (half the register file over 384 threads, less the producer's 24), the rest
+#: hold addresses, indices and the row statistics.
+TILE_REGISTER_LIMIT = 80
+
+
+def tile_registers(loop, consumer_threads: int) -> int:
+    """32-bit registers per consumer thread taken by the register tiles of a loop's dots: each dot's result, and
+    its A operand where it is computed in registers rather than loaded (a loaded operand is read from shared
+    memory)."""
+    total = 0
+    for op in walk(loop):
+        if op.name != DotOp.NAME:
+            continue
+        dot = DotOp(op)
+        total += tile_bytes(dot.result.type)
+        a = defining_op(dot.a)
+        if a is None or a.name != LoadOp.NAME:
+            total += tile_bytes(dot.a.type)
+    return -(-total // 4 // consumer_threads)
+
+
+def chains_dots(loop) -> bool:
+    """Whether a dot of the loop takes as its A operand math done on another dot's result in the same iteration
+    (attention's P V on the softmax of Q K^T): the class of loops whose math waits on the tensor cores."""
+    body = loop.regions[0].blocks[0]
+    for op in ops_of(body):
+        if op.name == DotOp.NAME and any(o.name == DotOp.NAME for o in backward_slice([DotOp(op).a], body)):
+            return True
+    return False
+
+
+def choose(func, options, specialized: bool, schedule: str, cluster: str) -> tuple[int, str]:
+    """(CTAs per SM, why: for the kernel's notes, "" when there is nothing to say)."""
+    if options.ctas_per_sm is not None:
+        n = options.ctas_per_sm
+        return n, (f"keeps {n} CTAs resident per SM (ctas_per_sm={n})" if n > 1 else "")
+    if options.target != "cuda" or not specialized or schedule != "tile" or cluster != "1x1" or options.split_k > 1:
+        return 1, ""
+    loops = [p.loop for p in ws_analysis.plan(func)]
+    if not any(chains_dots(loop) for loop in loops):
+        return 1, ""
+    threads = hopper.THREADS_PER_WARP_GROUP * partition.num_consumer_groups(loops, options)
+    regs = max(tile_registers(loop, threads) for loop in loops)
+    if regs > TILE_REGISTER_LIMIT:
+        return 1, ""
+    heavy = {ld for p in ws_analysis.plan(func) for ld in p.loads}
+    slot = sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
+    if (options.num_buffers or 2) * slot + aref_insertion.other_smem_bytes(func, heavy) > hopper.smem_for_tiles(2):
+        return 1, ""
+    return 2, (f"keeps 2 CTAs resident per SM: its consumer loop feeds math on one dot's result into another "
+               f"dot and its register tiles take {regs} registers per consumer thread, so two CTAs fit and hide "
+               f"each other's latencies (ctas_per_sm=1 turns this off)")

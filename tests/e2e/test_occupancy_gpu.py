@@ -1,0 +1,66 @@
+"""Two CTAs per SM on the GPU (`ctas_per_sm`, chosen by the compiler for attention at head dim 64 with 64-key
+blocks) against float64 torch references: fresh random inputs, NaN-poisoned outputs, ragged sequence lengths (not
+a multiple of any block, smaller than one block, 1), causal and not, grouped-query attention, and the same kernel
+held to one CTA per SM. Each launch also asks the driver how many CTAs of the launched kernel an SM holds
+(`cuOccupancyMaxActiveBlocksPerMultiprocessor`), so a kernel that silently fits only once fails."""
+import math
+
+import pytest
+
+from e2e_support import compiled, poisoned, rel_err
+
+pytestmark = pytest.mark.gpu
+
+#: (batch, heads, S, head dim 64)
+SHAPES = [(1, 3, 77, 64), (1, 2, 129, 64), (2, 2, 640, 64), (2, 2, 1, 64), (1, 4, 1000, 64), (4, 8, 2048, 64)]
+
+
+@pytest.fixture
+def resident(monkeypatch):
+    """CTAs per SM the driver reports for every launch made through it."""
+    from tawa.runtime import driver
+    counts, launch = [], driver.launch
+
+    def recording(fn, grid, block, shared, stream, params, cluster=1):
+        cu = driver.driver()
+        n = driver.check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn.handle, block[0] * block[1] * block[2],
+                                                                         shared), "cuOccupancyMaxActiveBlocks")
+        counts.append(int(n))
+        return launch(fn, grid, block, shared, stream, params, cluster)
+    monkeypatch.setattr(driver, "launch", recording)
+    return counts
+
+
+def _attention(kernel, shape, causal, gqa=1):
+    import torch
+    z, h, s, d = shape
+    torch.manual_seed(sum(shape) + causal)
+    q = torch.randn(z, h, s, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(z, h // gqa, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    o = poisoned(torch, (z, h, s, d), torch.bfloat16)
+    scale = 1 / math.sqrt(d)
+    kernel(q, k, v, o, scale)
+    torch.cuda.synchronize()
+    assert not o.isnan().any()
+    kk, vv = (x.double().repeat_interleave(gqa, dim=1) for x in (k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), kk, vv, is_causal=bool(causal), scale=scale)
+    assert rel_err(o, ref) < 2e-2
+
+
+@pytest.mark.parametrize("ctas", [None, 1], ids=["auto-2", "one"])
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_flash_attention(shape, causal, ctas, resident):
+    kernel = compiled("flash_attention.tawa", CAUSAL=causal, HEAD_DIM=64, BLOCK_N=64,
+                      **({} if ctas is None else {"ctas_per_sm": ctas}))
+    _attention(kernel, shape, causal)
+    assert resident == [2 if ctas is None else 1]
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("shape,group", [((2, 8, 300, 64), 8), ((1, 8, 129, 64), 4), ((1, 4, 77, 64), 1)],
+                         ids=["mqa", "gqa4", "mha"])
+def test_gqa_attention(shape, group, causal, resident):
+    kernel = compiled("gqa_attention.tawa", CAUSAL=causal, HEAD_DIM=64, BLOCK_N=64)
+    _attention(kernel, shape, causal, gqa=group)
+    assert resident == [2]

@@ -1,0 +1,112 @@
+"""Two CTAs per SM (`ctas_per_sm`, tawa/lowering/occupancy.py), compiled for sm_90a and assembled by ptxas on the
+CPU: which kernels the compiler keeps two to an SM by itself (attention whose register tiles fit half the register
+file), what that changes in the code (`.minnctapersm 2`, register budgets from half the register file, a ring
+sized to half the shared memory, the lookahead off), the fallback when ptxas spills, and the located errors of an
+explicit `ctas_per_sm=2` that cannot fit. The GPU runs are in tests/e2e/test_occupancy_gpu.py."""
+import re
+
+import pytest
+
+from tawa import hopper
+from tawa.compiler import compile_source, decide
+from tawa.errors import CompilationError
+from tawa.frontend import parse_and_lower
+from tawa.lowering import occupancy
+from tawa.options import CompileOptions
+from ws_support import EXAMPLES, compile_example, spill_bytes
+
+SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
+
+
+def _plan(example, **options):
+    consts = {k: v for k, v in options.items() if k.isupper()}
+    opts = CompileOptions(constants=consts, **{k: v for k, v in options.items() if not k.isupper()})
+    path = EXAMPLES / f"{example}.tawa"
+    return decide(parse_and_lower(path.read_text(), str(path), consts), opts)
+
+
+@pytest.mark.parametrize("example,options,ctas", [
+    # head dim 64 with 64-key blocks: S, P and O of a 64-row slab take 80 registers per consumer thread
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 64}, 2),
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 64, "CAUSAL": 1}, 2),
+    ("gqa_attention", {"HEAD_DIM": 64, "BLOCK_N": 64}, 2),
+    # too many registers for half the register file: 128-key blocks, or head dim 128
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 128}, 1),
+    ("flash_attention", {"HEAD_DIM": 128, "BLOCK_N": 64}, 1),
+    ("flash_attention", {}, 1),
+    # asked for one; or not warp-specialized
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 64, "ctas_per_sm": 1}, 1),
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 64, "warp_specialize": False}, 1),
+    # an explicit ring too deep for half the shared memory
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 64, "num_buffers": 7}, 1),
+    # GEMM main loops only accumulate: their ring wants the whole SM
+    ("gemm", {"BLOCK_N": 128, "schedule": "tile"}, 1),
+    ("gemm", {}, 1),
+    ("swiglu", {"BLOCK_N": 64, "schedule": "tile"}, 1),
+])
+def test_decision(example, options, ctas):
+    plan, notes = _plan(example, **options)
+    assert plan.ctas_per_sm == ctas
+    said = [n for n in notes if "CTAs resident per SM" in n]
+    assert len(said) == (ctas > 1)
+
+
+def test_attention_at_two_ctas_per_sm():
+    k = compile_example("flash_attention", HEAD_DIM=64, BLOCK_N=64)
+    c = k.compiled
+    assert c.ctas_per_sm == 2 and c.num_threads == 384
+    ptx = k.ptx
+    assert re.search(r"\.maxntid 384, 1, 1\s+\.minnctapersm 2", ptx)
+    # Half the register file: 80 each at entry; the producer drops to 24, the consumers rise to 104.
+    assert "setmaxnreg.dec.sync.aligned.u32 \t24;" in ptx and "setmaxnreg.inc.sync.aligned.u32 \t104;" in ptx
+    # Two CTAs (with the 1 KiB the SM reserves for each) fit the SM's shared memory.
+    assert c.shared_bytes <= hopper.smem_per_block(2)
+    assert 2 * (c.shared_bytes + hopper.SMEM_RESERVED_PER_BLOCK) <= hopper.SMEM_PER_SM
+    notes = "\n".join(c.notes)
+    assert spill_bytes(k) == 0 and not SERIALIZED.search(notes)
+    # One CTA per SM when asked: the full register budgets.
+    one = compile_example("flash_attention", HEAD_DIM=64, BLOCK_N=64, ctas_per_sm=1)
+    assert one.compiled.ctas_per_sm == 1 and ".minnctapersm 1" in one.ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 \t232;" in one.ptx
+
+
+def test_lookahead_off_at_two_ctas_unless_asked():
+    from tawa.compiler import compile_module
+    path = EXAMPLES / "flash_attention.tawa"
+
+    def lookahead(**options):
+        consts = {"HEAD_DIM": 64, "BLOCK_N": 64}
+        module = compile_module(parse_and_lower(path.read_text(), str(path), consts),
+                                CompileOptions(constants=consts, **options), stop_after="assign-warp-groups")
+        return "tawa.lookahead" in str(module)
+    assert not lookahead()
+    assert lookahead(ctas_per_sm=1)
+
+
+def test_spills_at_two_fall_back_to_one(monkeypatch):
+    # Pretend head dim 128 fits: ptxas spills at half the register file, and the compiler keeps one CTA per SM.
+    monkeypatch.setattr(occupancy, "TILE_REGISTER_LIMIT", 1000)
+    path = EXAMPLES / "flash_attention.tawa"
+    k = compile_source(path.read_text(), str(path), CompileOptions(constants={"BLOCK_N": 64}))
+    assert k.ctas_per_sm == 1 and k.spill_bytes == 0
+    assert any("keeps 1 CTA per SM: at 2, " in n for n in k.notes)
+    assert not any("CTAs resident per SM" in n for n in k.notes)
+
+
+def test_explicit_two_that_cannot_fit_is_a_located_error():
+    path = EXAMPLES / "gemm.tawa"
+    src = path.read_text()
+    # the default 128x256 GEMM ring, asked to be 4 deep, does not fit half the shared memory
+    with pytest.raises(CompilationError, match=r"with 2 blocks per SM \(ctas_per_sm\)") as e:
+        compile_source(src, str(path), CompileOptions(ctas_per_sm=2, num_buffers=4, schedule="tile"))
+    assert e.value.location is not None and "ctas_per_sm=1" in e.value.note
+    # a 128x128 tile's wgmma needs more than the 80 registers a thread starts with at two CTAs per SM
+    with pytest.raises(CompilationError, match="registers per thread its launch size allows") as e:
+        compile_source(src, str(path), CompileOptions(constants={"BLOCK_N": 128}, ctas_per_sm=2, schedule="tile"))
+    assert e.value.location is not None and "ctas_per_sm=1" in e.value.note
+
+
+@pytest.mark.parametrize("value", [0, 3, "2", True])
+def test_option_values(value):
+    with pytest.raises(CompilationError, match="ctas_per_sm"):
+        CompileOptions(ctas_per_sm=value).validate()
