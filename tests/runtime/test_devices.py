@@ -144,7 +144,9 @@ class _FakeCu:
         self.CUstreamCaptureMode = types.SimpleNamespace(CU_STREAM_CAPTURE_MODE_RELAXED="relaxed")
         self.CUcontext = lambda h: h
         self.CUstream = lambda s: s
-        self.CUfunction_attribute = types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES="smem")
+        self.CUfunction_attribute = types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES="smem",
+                                                          CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT="carve")
+        self.CUshared_carveout = types.SimpleNamespace(CU_SHAREDMEM_CARVEOUT_MAX_SHARED=100)
         self.stream_owner = {}
 
     def _log(self, name):
@@ -216,8 +218,9 @@ def test_module_loads_and_allocations_run_in_relaxed_capture_mode(cu):
     fn = driver.load_function(driver._contexts[1], "key", b"\x7fELF cubin", "k", 100 * 1024)
     assert fn.handle == "function" and fn.shared_bytes == 100 * 1024
     assert driver.mem_alloc(256) == 0x1000
+    # (two attributes: the dynamic shared memory, and the carveout that gives the SM's memory to shared memory)
     assert cu.calls == [("cuModuleLoadDataEx", "relaxed"), ("cuFuncSetAttribute", "relaxed"),
-                        ("cuMemAlloc", "relaxed")]
+                        ("cuFuncSetAttribute", "relaxed"), ("cuMemAlloc", "relaxed")]
     assert cu.mode == "global"                         # the thread's mode is given back
 
 
