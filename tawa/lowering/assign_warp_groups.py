@@ -33,8 +33,18 @@ from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
 from tawa.ir.ops import (ArefCreateOp, ArefGetOp, BroadcastOp, DotOp, ExpandDimsOp, ForOp, LoadOp,
                          SplatOp, TransOp, is_zero_splat, warp_group_role, warp_groups)
-from tawa.ir.traversal import defining_op, is_ancestor, ops_of, users, walk
+from tawa.ir.traversal import defining_op, is_ancestor, ops_of, parent_op, users, walk
 from tawa.lowering import ws_ir
+
+
+def _does_math_on_dots(region) -> bool:
+    """Whether a loop of the region uses a dot's result for anything but the loop-carried accumulator."""
+    for op in walk(region):
+        if op.name != DotOp.NAME or parent_op(op).name != ForOp.NAME:
+            continue
+        if any(u.name not in ("scf.yield", DotOp.NAME) for u in users(DotOp(op).result)):
+            return True
+    return False
 
 
 def lookahead_dot(loop):
@@ -170,7 +180,7 @@ def annotate_kernel(func, options=None) -> None:
                     attrs.LOOKAHEAD.set(loop)
     pingpong = getattr(options, "consumer_pingpong", None)
     for g in groups:
-        if warp_group_role(g) == attrs.CONSUMER and attrs.NUM_WARP_GROUPS.get(g) == 2 and ws_ir.does_math_on_dots(g) \
+        if warp_group_role(g) == attrs.CONSUMER and attrs.NUM_WARP_GROUPS.get(g) == 2 and _does_math_on_dots(g) \
                 and (pingpong or (pingpong is None and _softmax_pipelined(g))):
             attrs.PINGPONG.set(g)
     for op in walk(producers[0]):

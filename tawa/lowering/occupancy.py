@@ -62,14 +62,15 @@ def choose(func, options, specialized: bool, schedule: str, cluster: str) -> tup
         return n, (f"keeps {n} CTAs resident per SM (ctas_per_sm={n})" if n > 1 else "")
     if options.target != "cuda" or not specialized or schedule != "tile" or cluster != "1x1" or options.split_k > 1:
         return 1, ""
-    loops = [p.loop for p in ws_analysis.plan(func)]
+    plans = ws_analysis.plan(func)
+    loops = [p.loop for p in plans]
     if not any(chains_dots(loop) for loop in loops):
         return 1, ""
     threads = hopper.THREADS_PER_WARP_GROUP * partition.num_consumer_groups(loops, options)
     regs = max(tile_registers(loop, threads) for loop in loops)
     if regs > TILE_REGISTER_LIMIT:
         return 1, ""
-    heavy = {ld for p in ws_analysis.plan(func) for ld in p.loads}
+    heavy = {ld for p in plans for ld in p.loads}
     slot = sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
     if (options.num_buffers or 2) * slot + aref_insertion.other_smem_bytes(func, heavy) > hopper.smem_for_tiles(2):
         return 1, ""

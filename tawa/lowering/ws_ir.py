@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from mlir import ir
 
-from tawa.ir.ops import ArefPutOp, ClusterSizeOp, DimOp, DotOp, ForOp, GridExtentOp, NumProgramsOp, ProgramIdOp
-from tawa.ir.traversal import defining_op, parent_op, users, walk
+from tawa.ir.ops import ArefPutOp, ClusterSizeOp, DimOp, GridExtentOp, NumProgramsOp, ProgramIdOp
+from tawa.ir.traversal import defining_op, users
 from tawa.ir.types import is_tile
 
 #: Ops without regions that compute scalar control and index math: safe to replicate into every warp group.
@@ -31,17 +31,6 @@ def feeds_puts(load_op) -> bool:
     """Whether a load's tile goes into aref puts only (the producer's loads whose copies the puts issue)."""
     used_by = users(load_op.results[0])
     return bool(used_by) and all(u.name == ArefPutOp.NAME for u in used_by)
-
-
-def does_math_on_dots(op) -> bool:
-    """Whether a loop inside `op` uses a dot's result for anything but the loop-carried accumulator (attention's
-    softmax on Q K^T; a GEMM main loop only accumulates)."""
-    for d in walk(op):
-        if d.name != DotOp.NAME or parent_op(d).name != ForOp.NAME:
-            continue
-        if any(u.name not in ("scf.yield", DotOp.NAME) for u in users(DotOp(d).result)):
-            return True
-    return False
 
 
 def computed_from_program(values) -> bool:
