@@ -73,12 +73,14 @@ SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
 
 @pytest.mark.parametrize("ws", [None, False], ids=["auto", "uniform"])
 @pytest.mark.parametrize("causal", [0, 1], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_attention_wgmma_is_never_serialized(head_dim, causal, ws):
+@pytest.mark.parametrize("head_dim,block_n", [(64, None), (64, 128), (128, None)])
+def test_attention_wgmma_is_never_serialized(head_dim, block_n, causal, ws):
     """ptxas pipelines every wgmma of attention (no C7519 'wgmma.mma_async instructions are serialized' or any
-    other serialization note), for both head dims, causal or not, specialized or not; and nothing spills."""
+    other serialization note), for both head dims (with the default key block, `min(HEAD_DIM, 128)`, and with
+    128 at head dim 64), causal or not, specialized or not; and nothing spills."""
+    blocks = {} if block_n is None else {"BLOCK_N": block_n}
     kernel = tawa.compile(str(EXAMPLES / "flash_attention.tawa"), warp_specialize=ws, cache=False,
-                          HEAD_DIM=head_dim, CAUSAL=causal)
+                          HEAD_DIM=head_dim, CAUSAL=causal, **blocks)
     report = [n for n in kernel.notes if n.startswith("ptxas")]
     assert report and not any(SERIALIZED.search(n) for n in report), report
     assert spills(kernel) == 0
@@ -98,8 +100,9 @@ def test_register_a_operand_is_not_serialized():
 def test_attention_softmax_runs_under_the_previous_pv(example, head_dim):
     """The consumer loop is softmax-pipelined (`ws_softmax_pipeline_loop`): S_0 is issued and awaited before the
     loop (wait 0); in the loop S_k and P·V of block k-1 are committed back to back and only S_k is awaited
-    (wait 1) before the softmax, then P·V (wait 0); the last P·V is issued after the loop. Nothing serializes."""
-    kernel = tawa.compile(str(EXAMPLES / f"{example}.tawa"), cache=False, HEAD_DIM=head_dim)
+    (wait 1) before the softmax, then P·V (wait 0); the last P·V is issued after the loop. Nothing serializes.
+    One CTA per SM: at head dim 64 the default (two CTAs, BLOCK_N 64) turns this lookahead off."""
+    kernel = tawa.compile(str(EXAMPLES / f"{example}.tawa"), cache=False, HEAD_DIM=head_dim, ctas_per_sm=1)
     events = re.findall(r"wgmma\.(commit_group|wait_group)\.sync\.aligned\s*(\d?)", kernel.ptx)
     sequence = " ".join(kind if kind == "commit_group" else f"wait{n}" for kind, n in events)
     assert sequence == "commit_group wait0 commit_group commit_group wait1 wait0 commit_group wait0", sequence
