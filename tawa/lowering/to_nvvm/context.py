@@ -52,11 +52,13 @@ class LazyTile:
     results so far, not every intermediate tile at once: a 128x256 epilogue with a loaded residual fits the
     register budget this way. Each register is emitted once (memoized), where it is first needed."""
 
-    def __init__(self, layout: L.Layout, elem: str, make: Callable):
+    def __init__(self, layout: L.Layout, elem: str, make: Callable, loaded: bool = False):
         self.layout = layout
         self.elem = elem
         self._make = make
         self._regs: dict = {}
+        #: Registers loaded from a tensor (`lower_register_load`), which a TMA store may serve from its staging.
+        self.loaded = loaded
 
     @property
     def shape(self):
@@ -66,6 +68,20 @@ class LazyTile:
         if i not in self._regs:
             self._regs[i] = self._make(i)
         return self._regs[i]
+
+    @property
+    def touched(self) -> bool:
+        """Whether any register was emitted already."""
+        return bool(self._regs)
+
+    def redirect(self, make: Callable) -> Callable:
+        """Emit the registers not yet emitted with `make` instead; returns the previous maker."""
+        previous, self._make = self._make, make
+        return previous
+
+    def provide(self, i: int, value) -> None:
+        """Register i, emitted by the maker of another register (a paired load)."""
+        self._regs.setdefault(i, value)
 
     def materialize(self) -> "Tile":
         return Tile([self.reg(i) for i in range(len(self.layout.regs))], self.layout, self.elem)

@@ -159,7 +159,7 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
             loaded.append((r, c, e, _predicated_load(b, ptr, pred, st, read_only=True, ordered=False)))
         for r, c, e, value in loaded:
             byte = b.mul(c, es)
-            addr = b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), _swizzled(b, r, byte))
+            addr = b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), swizzled(b, r, byte))
             store = f"llvm.store {value}, {ctx.smem_ptr(b.add(addr, off))} : {st}, !llvm.ptr<3>"
             if total % threads:
                 with b.if_(b.cmpi("slt", e, total)):
@@ -261,7 +261,7 @@ def lower_register_load(ctx: Ctx, op) -> None:
         ptr, pred = _element(ctx, arg, rank, offsets, ctx.coords(layout, i), lead, elem)
         return from_storage(b, _predicated_load(b, ptr, pred if pred is not None else b.const(1, "i1"), st,
                                                 read_only), elem)
-    tile = LazyTile(layout, elem, load)
+    tile = LazyTile(layout, elem, load, loaded=True)
     ctx.set(op.results[0], tile if ctx.lazy else tile.materialize())
 
 
@@ -271,20 +271,29 @@ def stored_by_kernel(tensor: ir.Value) -> bool:
 
 
 def pulls_lazily(ctx: Ctx, op, pending: list) -> bool:
-    """Whether the store `op` computes its lazy value box by box while it stages it (a persistent kernel's TMA
-    store: between two boxes a barrier keeps ptxas from hoisting the next box's loads), so that the lazy tiles
-    pending need not be materialized first. Not when one of them loads the stored tensor (its loads must come
-    before the store)."""
-    if not _stages_box_by_box(ctx, ctx.get_lazy(StoreOp(op).value), op):
+    """Whether the store `op` computes its lazy value while it stages it, so that the lazy tiles pending need
+    not be materialized first: a persistent kernel's TMA store (box by box: between two boxes a barrier keeps
+    ptxas from hoisting the next box's loads), or any TMA store with an operand it can bring in through its
+    staging (`staged_operand`). Not when one of them loads the stored tensor (its loads must come before the
+    store)."""
+    value = ctx.get_lazy(StoreOp(op).value)
+    if not _stages_lazily(ctx, value, op):
         return False
     dst = StoreOp(op).dst
-    return not any(v.owner.name == LoadOp.NAME and LoadOp(v.owner).src == dst for v in pending)
+    if any(v.owner.name == LoadOp.NAME and LoadOp(v.owner).src == dst for v in pending):
+        return False
+    return ctx.persistent or _has_staged_operand(ctx, value, op)
 
 
-def _stages_box_by_box(ctx: Ctx, value, op) -> bool:
-    """A lazy value a persistent TMA store computes box by box (its staging boxes alternate with barriers)."""
-    return isinstance(value, LazyTile) and ctx.persistent and ctx.tma and _tma_storable(value, op) and \
+def _stages_lazily(ctx: Ctx, value, op) -> bool:
+    """A lazy value a TMA store can compute while staging it."""
+    return isinstance(value, LazyTile) and ctx.tma and _tma_storable(value, op) and \
         value.elem == elem_type(StoreOp(op).dst.type)
+
+
+def _has_staged_operand(ctx: Ctx, value, op) -> bool:
+    from .staged_operand import candidate
+    return candidate(ctx, value, op) is not None
 
 
 def _tma_storable(value, op) -> bool:
@@ -297,7 +306,7 @@ def lower_store(ctx: Ctx, op) -> None:
     from .shape import register_tile
     lazy = ctx.get_lazy(StoreOp(op).value)
     elem = elem_type(StoreOp(op).dst.type)
-    if _stages_box_by_box(ctx, lazy, op):
+    if _stages_lazily(ctx, lazy, op) and (ctx.persistent or _has_staged_operand(ctx, lazy, op)):
         tma_store_tile(ctx, op, lazy, [ctx.get(v) for v in StoreOp(op).offsets])
         return
     value = register_tile(ctx.get(StoreOp(op).value), op, ctx)
@@ -339,20 +348,39 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
         coords = [col, offsets[-2]] + list(reversed(offsets[:-2]))
         sync.tma_store(b, tmap, ctx.smem_ptr(b.i32(src)), coords)
 
+    staged = None
+    if isinstance(tile, LazyTile):
+        from .staged_operand import StagedOperand, candidate
+        operand = candidate(ctx, tile, op)
+        staged = StagedOperand(ctx, operand, rows, box_cols) if operand is not None else None
     if ctx.persistent:
         nbuf = min(nbox, STORE_BUFFERS)
         off = ctx.scratch(nbuf * box_bytes)
+        full = ctx.alloc_barriers(nbuf, 1) if staged else None
+        buffer = lambda j: off + (j % nbuf) * box_bytes
+        bar = lambda j: ctx.smem_ptr(full + 8 * (j % nbuf))
         for j in range(nbox):
             if j == 0 or j >= nbuf:
                 # j = 0: the previous tile's stores (whatever buffer they used) must have read their staging;
                 # later: the store of box j - nbuf, the last user of this buffer.
                 wait_stores_read(ctx, 0 if j == 0 else nbuf - 1)
                 ctx.sync_threads()
-            _write_staging(ctx, tile, off + (j % nbuf) * box_bytes, box_bytes, box=j)
+                if staged:
+                    # the staged operand's boxes for every free buffer: all at first, then box j
+                    with b.if_(b.cmpi("eq", ctx.tid(), 0)):
+                        for k in (range(nbuf) if j == 0 else [j]):
+                            staged.issue(ctx, k, buffer(k), bar(k))
+            if staged:
+                staged.read_box(ctx, j, buffer(j), bar(j))
+            _write_staging(ctx, tile, buffer(j), box_bytes, box=j)
+            if staged:
+                staged.finish_box()
             sync.fence_proxy_async(b)
             ctx.sync_threads()
             with b.if_(b.cmpi("eq", ctx.tid(), 0)):
-                store_box(j, off + (j % nbuf) * box_bytes)
+                if staged:
+                    staged.release(ctx, bar(j))
+                store_box(j, buffer(j))
                 sync.bulk_commit(b)
         ctx.stores_in_flight = True
         return
@@ -360,7 +388,17 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
     off = ctx.scratch(nbox * box_bytes)
     # Everyone must be done with whatever shared memory the staging area reuses (a pipeline or aref ring).
     ctx.sync_threads()
-    _write_staging(ctx, tile, off, box_bytes)
+    if staged:
+        full = ctx.alloc_barriers(nbox, 1)
+        with b.if_(b.cmpi("eq", ctx.tid(), 0)):
+            for j in range(nbox):
+                staged.issue(ctx, j, off + j * box_bytes, ctx.smem_ptr(full + 8 * j))
+        for j in range(nbox):
+            staged.read_box(ctx, j, off + j * box_bytes, ctx.smem_ptr(full + 8 * j))
+            _write_staging(ctx, tile, off + j * box_bytes, box_bytes, box=j)
+            staged.finish_box()
+    else:
+        _write_staging(ctx, tile, off, box_bytes)
     sync.fence_proxy_async(b)
     ctx.sync_threads()
 
@@ -374,7 +412,7 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
     ctx.sync_threads()
 
 
-def _swizzled(b, r: V, byte: V) -> V:
+def swizzled(b, r: V, byte: V) -> V:
     """Byte offset of (row `r`, byte `byte` of the row) inside its 128-byte column box with the 128-byte swizzle:
     16-byte chunk c of row r is stored at chunk c ^ (r % 8), as TMA writes and wgmma reads it."""
     inrow = b.and_(byte, SWIZZLE_BYTES - 1)
@@ -400,7 +438,7 @@ def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | No
         r = b.add(base[0], ro)
         c = b.add(base[1], co)
         byte = b.mul(c, es)
-        within = _swizzled(b, r, byte)
+        within = swizzled(b, r, byte)
         addr = within if box is not None else b.add(b.mul(b.shr(byte, 7), box_bytes), within)
         ptr = ctx.smem_ptr(b.add(addr, off))
         if pair is not None:

@@ -1,0 +1,90 @@
+"""Epilogue operands brought in through the TMA store's staging boxes (`to_nvvm/staged_operand.py`) on the GPU:
+the linear layer's residual under every schedule (persistent, one tile per CTA, ping-pong, 2x1 clusters, the
+uniform pipeline), with a residual whose row stride differs from the output's, one TMA cannot read (its start not
+16-byte aligned: the launch falls back to the kernel without TMA), an f32 residual used twice, and a residual also
+reduced before the store (loaded from global memory). Ragged shapes, float64 references, NaN-poisoned outputs."""
+import pathlib
+import warnings
+
+import pytest
+
+import tawa
+from e2e_support import EXAMPLES, PREFILL, check_launch, compiled, linear_case, poisoned, rel_err
+
+pytestmark = pytest.mark.gpu
+KERNELS = pathlib.Path(__file__).resolve().parent / "kernels"
+SCHEDULES = [pytest.param({"BLOCK_N": 256, "schedule": "persistent"}, id="persistent-n256"),
+             pytest.param({"BLOCK_N": 128, "schedule": "persistent"}, id="persistent-n128"),
+             pytest.param({"BLOCK_N": 256, "schedule": "tile"}, id="tile-n256"),
+             pytest.param({"BLOCK_N": 128, "schedule": "pingpong"}, id="pingpong-n128"),
+             pytest.param({"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"}, id="persistent-c21"),
+             pytest.param({"BLOCK_N": 128, "schedule": "pingpong", "cluster": "2x1"}, id="pingpong-c21"),
+             pytest.param({"warp_specialize": False}, id="uniform")]
+# a single tile; ragged in M and N; a tile count that is not a multiple of the SMs; K below BLOCK_K
+SHAPES = [(100, 120, 64), (333, 520, 200), (1000, 3000, 712), (130, 264, 8)]
+
+
+@pytest.mark.parametrize("options", SCHEDULES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_linear_residual(shape, options):
+    kernel = compiled("linear_gelu_residual.tawa", **options)
+    import torch
+    check_launch(torch, kernel, *linear_case(torch, *shape, seed=sum(shape)))
+
+
+@pytest.mark.parametrize("options", SCHEDULES[:4])
+def test_linear_residual_with_its_own_row_stride(options):
+    """R a column slice of a wider tensor: its tensor map has its own row pitch."""
+    kernel = compiled("linear_gelu_residual.tawa", **options)
+    import torch
+    (x, w, bias, r), ref = linear_case(torch, 300, 392, 136, seed=5)
+    wide = torch.randn(300, 392 + 72, device="cuda", dtype=torch.bfloat16)
+    wide[:, 8:8 + 392] = r
+    check_launch(torch, kernel, [x, w, bias, wide[:, 8:8 + 392]], ref)
+
+
+def test_linear_residual_that_tma_cannot_read():
+    """R starting 2 bytes past a 16-byte boundary: the launch uses the kernel compiled without TMA."""
+    kernel = tawa.compile(str(EXAMPLES / "linear_gelu_residual.tawa"), BLOCK_N=128)
+    if PREFILL:
+        kernel._without_tma()
+        pytest.skip("kernels compiled into the cache; the check runs on a GPU")
+    import torch
+    (x, w, bias, r), ref = linear_case(torch, 200, 256, 96, seed=6)
+    flat = torch.empty(200 * 256 + 1, device="cuda", dtype=torch.bfloat16)
+    shifted = flat[1:].view(200, 256)
+    shifted.copy_(r)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        check_launch(torch, kernel, [x, w, bias, shifted], ref)
+
+
+@pytest.mark.parametrize("schedule", ["persistent", "tile", "pingpong"])
+def test_f32_residual_used_twice(schedule):
+    kernel = compiled(str(KERNELS / "gemm_residual_f32.tawa"), schedule=schedule)
+    import torch
+    torch.manual_seed(7)
+    m, n, k = 333, 264, 200
+    a, b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(k, n, device="cuda",
+                                                                              dtype=torch.bfloat16)
+    r = torch.randn(m, n, device="cuda", dtype=torch.float32)
+    c = poisoned(torch, (m, n), torch.float32)
+    kernel(a, b, r, c)
+    torch.cuda.synchronize()
+    assert not c.isnan().any()
+    assert rel_err(c, a.double() @ b.double() + r.double() * (1 + r.double())) < 1e-4
+
+
+@pytest.mark.parametrize("schedule", ["persistent", "tile", "pingpong"])
+def test_residual_reduced_before_the_store(schedule):
+    kernel = compiled(str(KERNELS / "gemm_residual_rowsum.tawa"), schedule=schedule)
+    import torch
+    torch.manual_seed(8)
+    m, n, k = 333, 264, 200
+    a, b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(k, n, device="cuda",
+                                                                              dtype=torch.bfloat16)
+    r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    # the kernel subtracts each 128-column block's row sum / 128 (its tile's), zero-padded past N
+    rd = torch.nn.functional.pad(r.double(), (0, (-n) % 128)).view(m, -1, 128)
+    sums = (rd.sum(dim=2, keepdim=True) / 128).expand(-1, -1, 128).reshape(m, -1)[:, :n]
+    check_launch(torch, kernel, [a, b, r], a.double() @ b.double() + r.double() - sums)
