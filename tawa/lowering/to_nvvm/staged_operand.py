@@ -12,8 +12,9 @@ elements of the box (paired 16-bit elements in one 4-byte shared load, at the sw
 writes use), computes its results, and writes them over what it read. The operand tile has the stored tile's
 register mapping, so each thread overwrites exactly the elements it read itself, after reading all of them.
 
-The box mbarriers are used once per staging box; after every threads' wait, thread 0 arrives once more so that
-each use completes two phases and every wait is for parity 0 (no phase to carry across a persistent tile loop).
+The box mbarriers are used once per staging box; after every thread's wait, thread 0 arrives once more (and waits
+for that second phase, which its arrival completes) so that each use completes two phases and every wait for
+the data is for parity 0: no phase to carry across a persistent tile loop.
 """
 from __future__ import annotations
 
@@ -77,8 +78,10 @@ class StagedOperand:
 
     @staticmethod
     def release(ctx: Ctx, bar: V) -> None:
-        """After every thread's wait (a barrier since): the second phase of this use (thread 0 only)."""
+        """After every thread's wait (a barrier since): the second phase of this use (thread 0 only), which its
+        own arrival completes; thread 0 observes it, so that no phase it arrived on goes unwaited."""
         sync.mbarrier_arrive(ctx.b, bar)
+        sync.mbarrier_wait(ctx.b, bar, ctx.b.i32(1))
 
     def _serve(self, i: int) -> V:
         ro, co = self.tile.layout.regs[i]
