@@ -59,15 +59,20 @@ def test_linear_residual_that_tma_cannot_read():
         check_launch(torch, kernel, [x, w, bias, shifted], ref)
 
 
+def _gemm_residual_inputs(torch, m, n, k, residual_dtype, seed):
+    """Fresh random A [m, k], B [k, n] (bf16) and a residual [m, n]."""
+    torch.manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    return a, b, torch.randn(m, n, device="cuda", dtype=residual_dtype)
+
+
 @pytest.mark.parametrize("schedule", ["persistent", "tile", "pingpong"])
 def test_f32_residual_used_twice(schedule):
     kernel = compiled(str(KERNELS / "gemm_residual_f32.tawa"), schedule=schedule)
     import torch
-    torch.manual_seed(7)
-    m, n, k = 333, 264, 200
-    a, b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(k, n, device="cuda",
-                                                                              dtype=torch.bfloat16)
-    r = torch.randn(m, n, device="cuda", dtype=torch.float32)
+    a, b, r = _gemm_residual_inputs(torch, 333, 264, 200, torch.float32, seed=7)
+    m, n = r.shape
     c = poisoned(torch, (m, n), torch.float32)
     kernel(a, b, r, c)
     torch.cuda.synchronize()
@@ -79,11 +84,8 @@ def test_f32_residual_used_twice(schedule):
 def test_residual_reduced_before_the_store(schedule):
     kernel = compiled(str(KERNELS / "gemm_residual_rowsum.tawa"), schedule=schedule)
     import torch
-    torch.manual_seed(8)
-    m, n, k = 333, 264, 200
-    a, b = torch.randn(m, k, device="cuda", dtype=torch.bfloat16), torch.randn(k, n, device="cuda",
-                                                                              dtype=torch.bfloat16)
-    r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    a, b, r = _gemm_residual_inputs(torch, 333, 264, 200, torch.bfloat16, seed=8)
+    m, n = r.shape
     # the kernel subtracts each 128-column block's row sum / 128 (its tile's), zero-padded past N
     rd = torch.nn.functional.pad(r.double(), (0, (-n) % 128)).view(m, -1, 128)
     sums = (rd.sum(dim=2, keepdim=True) / 128).expand(-1, -1, 128).reshape(m, -1)[:, :n]
