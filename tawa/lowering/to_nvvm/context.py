@@ -42,6 +42,14 @@ class Tile:
         return self.layout.shape
 
 
+def swizzled(b, r: V, byte: V) -> V:
+    """Byte offset of (row `r`, byte `byte` of the row) inside its 128-byte column box with the 128-byte swizzle:
+    16-byte chunk c of row r is stored at chunk c ^ (r % 8), as TMA writes and wgmma reads it."""
+    inrow = b.and_(byte, SWIZZLE_BYTES - 1)
+    chunk = b.xor(b.shr(inrow, 4), b.and_(r, 7))
+    return b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
+
+
 class LazyTile:
     """A register tile whose registers are emitted on demand, each with the chain of ops that computes it.
 

@@ -23,7 +23,8 @@ from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
-from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES
+from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, swizzled
+from .staged_operand import StagedOperand, candidate, stored_by_kernel
 from ..epilogue import STORE_BUFFERS
 
 
@@ -265,11 +266,6 @@ def lower_register_load(ctx: Ctx, op) -> None:
     ctx.set(op.results[0], tile if ctx.lazy else tile.materialize())
 
 
-def stored_by_kernel(tensor: ir.Value) -> bool:
-    """Whether any `tawa.store` of the kernel writes `tensor` (a kernel argument)."""
-    return any(use.owner.name == StoreOp.NAME and StoreOp(use.owner).dst == tensor for use in tensor.uses)
-
-
 def pulls_lazily(ctx: Ctx, op, pending: list) -> bool:
     """Whether the store `op` computes its lazy value while it stages it, so that the lazy tiles pending need
     not be materialized first: a persistent kernel's TMA store (box by box: between two boxes a barrier keeps
@@ -292,7 +288,6 @@ def _stages_lazily(ctx: Ctx, value, op) -> bool:
 
 
 def _has_staged_operand(ctx: Ctx, value, op) -> bool:
-    from .staged_operand import candidate
     return candidate(ctx, value, op) is not None
 
 
@@ -350,7 +345,6 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
 
     staged = None
     if isinstance(tile, LazyTile):
-        from .staged_operand import StagedOperand, candidate
         operand = candidate(ctx, tile, op)
         staged = StagedOperand(ctx, operand, rows, box_cols) if operand is not None else None
     if ctx.persistent:
@@ -410,14 +404,6 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
     issue_elected(ctx, None, body)
     # The staging area may be reused by a later store: wait until the copy engine has read it.
     ctx.sync_threads()
-
-
-def swizzled(b, r: V, byte: V) -> V:
-    """Byte offset of (row `r`, byte `byte` of the row) inside its 128-byte column box with the 128-byte swizzle:
-    16-byte chunk c of row r is stored at chunk c ^ (r % 8), as TMA writes and wgmma reads it."""
-    inrow = b.and_(byte, SWIZZLE_BYTES - 1)
-    chunk = b.xor(b.shr(inrow, 4), b.and_(r, 7))
-    return b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
 
 
 def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | None = None) -> None:

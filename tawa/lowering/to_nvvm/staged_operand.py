@@ -25,8 +25,7 @@ from tawa.ir.types import elem_bytes, elem_type
 
 from . import sync
 from .builder import V
-from .context import Ctx, LazyTile, SWIZZLE_BYTES
-from .memory import stored_by_kernel, swizzled
+from .context import Ctx, LazyTile, SWIZZLE_BYTES, swizzled
 
 
 class StagedOperand:
@@ -103,6 +102,11 @@ class StagedOperand:
         both = b.op(f"llvm.load {ptr} : !llvm.ptr<3> -> {vec}", vec)
         self.tile.provide(pair, b.op(f"llvm.extractelement {both}[{b.i32(1)} : i32] : {vec}", elem))
         return b.op(f"llvm.extractelement {both}[{b.i32(0)} : i32] : {vec}", elem)
+
+
+def stored_by_kernel(tensor: ir.Value) -> bool:
+    """Whether any `tawa.store` of the kernel writes `tensor` (a kernel argument)."""
+    return any(use.owner.name == StoreOp.NAME and StoreOp(use.owner).dst == tensor for use in tensor.uses)
 
 
 def candidate(ctx: Ctx, value: LazyTile, op):
