@@ -50,6 +50,22 @@ def swizzled(b, r: V, byte: V) -> V:
     return b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
 
 
+
+def staging_registers(layout: L.Layout, es: int) -> list:
+    """(register, its pair or None, column box) for each staging access of a thread, in register order: with
+    16-bit data a register and the one of the next column, when the thread holds both, go in one 4-byte access
+    (the odd one is then not listed). The box (of 128 bytes) is static: in an mma layout a thread's column offset
+    is below 8 and its register columns are multiples of 8 plus 0 or 1."""
+    by_coord = {c: i for i, c in enumerate(layout.regs)}
+    out = []
+    for i, (ro, co) in enumerate(layout.regs):
+        if es == 2 and co % 2 == 1 and (ro, co - 1) in by_coord:
+            continue
+        pair = by_coord.get((ro, co + 1)) if es == 2 and co % 2 == 0 else None
+        out.append((i, pair, (co - co % 8) * es // SWIZZLE_BYTES))
+    return out
+
+
 class LazyTile:
     """A register tile whose registers are emitted on demand, each with the chain of ops that computes it.
 

@@ -23,7 +23,7 @@ from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
-from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, swizzled
+from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled
 from .staged_operand import StagedOperand, candidate, stored_by_kernel
 from ..epilogue import STORE_BUFFERS
 
@@ -272,23 +272,17 @@ def pulls_lazily(ctx: Ctx, op, pending: list) -> bool:
     ptxas from hoisting the next box's loads), or any TMA store with an operand it can bring in through its
     staging (`staged_operand`). Not when one of them loads the stored tensor (its loads must come before the
     store)."""
-    value = ctx.get_lazy(StoreOp(op).value)
-    if not _stages_lazily(ctx, value, op):
-        return False
     dst = StoreOp(op).dst
     if any(v.owner.name == LoadOp.NAME and LoadOp(v.owner).src == dst for v in pending):
         return False
-    return ctx.persistent or _has_staged_operand(ctx, value, op)
+    return _stages_lazily(ctx, ctx.get_lazy(StoreOp(op).value), op)
 
 
 def _stages_lazily(ctx: Ctx, value, op) -> bool:
-    """A lazy value a TMA store can compute while staging it."""
+    """Whether the TMA store `op` computes the lazy `value` while staging it: always in a persistent kernel (box
+    by box), else when it brings in an operand through its staging."""
     return isinstance(value, LazyTile) and ctx.tma and _tma_storable(value, op) and \
-        value.elem == elem_type(StoreOp(op).dst.type)
-
-
-def _has_staged_operand(ctx: Ctx, value, op) -> bool:
-    return candidate(ctx, value, op) is not None
+        value.elem == elem_type(StoreOp(op).dst.type) and (ctx.persistent or candidate(ctx, value, op) is not None)
 
 
 def _tma_storable(value, op) -> bool:
@@ -301,7 +295,7 @@ def lower_store(ctx: Ctx, op) -> None:
     from .shape import register_tile
     lazy = ctx.get_lazy(StoreOp(op).value)
     elem = elem_type(StoreOp(op).dst.type)
-    if _stages_lazily(ctx, lazy, op) and (ctx.persistent or _has_staged_operand(ctx, lazy, op)):
+    if _stages_lazily(ctx, lazy, op):
         tma_store_tile(ctx, op, lazy, [ctx.get(v) for v in StoreOp(op).offsets])
         return
     value = register_tile(ctx.get(StoreOp(op).value), op, ctx)
@@ -363,9 +357,9 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
                     # the staged operand's boxes for every free buffer: all at first, then box j
                     with b.if_(b.cmpi("eq", ctx.tid(), 0)):
                         for k in (range(nbuf) if j == 0 else [j]):
-                            staged.issue(ctx, k, buffer(k), bar(k))
+                            staged.issue(k, buffer(k), bar(k))
             if staged:
-                staged.read_box(ctx, j, buffer(j), bar(j))
+                staged.read_box(j, buffer(j), bar(j))
             _write_staging(ctx, tile, buffer(j), box_bytes, box=j)
             if staged:
                 staged.finish_box()
@@ -373,7 +367,7 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
             ctx.sync_threads()
             with b.if_(b.cmpi("eq", ctx.tid(), 0)):
                 if staged:
-                    staged.release(ctx, bar(j))
+                    staged.release(bar(j))
                 store_box(j, buffer(j))
                 sync.bulk_commit(b)
         ctx.stores_in_flight = True
@@ -386,9 +380,9 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
         full = ctx.alloc_barriers(nbox, 1)
         with b.if_(b.cmpi("eq", ctx.tid(), 0)):
             for j in range(nbox):
-                staged.issue(ctx, j, off + j * box_bytes, ctx.smem_ptr(full + 8 * j))
+                staged.issue(j, off + j * box_bytes, ctx.smem_ptr(full + 8 * j))
         for j in range(nbox):
-            staged.read_box(ctx, j, off + j * box_bytes, ctx.smem_ptr(full + 8 * j))
+            staged.read_box(j, off + j * box_bytes, ctx.smem_ptr(full + 8 * j))
             _write_staging(ctx, tile, off + j * box_bytes, box_bytes, box=j)
             staged.finish_box()
     else:
@@ -408,19 +402,15 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
 
 def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | None = None) -> None:
     """Each thread writes its registers into the staging area at `off` (column boxes of 128 bytes, 128B swizzle);
-    with `box`, only the registers of that column box, into a one-box area. A register's box is static: in an
-    mma layout a thread's column offset is below 8 and its register columns are multiples of 8 plus 0 or 1."""
+    with `box`, only the registers of that column box, into a one-box area (`staging_registers`: which, paired
+    into 4-byte stores for 16-bit data)."""
     b = ctx.b
     es = elem_bytes(tile.elem)
-    lay = tile.layout
-    by_coord = {c: i for i, c in enumerate(lay.regs)}
-    base = ctx.base_coords(lay)
-    done = set()
-    for i, (ro, co) in enumerate(lay.regs):
-        if i in done or (box is not None and (co - co % 8) * es // SWIZZLE_BYTES != box):
+    base = ctx.base_coords(tile.layout)
+    for i, pair, in_box in staging_registers(tile.layout, es):
+        if box is not None and in_box != box:
             continue
-        # Pair with the next column when this thread holds it too (one 4-byte store for 16-bit data).
-        pair = by_coord.get((ro, co + 1)) if es == 2 and co % 2 == 0 else None
+        ro, co = tile.layout.regs[i]
         r = b.add(base[0], ro)
         c = b.add(base[1], co)
         byte = b.mul(c, es)
@@ -433,7 +423,6 @@ def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | No
             u = b.op(f"llvm.insertelement {_reg(tile, i)}, {u}[{b.i32(0)} : i32] : {vec}", vec)
             u = b.op(f"llvm.insertelement {_reg(tile, pair)}, {u}[{b.i32(1)} : i32] : {vec}", vec)
             b.line(f"llvm.store {u}, {ptr} : {vec}, !llvm.ptr<3>")
-            done.add(pair)
         else:
             b.line(f"llvm.store {to_storage(b, _reg(tile, i))}, {ptr} : {storage_type(tile.elem)}, !llvm.ptr<3>")
 

@@ -25,7 +25,7 @@ from tawa.ir.types import elem_bytes, elem_type
 
 from . import sync
 from .builder import V
-from .context import Ctx, LazyTile, SWIZZLE_BYTES, swizzled
+from .context import Ctx, LazyTile, SWIZZLE_BYTES, staging_registers, swizzled
 
 
 class StagedOperand:
@@ -35,67 +35,57 @@ class StagedOperand:
         load = LoadOp(value.owner)
         self.ctx = ctx
         self.tile = tile = ctx.get_lazy(value)
-        self.rows, self.box_cols = rows, box_cols
+        self.box_cols = box_cols
         self.box_bytes = rows * SWIZZLE_BYTES
         self.offsets = [ctx.get(v) for v in load.offsets]
-        src = load.src
-        rank = ir.MemRefType(src.type).rank
-        self.tmap = ctx.params.tensormap(ctx.params.arg_index(src), [1] * (rank - 2) + [rows, box_cols],
+        rank = ir.MemRefType(load.src.type).rank
+        self.tmap = ctx.params.tensormap(ctx.params.arg_index(load.src), [1] * (rank - 2) + [rows, box_cols],
                                          SWIZZLE_BYTES)
         self._fallback = tile.redirect(self._serve)
         self._box = None                 # (box index, its staging offset) while a box is being staged
-        es = elem_bytes(tile.elem)
-        by_coord = {c: i for i, c in enumerate(tile.layout.regs)}
-        #: registers by box, each with the register holding the next column when a 4-byte read can take both
-        self._regs_of_box: dict = {}
-        for i, (ro, co) in enumerate(tile.layout.regs):
-            pair = by_coord.get((ro, co + 1)) if es == 2 and co % 2 == 0 else None
-            if es == 2 and co % 2 == 1 and (ro, co - 1) in by_coord:
-                continue                 # read with its even neighbour
-            self._regs_of_box.setdefault((co - co % 8) * es // SWIZZLE_BYTES, []).append((i, pair))
+        accesses = staging_registers(tile.layout, elem_bytes(tile.elem))
+        self._box_of = {i: box for i, _, box in accesses}
+        self._pair_of = {i: pair for i, pair, _ in accesses}
+        self._box_of.update({pair: box for _, pair, box in accesses if pair is not None})
 
-    def issue(self, ctx: Ctx, box: int, dst: int, bar: V) -> None:
+    def issue(self, box: int, dst: int, bar: V) -> None:
         """Copy the operand's column box `box` to the staging offset `dst` (caller: the thread issuing stores)."""
-        b = ctx.b
+        b = self.ctx.b
         sync.mbarrier_expect_tx(b, bar, self.box_bytes)
         col = b.add(self.offsets[-1], box * self.box_cols) if box else self.offsets[-1]
         coords = [col, self.offsets[-2]] + list(reversed(self.offsets[:-2]))
-        sync.tma_load(b, self.tmap, ctx.smem_ptr(b.i32(dst)), bar, coords)
+        sync.tma_load(b, self.tmap, self.ctx.smem_ptr(b.i32(dst)), bar, coords)
 
-    def read_box(self, ctx: Ctx, box: int, off: int, bar: V) -> None:
+    def read_box(self, box: int, off: int, bar: V) -> None:
         """Wait for box `box` at staging offset `off`, then read all of this thread's elements of it (before any
         of them is overwritten by the result)."""
-        b = ctx.b
+        b = self.ctx.b
         sync.mbarrier_wait(b, bar, b.i32(0))
         self._box = (box, off)
-        for i, _ in self._regs_of_box.get(box, []):
-            self.tile.reg(i)
+        for i in self._pair_of:
+            if self._box_of[i] == box:
+                self.tile.reg(i)
 
     def finish_box(self) -> None:
         """The box is overwritten from here on: registers asked for later come from global memory."""
         self._box = None
 
-    @staticmethod
-    def release(ctx: Ctx, bar: V) -> None:
+    def release(self, bar: V) -> None:
         """After every thread's wait (a barrier since): the second phase of this use (thread 0 only), which its
         own arrival completes; thread 0 observes it, so that no phase it arrived on goes unwaited."""
-        sync.mbarrier_arrive(ctx.b, bar)
-        sync.mbarrier_wait(ctx.b, bar, ctx.b.i32(1))
+        b = self.ctx.b
+        sync.mbarrier_arrive(b, bar)
+        sync.mbarrier_wait(b, bar, b.i32(1))
 
     def _serve(self, i: int) -> V:
-        ro, co = self.tile.layout.regs[i]
-        es = elem_bytes(self.tile.elem)
-        box = (co - co % 8) * es // SWIZZLE_BYTES
-        if self._box is None or self._box[0] != box:
+        if self._box is None or self._box[0] != self._box_of[i] or i not in self._pair_of:
             return self._fallback(i)     # needed outside the staging of its box: loaded from global memory
-        ctx = self.ctx
-        b = ctx.b
+        ctx, b, elem = self.ctx, self.ctx.b, self.tile.elem
+        ro, co = self.tile.layout.regs[i]
         base = ctx.base_coords(self.tile.layout)
-        r = b.add(base[0], ro)
-        byte = b.mul(b.add(base[1], co), es)
-        ptr = ctx.smem_ptr(b.add(swizzled(b, r, byte), self._box[1]))
-        pair = dict(self._regs_of_box[box]).get(i)
-        elem = self.tile.elem
+        byte = b.mul(b.add(base[1], co), elem_bytes(elem))
+        ptr = ctx.smem_ptr(b.add(swizzled(b, b.add(base[0], ro), byte), self._box[1]))
+        pair = self._pair_of[i]
         if pair is None:
             return b.op(f"llvm.load {ptr} : !llvm.ptr<3> -> {elem}", elem)
         vec = f"vector<2x{elem}>"
