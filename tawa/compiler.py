@@ -26,9 +26,9 @@ from tawa.abi import CompiledKernel
 from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import kernel_info, verify
 from tawa.ir.location import source_location
-from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, lower_to_llvm,
-                           mask_elision, occupancy, partition, persistent_tiles, protocol_check, register_realloc,
-                           software_pipeline, split_k, to_nvvm, ws_analysis)
+from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, launch_order,
+                           lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles, protocol_check,
+                           register_realloc, software_pipeline, split_k, to_nvvm, ws_analysis)
 from tawa.options import CompileOptions
 
 
@@ -70,6 +70,9 @@ class Pass:
 PIPELINE = [
     # Tile level, target independent.
     Pass("canonicalize", canonicalize.run),
+    # Programs whose loops run longer the larger their id (causal attention) start first: the short ones fill the
+    # last wave.
+    Pass("launch-order", launch_order.run),
     # Masks that a scalar test proves all-true on most iterations (attention's bounds and causal masks) are skipped.
     Pass("mask-elision", mask_elision.run),
     # Split-K: small grids split each tile's K loop over several programs; the last to finish sums and stores.

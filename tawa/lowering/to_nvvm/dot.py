@@ -36,7 +36,7 @@ from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes
 
-from .context import Ctx, SmemTile, Tile, SWIZZLE_BYTES
+from .context import Ctx, SmemTile, Tile
 
 _PTX_TYPE = {"bf16": "bf16", "f16": "f16", "f8E4M3FN": "e4m3", "f8E5M2": "e5m2", "f32": "tf32"}
 #: Element types whose shared-memory operands wgmma may read MN-major (transposed).
@@ -50,13 +50,36 @@ def k_step(elem: str) -> int:
     return 32 // elem_bytes(elem)
 
 
-def smem_desc(b: Builder, addr: V, lbo: int, sbo: int, swizzle: int = SWIZZLE_BYTES) -> V:
-    """The 64-bit wgmma descriptor of a swizzled operand starting at shared address `addr`."""
+def _desc_low(b: Builder, addr: V, lbo: int) -> V:
+    """Bits 0-31 of a descriptor: start address >> 4 (bits 0-13) and the leading byte offset >> 4 (16-29)."""
+    return b.or_(b.and_(b.shr(addr, 4), 0x3FFF), ((lbo >> 4) & 0x3FFF) << 16)
+
+
+def _desc_from_low(b: Builder, lo: V, sbo: int, swizzle: int) -> V:
     hi = ((sbo >> 4) & 0x3FFF) | (_SWIZZLE_MODE[swizzle] << 30)    # bits 32-45 SBO, bits 62-63 swizzle mode
-    lo_addr = b.and_(b.shr(addr, 4), 0x3FFF)
-    lo = b.or_(lo_addr, ((lbo >> 4) & 0x3FFF) << 16)
-    lo64 = b.cast("extui", lo, "i64")
-    return b.or_(lo64, b.const(hi << 32, "i64"))
+    return b.or_(b.cast("extui", lo, "i64"), b.const(hi << 32, "i64"))
+
+
+class Descriptors:
+    """The wgmma descriptors of one issue of wgmmas (every k-step of every 64-row slab).
+
+    An operand's descriptor at k-step kk differs from the one at its first k-step only by a constant byte offset
+    (the k-step's place in its swizzle atom and column box). The low word is computed once per operand and the
+    k-steps add `offset >> 4` to it: one integer add per wgmma instead of an add, a shift and two logic ops. The
+    addition cannot carry out of the 14-bit address field, which holds `address >> 4` of a shared-window address:
+    those stay below 2^18 bytes (the SM has 228 KiB of shared memory)."""
+
+    def __init__(self, ctx: Ctx):
+        self.ctx = ctx
+        self.low = {}
+
+    def at(self, var_off: V, const_off: int, lbo: int, sbo: int, swizzle: int) -> V:
+        """The descriptor of the operand at shared byte offset `var_off + const_off` (16-byte aligned)."""
+        b = self.ctx.b
+        key = (var_off.name, lbo)
+        if key not in self.low:
+            self.low[key] = _desc_low(b, self.ctx.smem_addr(var_off), lbo)
+        return _desc_from_low(b, b.add(self.low[key], const_off >> 4), sbo, swizzle)
 
 
 def wgmma(b: Builder, acc: list, desc_a, desc_b: V, scale_d: V, n: int, k: int, in_type: str,
@@ -103,40 +126,46 @@ def _width(t: SmemTile) -> int:
     return w
 
 
-def _k_major(ctx: Ctx, t: SmemTile, row0, kk: int) -> V:
+def _k_major(descs: Descriptors, t: SmemTile, row0, kk: int) -> V:
     """Descriptor of a K-major operand (stored [rows of M or N, K]) from row `row0` (i32 value or int), k-step
     `kk`: rows of W bytes, 8-row atoms 8W bytes apart."""
-    b = ctx.b
+    b = descs.ctx.b
     w = _width(t)
     box, inner = divmod(kk * 32, w)
-    rows = b.mul(row0, w) if isinstance(row0, V) else b.i32(row0 * w)
-    off = b.add(b.add(t.offset, rows), box * t.rows * w + inner)
-    return smem_desc(b, ctx.smem_addr(off), 16, 8 * w, w)
+    const = box * t.rows * w + inner
+    if isinstance(row0, V):
+        base = b.add(t.offset, b.mul(row0, w))
+    else:
+        base, const = t.offset, const + row0 * w
+    return descs.at(base, const, 16, 8 * w, w)
 
 
-def _mn_major(ctx: Ctx, t: SmemTile, col0, kk: int) -> V:
+def _mn_major(descs: Descriptors, t: SmemTile, col0, kk: int) -> V:
     """Descriptor of an MN-major operand (stored [K, M or N], 16-bit) from column `col0` (a multiple of the box's
     columns; i32 value or int), k-step `kk` (16 rows): boxes `rows * W` bytes apart, 8-row K groups 8W apart."""
-    b = ctx.b
+    b = descs.ctx.b
     w = _width(t)
     box_cols = w // elem_bytes(t.elem)
     box_bytes = t.rows * w
-    boxes = b.mul(col0, box_bytes // box_cols) if isinstance(col0, V) else b.i32(col0 // box_cols * box_bytes)
-    off = b.add(b.add(t.offset, boxes), kk * k_step(t.elem) * w)
-    return smem_desc(b, ctx.smem_addr(off), box_bytes, 8 * w, w)
+    const = kk * k_step(t.elem) * w
+    if isinstance(col0, V):
+        base = b.add(t.offset, b.mul(col0, box_bytes // box_cols))
+    else:
+        base, const = t.offset, const + col0 // box_cols * box_bytes
+    return descs.at(base, const, box_bytes, 8 * w, w)
 
 
-def _operand_a(ctx: Ctx, a: SmemTile, row0, kk: int) -> V:
+def _operand_a(descs: Descriptors, a: SmemTile, row0, kk: int) -> V:
     """Descriptor of A rows [row0, row0+64), k-step `kk`; a transposed A (stored [K, M]) is MN-major."""
-    return _mn_major(ctx, a, row0, kk) if a.transposed else _k_major(ctx, a, row0, kk)
+    return _mn_major(descs, a, row0, kk) if a.transposed else _k_major(descs, a, row0, kk)
 
 
-def _operand_b(ctx: Ctx, bt: SmemTile, kk: int) -> tuple:
+def _operand_b(descs: Descriptors, bt: SmemTile, kk: int) -> tuple:
     """(descriptor, transposed-flag) of B's k-step `kk`: stored [N, K] and transposed it is K-major; stored
     [K, N] (N contiguous) it is MN-major."""
     if bt.transposed:
-        return _k_major(ctx, bt, 0, kk), False
-    return _mn_major(ctx, bt, 0, kk), True
+        return _k_major(descs, bt, 0, kk), False
+    return _mn_major(descs, bt, 0, kk), True
 
 
 def _register_a(a) -> bool:
@@ -235,12 +264,13 @@ def issue_shared(ctx: Ctx, a: SmemTile, bt: SmemTile, regs: list, scale_d) -> li
     per_slab = n // 2
     sync.wgmma_fence(b)
     regs = list(regs)
+    descs = Descriptors(ctx)
     for s in range(slabs):
         row0 = _slab_rows(ctx, m, s)
         chunk = regs[s * per_slab:(s + 1) * per_slab]
         for kk in range(kdim // ksz):
-            da = _operand_a(ctx, a, row0, kk)
-            db, trans_b = _operand_b(ctx, bt, kk)
+            da = _operand_a(descs, a, row0, kk)
+            db, trans_b = _operand_b(descs, bt, kk)
             chunk = wgmma(b, chunk, da, db, scale_d if kk == 0 else b.i32(1), n, ksz, a.elem, trans_b,
                           a.transposed)
         regs[s * per_slab:(s + 1) * per_slab] = chunk
@@ -312,10 +342,11 @@ def issue_register_a(ctx: Ctx, frags: dict, bt: SmemTile, regs: list, scale_d, m
     per_slab = n // 2
     sync.wgmma_fence(b)
     regs = list(regs)
+    descs = Descriptors(ctx)
     for s in range(slabs):
         chunk = regs[s * per_slab:(s + 1) * per_slab]
         for kk in range(kdim // ksz):
-            db, trans_b = _operand_b(ctx, bt, kk)
+            db, trans_b = _operand_b(descs, bt, kk)
             chunk = wgmma(b, chunk, frags[(s, kk)], db, scale_d if kk == 0 else b.i32(1), n, ksz, elem, trans_b)
         regs[s * per_slab:(s + 1) * per_slab] = chunk
     sync.wgmma_commit(b)
