@@ -295,13 +295,10 @@ def gemm_sweep(out, dev, check) -> None:
                     continue
                 if check(f"{dt_name} {n} {M}x{N}x{K}", c, ref, 1e-2):
                     live[n] = f
-            times = {n: [] for n in live}
-            for _ in range(5):
-                for n, f in live.items():
-                    times[n].append(_time(lambda: f(a, b, c), reps=20, rounds=1))
-            for n in live:
-                t = sorted(times[n])[len(times[n]) // 2]
-                table[(dt_name, (M, N, K), n)] = 2 * M * N * K / t / 1e9
+            res = _side_by_side({n: (lambda f: lambda: f(a, b, c))(f) for n, f in live.items()},
+                                2 * M * N * K)
+            for n, tflops in res.items():
+                table[(dt_name, (M, N, K), n)] = tflops
     print_table(table)
 
 
@@ -351,10 +348,12 @@ def print_table(table) -> None:
 
 
 def _side_by_side(impls: dict, flops: float, rounds: int = 5) -> dict:
-    """TFLOP/s of each implementation, timed alternately over rounds (median)."""
+    """TFLOP/s of each implementation, timed alternately over rounds (median); the order rotates each round, so
+    that no implementation always runs right after the same one (clocks follow the previous kernel's power)."""
     times = {n: [] for n in impls}
-    for _ in range(rounds):
-        for n, f in impls.items():
+    order = list(impls.items())
+    for r in range(rounds):
+        for n, f in order[r % len(order):] + order[:r % len(order)]:
             times[n].append(_time(f, reps=20, rounds=1))
     return {n: flops / sorted(t)[len(t) // 2] / 1e9 for n, t in times.items()}
 
