@@ -306,10 +306,19 @@ class Ctx:
         return self._cached("lane", lambda: self._prelude_bin("andi", self.tid(), 31))
 
     def warp(self) -> V:
-        return self._cached("warp", lambda: self._prelude_bin("shrui", self.tid(), 5))
+        return self._cached("warp", lambda: self._warp_uniform(self._prelude_bin("shrui", self.tid(), 5)))
 
     def warp_group(self) -> V:
-        return self._cached("wg", lambda: self._prelude_bin("shrui", self.tid(), 7))
+        return self._cached("wg", lambda: self._warp_uniform(self._prelude_bin("shrui", self.tid(), 7)))
+
+    def _warp_uniform(self, value: V) -> V:
+        """`value` (the same in every lane of a warp) read from lane 0: ptxas then knows it is warp-uniform and
+        keeps what derives from it (slots, shared addresses, wgmma descriptors) in uniform registers, instead of
+        computing them per thread and copying each into a uniform register for the wgmma (docs/compiler.md,
+        "Issue slots in the main loops"). Emitted at kernel entry, where every lane is active."""
+        b = self.b
+        return b.op(f'"nvvm.shfl.sync"({b.i32(-1)}, {value}, {b.i32(0)}, {b.i32(31)}) '
+                    f'<{{kind = #nvvm<shfl_kind idx>}}> : (i32, i32, i32, i32) -> i32', "i32", prelude=True)
 
     def cluster_rank(self) -> V:
         """This CTA's rank in its cluster (0 without clusters)."""

@@ -1,0 +1,49 @@
+"""The main loops' bookkeeping, checked in the PTX (docs/compiler.md, "Issue slots in the main loops"): wgmma
+descriptors are computed once per operand and issue, later k-steps adding a constant, and the warp and warp-group
+indices pass through `shfl.sync.idx` from lane 0, so that ptxas can keep what derives from them in uniform
+registers."""
+import pathlib
+import re
+
+import pytest
+
+import tawa
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+WGMMA = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k(\d+)")
+#: The descriptor's start-address field is `address >> 4`.
+ADDRESS_FIELD = re.compile(r"shr\.u32\s+%r\d+, %r\d+, 4;")
+LANE0_SHUFFLE = re.compile(r"shfl\.sync\.idx\.b32\s+%r\d+, %r\d+, 0, 31, -1;")
+
+CASES = [
+    # (example, constants, k-steps per issue: BLOCK_K (GEMMs) or the head dim / BLOCK_N (attention) over k)
+    ("gemm.tawa", {}, 64 // 16),
+    ("gemm_fp8.tawa", {}, 128 // 32),
+    ("flash_attention.tawa", {}, 128 // 16),
+    ("flash_attention.tawa", {"HEAD_DIM": 64}, 64 // 16),
+]
+
+
+@pytest.mark.parametrize("example,constants,steps", CASES, ids=lambda c: str(c))
+def test_descriptor_address_once_per_operand(example, constants, steps):
+    kernel = tawa.compile((ROOT / "examples" / example).read_text(), cache=False, **constants)
+    ptx = kernel.compiled.ptx
+    wgmmas = len(WGMMA.findall(ptx))
+    issues = wgmmas // steps
+    assert wgmmas and issues
+    # two operands per issue at most (A and B; A from registers has none): one address field each, not one per
+    # k-step
+    fields = len(ADDRESS_FIELD.findall(ptx))
+    assert 0 < fields <= 2 * issues, (fields, wgmmas, issues)
+
+
+@pytest.mark.parametrize("example", ["gemm.tawa", "flash_attention.tawa", "swiglu.tawa"])
+def test_warp_indices_are_warp_uniform(example):
+    ptx = tawa.compile((ROOT / "examples" / example).read_text(), cache=False).compiled.ptx
+    # the warp-group index: a thread index (tid.x, or tid.x less the producer's threads) >> 7
+    groups = re.findall(r"shr\.u32\s+(%r\d+), %r\d+, 7;", ptx)
+    assert groups
+    for g in groups:
+        uses = re.findall(rf"^\s*(\S+)[^\n]*, {re.escape(g)}\b", ptx, re.M)
+        assert uses == ["shfl.sync.idx.b32"], f"{g} (a warp-group index) is used only through a lane-0 shuffle"
+    assert LANE0_SHUFFLE.search(ptx)
