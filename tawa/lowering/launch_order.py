@@ -28,8 +28,9 @@ from tawa.ir.kernel_info import kernels
 from tawa.ir.ops import DimOp, ForOp, NumProgramsOp, ProgramIdOp
 from tawa.ir.traversal import defining_op, walk
 
-#: Direction of a scalar as a function of one program id: +1 non-decreasing, -1 non-increasing, 0 independent of it.
-#: None: unknown.
+# Directions of a scalar as a function of one program id: +1 non-decreasing, -1 non-increasing, 0 independent of
+# it, None unknown. The analysis guides speed only: any direction it reports leaves a permutation of the programs,
+# so a wrong one (an index that wraps, say) costs time, never results.
 _KEEPS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui", "arith.trunci")
 _COMBINES = ("arith.addi", "arith.minsi", "arith.maxsi", "arith.minui", "arith.maxui")
 _BY_POSITIVE = ("arith.divsi", "arith.divui", "arith.ceildivsi", "arith.ceildivui", "arith.floordivsi")
