@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gemm import _load, _time  # noqa: E402  (neither needs MLIR: CompiledKernel + GpuLauncher, CUDA events)
+from bench_gemm import _load, _time, rotated  # noqa: E402  (neither needs MLIR: CompiledKernel + GpuLauncher, CUDA events)
 
 SOURCE = os.path.join(ROOT, "examples", "flash_attention.tawa")
 BLOCK_M = 128
@@ -451,10 +451,7 @@ def run_on(dev, gpu, out, regex=None, quick=False, json_out=None, plot=None) -> 
                 live.pop(name)
             times = {n: [] for n in live}
             for r in range(rounds):
-                # the order rotates each round, so that no implementation always runs right after the same one
-                # (a GPU's clocks still follow the previous kernel's power draw)
-                order = list(live.items())
-                for name, (fn, ctx) in order[r % len(order):] + order[:r % len(order)]:
+                for name, (fn, ctx) in rotated(live.items(), r):
                     try:
                         with (ctx or nullctx)():
                             times[name].append(_time(fn, reps=reps, rounds=1))

@@ -347,13 +347,18 @@ def print_table(table) -> None:
             print(f"  {dt} {n:12} " + " ".join(f"{table.get((dt, s, n), 0):6.0f}" for s in SWEEP))
 
 
+def rotated(items, r: int) -> list:
+    """`items` in the order of round `r`: each round starts one later, so that no implementation of a
+    side-by-side timing always runs right after the same one (a GPU's clocks follow the previous kernel's power)."""
+    items = list(items)
+    return items[r % len(items):] + items[:r % len(items)] if items else items
+
+
 def _side_by_side(impls: dict, flops: float, rounds: int = 5) -> dict:
-    """TFLOP/s of each implementation, timed alternately over rounds (median); the order rotates each round, so
-    that no implementation always runs right after the same one (clocks follow the previous kernel's power)."""
+    """TFLOP/s of each implementation, timed alternately over rounds (median, the order rotating)."""
     times = {n: [] for n in impls}
-    order = list(impls.items())
     for r in range(rounds):
-        for n, f in order[r % len(order):] + order[:r % len(order)]:
+        for n, f in rotated(impls.items(), r):
             times[n].append(_time(f, reps=20, rounds=1))
     return {n: flops / sorted(t)[len(t) // 2] / 1e9 for n, t in times.items()}
 

@@ -22,6 +22,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 GEMM = os.path.join(ROOT, "examples", "gemm.tawa")
 
 MS = (1, 8, 32, 64)
@@ -51,6 +52,7 @@ def run(json_path: str | None) -> None:
     import torch
     import tawa
     from tawa.runtime.timing import CudaEventTimer
+    from bench_gemm import rotated
     timer = CudaEventTimer(warmup_ms=10, rep_ms=40)
     kernels = {label: tawa.compile(GEMM, **kw) for label, kw in VARIANTS}
     tuner = tawa.autotune(GEMM, show_progress=False)
@@ -81,8 +83,8 @@ def run(json_path: str | None) -> None:
                 err = ((c.float() - ref).norm() / ref.norm()).item()
                 assert err < 1e-2, (label, m, n, k, err)
             times = {label: [] for label in fns}
-            for _ in range(ROUNDS):
-                for label, fn in fns.items():
+            for r in range(ROUNDS):
+                for label, fn in rotated(fns.items(), r):
                     times[label].append(timer(fn, stream=stream) * 1e3)
             us = {label: sorted(t)[len(t) // 2] for label, t in times.items()}
             best_fixed = min(us[label] for label in kernels)

@@ -121,13 +121,13 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     schedule, why = _tile_schedule(func, options, bool(specialize))
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' uses the {schedule} schedule: {why}")
-    cluster, why = _cluster(func, options, schedule if specialize else "tile")
+    cluster, why = _cluster(func, options, schedule)
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
     if options.split_k > 1:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' splits its K loop over {options.split_k} programs "
                      f"per output tile (split_k={options.split_k})")
-    ctas, why = occupancy.choose(func, options, bool(specialize), schedule if specialize else "tile", cluster)
+    ctas, why = occupancy.choose(func, options, bool(specialize), schedule, cluster)
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
     return Plan(options.target, bool(specialize), schedule, options.split_k, cluster, ctas), notes

@@ -27,6 +27,7 @@ from mlir.dialects import arith
 from tawa.ir.kernel_info import kernels
 from tawa.ir.ops import DimOp, ForOp, NumProgramsOp, ProgramIdOp
 from tawa.ir.traversal import defining_op, walk
+from tawa.lowering.ws_ir import i32, program_query
 
 # Directions of a scalar as a function of one program id: +1 non-decreasing, -1 non-increasing, 0 independent of
 # it, None unknown. The analysis guides speed only: any direction it reports leaves a permutation of the programs,
@@ -123,14 +124,11 @@ def trip_count_direction(func, axis: int):
 def reverse_axis(func, axis: int) -> int:
     """Replace every use of program_id(axis) by num_programs(axis) - 1 - program_id(axis); the ids rewritten."""
     pids = [op for op in walk(func) if op.name == ProgramIdOp.NAME and ProgramIdOp(op).axis == axis]
-    i32 = ir.IntegerType.get_signless(32)
     for op in pids:
         pid = op.results[0]
         uses = [(u.owner, u.operand_number) for u in pid.uses]
         with ir.InsertionPoint.after(op), op.location:
-            count = ir.Operation.create(NumProgramsOp.NAME, results=[i32],
-                                        attributes={"axis": ir.IntegerAttr.get(i32, axis)}).results[0]
-            last = arith.SubIOp(count, arith.ConstantOp(i32, 1).result).result
+            last = arith.SubIOp(program_query(NumProgramsOp.NAME, axis), i32(1)).result
             reversed_pid = arith.SubIOp(last, pid).result
         for owner, index in uses:
             owner.operands[index] = reversed_pid

@@ -175,25 +175,15 @@ def _accumulator_registers(func_op) -> int:
     return total
 
 
-def _i32(value: int) -> ir.Value:
-    return arith.ConstantOp(ir.IntegerType.get_signless(32), value).result
-
-
-def _program_query(name: str, axis: int) -> ir.Value:
-    i32 = ir.IntegerType.get_signless(32)
-    attr = ir.IntegerAttr.get(i32, axis)
-    return ir.Operation.create(name, results=[i32], attributes={"axis": attr}).results[0]
-
-
 def _grouped_program(t, gx, gy) -> tuple:
     """(p0, p1, p2) of linear tile index `t` in grouped order over a gx x gy x gz grid."""
     per_z = arith.MulIOp(gx, gy).result
     p2 = arith.DivUIOp(t, per_z).result
     r = arith.RemUIOp(t, per_z).result
-    size = arith.MulIOp(gy, _i32(GROUP)).result
+    size = arith.MulIOp(gy, ws_ir.i32(GROUP)).result
     gid = arith.DivUIOp(r, size).result
-    first = arith.MulIOp(gid, _i32(GROUP)).result
-    width = arith.MinUIOp(arith.SubIOp(gx, first).result, _i32(GROUP)).result
+    first = arith.MulIOp(gid, ws_ir.i32(GROUP)).result
+    width = arith.MinUIOp(arith.SubIOp(gx, first).result, ws_ir.i32(GROUP)).result
     rest = arith.SubIOp(r, arith.MulIOp(gid, size).result).result
     p0 = arith.AddIOp(first, arith.RemUIOp(rest, width).result).result
     p1 = arith.DivUIOp(rest, width).result
@@ -211,25 +201,25 @@ def wrap_region(region, cluster=None) -> None:
     pids = [op for op in walk(region) if op.name == ProgramIdOp.NAME]
     counts = [op for op in walk(region) if op.name == NumProgramsOp.NAME]
     with ir.InsertionPoint(term), region.location:
-        cta = _program_query(ProgramIdOp.NAME, 0)
-        ctas = _program_query(NumProgramsOp.NAME, 0)
-        extents = [_program_query(GridExtentOp.NAME, a) for a in range(3)]
+        cta = ws_ir.program_query(ProgramIdOp.NAME, 0)
+        ctas = ws_ir.program_query(NumProgramsOp.NAME, 0)
+        extents = [ws_ir.program_query(GridExtentOp.NAME, a) for a in range(3)]
         walked = list(extents)
         if cluster:
             axis = cluster[0]
-            i32 = ir.IntegerType.get_signless(32)
-            size = ir.Operation.create(ClusterSizeOp.NAME, results=[i32]).results[0]
+            t32 = ir.IntegerType.get_signless(32)
+            size = ir.Operation.create(ClusterSizeOp.NAME, results=[t32]).results[0]
             rank = arith.RemUIOp(cta, size).result
             cta = arith.DivUIOp(cta, size).result
             ctas = arith.DivUIOp(ctas, size).result
-            walked[axis] = arith.DivUIOp(arith.SubIOp(arith.AddIOp(extents[axis], size).result, _i32(1)).result,
+            walked[axis] = arith.DivUIOp(arith.SubIOp(arith.AddIOp(extents[axis], size).result, ws_ir.i32(1)).result,
                                          size).result
         tiles = arith.MulIOp(arith.MulIOp(walked[0], walked[1]).result, walked[2]).result
         share = attrs.TILE_SHARE.get(region)
         if share:
             index, count = share
-            cta = arith.AddIOp(cta, arith.MulIOp(ctas, _i32(index)).result).result
-            ctas = arith.MulIOp(ctas, _i32(count)).result
+            cta = arith.AddIOp(cta, arith.MulIOp(ctas, ws_ir.i32(index)).result).result
+            ctas = arith.MulIOp(ctas, ws_ir.i32(count)).result
         loop = scf.ForOp(cta, tiles, ctas, [])
         with ir.InsertionPoint(loop.body):
             program = list(_grouped_program(loop.induction_variable, walked[0], walked[1]))

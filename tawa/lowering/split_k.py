@@ -40,6 +40,7 @@ from tawa.ir.location import source_location
 from tawa.ir.ops import (DotOp, ForOp, NumProgramsOp, ProgramIdOp, SplitKArriveOp, SplitKStoreOp, SplitKSumOp,
                          StoreOp, is_zero_splat)
 from tawa.ir.traversal import defining_op, ops_of, walk
+from tawa.lowering.ws_ir import i32, program_query
 
 
 def reduction_loop(func) -> tuple:
@@ -97,16 +98,6 @@ def check(func, splits: int) -> None:
                                note="compile with split_k=1")
 
 
-def _i32(value: int) -> ir.Value:
-    return arith.ConstantOp(ir.IntegerType.get_signless(32), value).result
-
-
-def _query(view, axis: int) -> ir.Value:
-    i32 = ir.IntegerType.get_signless(32)
-    return ir.Operation.create(view.NAME, results=[i32],
-                               attributes={"axis": ir.IntegerAttr.get(i32, axis)}).results[0]
-
-
 def split_kernel(func, splits: int) -> None:
     block = body_block(func)
     loop, _ = reduction_loop(func)
@@ -115,13 +106,13 @@ def split_kernel(func, splits: int) -> None:
     own_ids = [op for op in walk(func.operation) if op.name == ProgramIdOp.NAME and ProgramIdOp(op).axis == 2]
     own_counts = [op for op in walk(func.operation) if op.name == NumProgramsOp.NAME and NumProgramsOp(op).axis == 2]
     with ir.InsertionPoint.at_block_begin(block), loop.location:
-        s = _i32(splits)
-        pid2 = _query(ProgramIdOp, 2)
+        s = i32(splits)
+        pid2 = program_query(ProgramIdOp.NAME, 2)
         z = arith.DivUIOp(pid2, s).result
         split = arith.RemUIOp(pid2, s).result
-        z_count = arith.DivUIOp(_query(NumProgramsOp, 2), s).result
-        row = arith.AddIOp(arith.MulIOp(z, _query(NumProgramsOp, 1)).result, _query(ProgramIdOp, 1)).result
-        tile = arith.AddIOp(arith.MulIOp(row, _query(NumProgramsOp, 0)).result, _query(ProgramIdOp, 0)).result
+        z_count = arith.DivUIOp(program_query(NumProgramsOp.NAME, 2), s).result
+        row = arith.AddIOp(arith.MulIOp(z, program_query(NumProgramsOp.NAME, 1)).result, program_query(ProgramIdOp.NAME, 1)).result
+        tile = arith.AddIOp(arith.MulIOp(row, program_query(NumProgramsOp.NAME, 0)).result, program_query(ProgramIdOp.NAME, 0)).result
     for op in own_ids:
         op.results[0].replace_all_uses_with(z)
         op.erase()
@@ -131,28 +122,28 @@ def split_kernel(func, splits: int) -> None:
     lb, ub, step = fl.bounds
     with ir.InsertionPoint(loop), loop.location:
         # Trip count T, then this split's iterations [s T / S, (s + 1) T / S): shares differ by at most one.
-        span = arith.MaxSIOp(arith.SubIOp(ub, lb).result, _i32(0)).result
-        trips = arith.DivUIOp(arith.AddIOp(span, arith.SubIOp(step, _i32(1)).result).result, step).result
+        span = arith.MaxSIOp(arith.SubIOp(ub, lb).result, i32(0)).result
+        trips = arith.DivUIOp(arith.AddIOp(span, arith.SubIOp(step, i32(1)).result).result, step).result
         first = arith.DivUIOp(arith.MulIOp(split, trips).result, s).result
-        end = arith.DivUIOp(arith.MulIOp(arith.AddIOp(split, _i32(1)).result, trips).result, s).result
+        end = arith.DivUIOp(arith.MulIOp(arith.AddIOp(split, i32(1)).result, trips).result, s).result
         new_lb = arith.AddIOp(lb, arith.MulIOp(first, step).result).result
         new_ub = arith.MinSIOp(ub, arith.AddIOp(lb, arith.MulIOp(end, step).result).result).result
     loop.operands[0] = new_lb
     loop.operands[1] = new_ub
     # After the loop: keep the partials, count the arrival, and run the rest only in the last program.
     rest = ops_of(block)[ops_of(block).index(loop) + 1:-1]
-    i32 = ir.IntegerType.get_signless(32)
+    t32 = ir.IntegerType.get_signless(32)
     with ir.InsertionPoint(ops_of(block)[-1]), loop.location:
         for slot, acc in enumerate(fl.results):
             ir.Operation.create(SplitKStoreOp.NAME, operands=[acc, tile, split],
-                                attributes={"slot": ir.IntegerAttr.get(i32, slot)})
+                                attributes={"slot": ir.IntegerAttr.get(t32, slot)})
         last = ir.Operation.create(SplitKArriveOp.NAME, results=[ir.IntegerType.get_signless(1)], operands=[tile],
-                                   attributes={"splits": ir.IntegerAttr.get(i32, splits)}).results[0]
+                                   attributes={"splits": ir.IntegerAttr.get(t32, splits)}).results[0]
         branch = scf.IfOp(last)
         with ir.InsertionPoint(branch.then_block):
             sums = [ir.Operation.create(SplitKSumOp.NAME, results=[acc.type], operands=[acc, tile],
-                                        attributes={"slot": ir.IntegerAttr.get(i32, slot),
-                                                    "splits": ir.IntegerAttr.get(i32, splits)}).results[0]
+                                        attributes={"slot": ir.IntegerAttr.get(t32, slot),
+                                                    "splits": ir.IntegerAttr.get(t32, splits)}).results[0]
                     for slot, acc in enumerate(fl.results)]
             tail = scf.YieldOp([])
     for op in rest:

@@ -8,6 +8,7 @@ generic (walking, kernels, op accessors, locations) lives in `tawa.ir`.
 from __future__ import annotations
 
 from mlir import ir
+from mlir.dialects import arith
 
 from tawa.ir.ops import ArefPutOp, ClusterSizeOp, DimOp, GridExtentOp, NumProgramsOp, ProgramIdOp
 from tawa.ir.traversal import defining_op, users
@@ -36,8 +37,18 @@ def feeds_puts(load_op) -> bool:
 def computed_from_program(values) -> bool:
     """Whether any of `values` is computed (transitively) from a program id, program count or grid extent:
     whether a loop with these bounds may run a different number of iterations in different programs."""
-    return computed_from(values, lambda op: op.name in (ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME,
-                                                         ClusterSizeOp.NAME))
+    return computed_from(values, lambda op: op.name in SCALAR_OPS and op.name != DimOp.NAME)
+
+
+def i32(value: int) -> ir.Value:
+    """An i32 constant, at the current insertion point."""
+    return arith.ConstantOp(ir.IntegerType.get_signless(32), value).result
+
+
+def program_query(name: str, axis: int) -> ir.Value:
+    """A `tawa.program_id` / `tawa.num_programs` / `tawa.grid_extent` (`name`) of grid axis `axis`."""
+    t = ir.IntegerType.get_signless(32)
+    return ir.Operation.create(name, results=[t], attributes={"axis": ir.IntegerAttr.get(t, axis)}).results[0]
 
 
 def computed_from(values, source) -> bool:

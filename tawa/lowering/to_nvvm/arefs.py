@@ -32,7 +32,7 @@ from tawa.ir.location import where
 from tawa.ir import attrs
 from tawa.ir.ops import (AREF_USE_OPS, aref_of, ArefCreateOp, ArefGetOp, ArefPutOp, ForOp, LoadOp,
                          consumer_warp_groups, warp_group_role, warp_groups)
-from tawa.ir.traversal import ops_of, parent_op, walk
+from tawa.ir.traversal import ops_of, parent_op, users, walk
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from ..assign_layouts import smem_swizzle
@@ -95,15 +95,11 @@ def lower_aref_create(ctx, op) -> None:
     # Every warp group of the consumer region that reads a slot releases it (ping-pong regions read theirs alone).
     consumers = max((attrs.NUM_WARP_GROUPS.get(g) for g in warp_groups(parent_op(op))
                      if warp_group_role(g) == attrs.CONSUMER), default=consumer_warp_groups(parent_op(op)))
-    multicast = bool(ctx.cluster) and any(attrs.MULTICAST.get(v.owner) for put in _puts(create.result)
-                                          for v in ArefPutOp(put).values)
+    puts = [u for u in users(create.result) if u.name == ArefPutOp.NAME]
+    multicast = bool(ctx.cluster) and any(attrs.MULTICAST.get(v.owner) for put in puts for v in ArefPutOp(put).values)
     full = ctx.alloc_barriers(create.depth, 1)
     empty = ctx.alloc_barriers(create.depth, consumers, per_cluster_cta=multicast)
     ctx.set(create.result, Ring(create.depth, base, top, offsets, sizes, full, empty, multicast))
-
-
-def _puts(aref) -> list:
-    return [use.owner for use in aref.uses if use.owner.name == ArefPutOp.NAME]
 
 
 def iteration(ctx, op):

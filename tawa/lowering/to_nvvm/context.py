@@ -20,6 +20,7 @@ from tawa.abi import AbiParam
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
+from . import sync
 from .builder import Builder, V
 from .schedule import LoopSchedule
 
@@ -316,9 +317,7 @@ class Ctx:
         keeps what derives from it (slots, shared addresses, wgmma descriptors) in uniform registers, instead of
         computing them per thread and copying each into a uniform register for the wgmma (docs/compiler.md,
         "Issue slots in the main loops"). Emitted at kernel entry, where every lane is active."""
-        b = self.b
-        return b.op(f'"nvvm.shfl.sync"({b.i32(-1)}, {value}, {b.i32(0)}, {b.i32(31)}) '
-                    f'<{{kind = #nvvm<shfl_kind idx>}}> : (i32, i32, i32, i32) -> i32', "i32", prelude=True)
+        return sync.shfl(self.b, value, 0, "idx", prelude=True)
 
     def cluster_rank(self) -> V:
         """This CTA's rank in its cluster (0 without clusters)."""

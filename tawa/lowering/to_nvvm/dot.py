@@ -73,12 +73,16 @@ class Descriptors:
         self.ctx = ctx
         self.low = {}
 
-    def at(self, var_off: V, const_off: int, lbo: int, sbo: int, swizzle: int) -> V:
-        """The descriptor of the operand at shared byte offset `var_off + const_off` (16-byte aligned)."""
+    def at(self, offset: V, start, scale: int, const_off: int, lbo: int, sbo: int, swizzle: int) -> V:
+        """The descriptor of the operand at shared byte offset `offset + start * scale + const_off` (`start`: an
+        i32 value or an int; the result 16-byte aligned)."""
         b = self.ctx.b
-        key = (var_off.name, lbo)
+        if not isinstance(start, V):
+            start, const_off = 0, const_off + start * scale
+        key = (offset.name, getattr(start, "name", 0), scale, lbo)
         if key not in self.low:
-            self.low[key] = _desc_low(b, self.ctx.smem_addr(var_off), lbo)
+            base = b.add(offset, b.mul(start, scale)) if isinstance(start, V) else offset
+            self.low[key] = _desc_low(b, self.ctx.smem_addr(base), lbo)
         return _desc_from_low(b, b.add(self.low[key], const_off >> 4), sbo, swizzle)
 
 
@@ -129,30 +133,19 @@ def _width(t: SmemTile) -> int:
 def _k_major(descs: Descriptors, t: SmemTile, row0, kk: int) -> V:
     """Descriptor of a K-major operand (stored [rows of M or N, K]) from row `row0` (i32 value or int), k-step
     `kk`: rows of W bytes, 8-row atoms 8W bytes apart."""
-    b = descs.ctx.b
     w = _width(t)
     box, inner = divmod(kk * 32, w)
-    const = box * t.rows * w + inner
-    if isinstance(row0, V):
-        base = b.add(t.offset, b.mul(row0, w))
-    else:
-        base, const = t.offset, const + row0 * w
-    return descs.at(base, const, 16, 8 * w, w)
+    return descs.at(t.offset, row0, w, box * t.rows * w + inner, 16, 8 * w, w)
 
 
 def _mn_major(descs: Descriptors, t: SmemTile, col0, kk: int) -> V:
     """Descriptor of an MN-major operand (stored [K, M or N], 16-bit) from column `col0` (a multiple of the box's
     columns; i32 value or int), k-step `kk` (16 rows): boxes `rows * W` bytes apart, 8-row K groups 8W apart."""
-    b = descs.ctx.b
     w = _width(t)
     box_cols = w // elem_bytes(t.elem)
     box_bytes = t.rows * w
-    const = kk * k_step(t.elem) * w
-    if isinstance(col0, V):
-        base = b.add(t.offset, b.mul(col0, box_bytes // box_cols))
-    else:
-        base, const = t.offset, const + col0 // box_cols * box_bytes
-    return descs.at(base, const, box_bytes, 8 * w, w)
+    # col0 is a multiple of the box's columns, so col0 // box_cols * box_bytes == col0 * (box_bytes // box_cols)
+    return descs.at(t.offset, col0, box_bytes // box_cols, kk * k_step(t.elem) * w, box_bytes, 8 * w, w)
 
 
 def _operand_a(descs: Descriptors, a: SmemTile, row0, kk: int) -> V:

@@ -137,9 +137,15 @@ def wgmma_wait(b: Builder, pending: int) -> None:
     b.generic("nvvm.wgmma.wait.group.sync.aligned", props=f"group = {pending} : i64")
 
 
+def shfl(b: Builder, value: V, lane: int, kind: str, prelude: bool = False) -> V:
+    """`shfl.sync.{kind}` over the full warp (`kind`: bfly, idx, up, down)."""
+    return b.op(f'"nvvm.shfl.sync"({b.i32(-1)}, {value}, {b.i32(lane)}, {b.i32(31)}) '
+                f'<{{kind = #nvvm<shfl_kind {kind}>}}> : (i32, {value.type}, i32, i32) -> {value.type}', value.type,
+                prelude=prelude)
+
+
 def shfl_xor(b: Builder, value: V, lane_mask: int) -> V:
-    return b.op(f'"nvvm.shfl.sync"({b.i32(-1)}, {value}, {b.i32(lane_mask)}, {b.i32(31)}) '
-                f'<{{kind = #nvvm<shfl_kind bfly>}}> : (i32, {value.type}, i32, i32) -> {value.type}', value.type)
+    return shfl(b, value, lane_mask, "bfly")
 
 
 def fence_registers(b: Builder, regs: list) -> list:

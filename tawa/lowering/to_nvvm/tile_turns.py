@@ -13,13 +13,12 @@ order arrives there, after that group's own main loop (group 0 does not wait at 
 """
 from __future__ import annotations
 
-from tawa import hopper
 from tawa.ir.ops import ForOp
 from tawa.ir.traversal import parent_op
 
 from . import sync
 from .context import Ctx
-from .ws_consumer_loop import PINGPONG_BARRIERS
+from .ws_consumer_loop import PINGPONG_BARRIERS, PINGPONG_THREADS
 
 
 def take_main_loop_turn(ctx: Ctx, loop) -> None:
@@ -29,12 +28,11 @@ def take_main_loop_turn(ctx: Ctx, loop) -> None:
     loops in tile order, the producer is never more than a lap ahead of or behind the group that waits. It is
     also the ping-pong itself: one group's epilogue runs while the other's main loop has the tensor cores."""
     b = ctx.b
-    index, count = ctx.tile_share
+    index, _ = ctx.tile_share
     barrier = b.i32(MAIN_LOOP_BARRIERS + index)
     tiles = parent_op(loop)
     if index == 0 and tiles is not None and tiles.name == ForOp.NAME:
-        first = b.cmpi("eq", ctx.get(ForOp(tiles).iv), ctx.get(ForOp(tiles).lower))
-        with b.if_(b.xor(first, b.const(1, "i1"))):
+        with b.if_(b.cmpi("ne", ctx.get(ForOp(tiles).iv), ctx.get(ForOp(tiles).lower))):  # not its first tile
             sync.named_barrier_sync(b, barrier, MAIN_LOOP_THREADS)
     elif index != 0:
         sync.named_barrier_sync(b, barrier, MAIN_LOOP_THREADS)
@@ -53,4 +51,4 @@ def pass_main_loop_turn(ctx: Ctx) -> None:
 #: ping-pong, which uses the same ids, runs in regions of two warp groups, never in tile-sharing ones.
 MAIN_LOOP_BARRIERS = PINGPONG_BARRIERS[0]
 #: Threads at each: the waiting group and the group that passes it the turn.
-MAIN_LOOP_THREADS = 2 * hopper.THREADS_PER_WARP_GROUP
+MAIN_LOOP_THREADS = PINGPONG_THREADS
