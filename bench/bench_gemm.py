@@ -92,6 +92,16 @@ FUSED_VARIANTS = {
 }
 KERNELS.update(FUSED_VARIANTS)
 
+#: Examples tuned end to end by `tawa.autotune` over their declared `@autotune` space, in the same process as the
+#: anchors (the "tuned" column): name -> (example, constants fixed for every candidate). `build` compiles each
+#: space into DIR/tuned-cache, so that `run` needs no compiler.
+TUNED = {
+    "gemm_bf16": ("gemm.tawa", {"DTYPE": "bf16"}),
+    "gemm_f16": ("gemm.tawa", {"DTYPE": "f16"}),
+    "swiglu": ("swiglu.tawa", {}),
+    "linear": ("linear_gelu_residual.tawa", {}),
+}
+
 SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 2048), (16384, 8192, 1024), (4096, 14336, 4096),
          (512, 8192, 8192), (2048, 2048, 8192), (3000, 5000, 2000)]
 
@@ -118,6 +128,45 @@ def build(out: str, pattern: str = "") -> None:
         with open(os.path.join(out, name + ".cubin"), "wb") as f:
             f.write(k.cubin)
         print(f"{name}: {time.time() - t:.2f}s {k.notes} smem={k.shared_bytes} threads={k.num_threads}")
+    for name, (src, fixed) in TUNED.items():
+        if pattern and not re.search(pattern, "tuned_" + name):
+            continue
+        t = time.time()
+        os.environ["TAWA_CACHE_DIR"] = _tuned_cache(out)
+        import tawa
+        outcomes = tawa.autotune.compile_space(os.path.join(ROOT, "examples", src), show_progress=False, **fixed)
+        ok = sum(o.kernel is not None for o in outcomes)
+        print(f"tuned_{name}: {ok} of {len(outcomes)} candidates compiled in {time.time() - t:.1f}s")
+
+
+def _tuned_cache(out: str) -> str:
+    return os.path.join(out, "tuned-cache")
+
+
+def _tuner(out: str, name: str):
+    """`tawa.autotune` over the example's space from the cache `build` filled, or None where it was not built.
+    Results stored earlier are ignored (`TAWA_AUTOTUNE=force`): every shape is tuned in this process."""
+    cache = _tuned_cache(out)
+    if not os.path.isdir(cache):
+        return None
+    os.environ["TAWA_CACHE_DIR"] = cache
+    os.environ["TAWA_AUTOTUNE"] = "force"
+    import tawa
+    src, fixed = TUNED[name]
+    return tawa.autotune(os.path.join(ROOT, "examples", src), show_progress=False, **fixed)
+
+
+def _tuned(tuner, args: list, label: str):
+    """A launch of the tuner's choice for these arguments (tuning them first), or None; prints the choice."""
+    if tuner is None:
+        return None
+    try:
+        choice = tuner.tune(*args)
+    except Exception as e:  # a tuner that cannot run must not hide the other columns
+        print(f"  tuned {label}: FAILED {str(e)[:300]}")
+        return None
+    print(f"  tuned {label}: " + " ".join(f"{k}={v}" for k, v in choice.config.items()))
+    return lambda: tuner(*args)
 
 
 def _load(out, name):
@@ -279,13 +328,15 @@ def gemm_sweep(out, dev, check) -> None:
                 impls[v] = (lambda k: lambda a, b, c: k.launch([a, b, c]))(k)
         impls["cublas"] = lambda a, b, c: torch.matmul(a, b, out=c)
         impls.update(tri)
+        tuner = _tuner(out, f"gemm_{dt_name}")
         for (M, N, K) in SWEEP:
             a = torch.randn(M, K, device=dev, dtype=dt)
             b = torch.randn(K, N, device=dev, dtype=dt)
             c = torch.empty(M, N, device=dev, dtype=dt)
             ref = a.float() @ b.float()
+            tuned = _tuned(tuner, [a, b, c], f"{dt_name} {M}x{N}x{K}")
             live = {}
-            for n, f in impls.items():
+            for n, f in dict(impls, **({"tuned": lambda a, b, c: tuned()} if tuned else {})).items():
                 c.fill_(float("nan"))
                 try:
                     f(a, b, c)
@@ -312,16 +363,17 @@ def print_table(table) -> None:
     names = sorted({k[2] for k in table})
     ws = [n for n in names if n.startswith(("ws_", "pers_", "pp_"))]
     uni = [n for n in names if n.startswith("uni_")]
-    cols = ["Tawa-WS", "WS best", "Tawa-uniform", "cuBLAS", "Triton"]
+    cols = ["Tawa-WS", "WS best", "tuned", "Tawa-uniform", "cuBLAS", "Triton"]
     print(f"\nTFLOP/s; Tawa-WS = {HEADLINE_WS}; ratios to cuBLAS (torch.matmul)")
     print(f"{'dtype':5} {'M x N x K':>16} " + " ".join(f"{c:>12}" for c in cols) +
           "  | " + " ".join(f"{c:>12}" for c in cols if c != "cuBLAS"))
     for dt in ("bf16", "f16"):
         ratios = {c: [] for c in cols}
-        vs_triton = []
+        vs_triton = {"WS best": [], "tuned": []}
         for shape in SWEEP:
             row = {"Tawa-WS": table.get((dt, shape, HEADLINE_WS), 0),
                    "WS best": max([table.get((dt, shape, n), 0) for n in ws] or [0]),
+                   "tuned": table.get((dt, shape, "tuned"), 0),
                    "Tawa-uniform": max([table.get((dt, shape, n), 0) for n in uni] or [0]),
                    "cuBLAS": table.get((dt, shape, "cublas"), 0),
                    # the Triton anchor: the better of the tutorial-style and the persistent TMA matmul
@@ -330,17 +382,19 @@ def print_table(table) -> None:
                 continue
             for c in cols:
                 ratios[c].append(row[c] / row["cuBLAS"] if row[c] else float("nan"))
-            vs_triton.append(row["WS best"] / row["Triton"] if row["Triton"] and row["WS best"] else float("nan"))
+            for c in vs_triton:
+                vs_triton[c].append(row[c] / row["Triton"] if row["Triton"] and row[c] else float("nan"))
             print(f"{dt:5} {'x'.join(map(str, shape)):>16} " + " ".join(f"{row[c]:12.0f}" for c in cols) +
                   "  | " + " ".join(f"{ratios[c][-1]:12.3f}" for c in cols if c != "cuBLAS"))
         gm = {c: math.exp(sum(math.log(r) for r in ratios[c]) / len(ratios[c]))
               if ratios[c] and all(r == r for r in ratios[c]) else float("nan") for c in cols}
         print(f"{dt:5} {'geomean':>16} " + " " * 13 * len(cols) +
               "  | " + " ".join(f"{gm[c]:12.3f}" for c in cols if c != "cuBLAS"))
-        if vs_triton and all(r == r for r in vs_triton):
-            print(f"{dt:5} WS best / Triton (best of tutorial and persistent TMA): " +
-                  " ".join(f"{r:.3f}" for r in vs_triton) +
-                  f"; geomean {math.exp(sum(math.log(r) for r in vs_triton) / len(vs_triton)):.3f}")
+        for c, rs in vs_triton.items():
+            if rs and all(r == r for r in rs):
+                print(f"{dt:5} {c} / Triton (best of tutorial and persistent TMA): " +
+                      " ".join(f"{r:.3f}" for r in rs) +
+                      f"; geomean {math.exp(sum(math.log(r) for r in rs) / len(rs)):.3f}")
     print("\nper variant TFLOP/s (" + ", ".join("x".join(map(str, s)) for s in SWEEP) + "):")
     for dt in ("bf16", "f16"):
         for n in names:
@@ -386,6 +440,18 @@ def _checked(loaded: dict, prefix: str, args: list, out, ref, label: str, check)
     return impls
 
 
+def _add_tuned(impls: dict, name: str, tuner, args: list, ref, label: str, check) -> None:
+    """Add the tuner's choice for `args` (its last one the output, poisoned first) to `impls` if it is correct."""
+    import torch
+    launch = _tuned(tuner, args, label)
+    if launch is not None:
+        args[-1].fill_(float("nan"))
+        launch()
+        torch.cuda.synchronize()
+        if check(f"{name} {label}", args[-1], ref, 2e-2):
+            impls[name] = launch
+
+
 def fused_sweep(out, dev, check) -> None:
     """SwiGLU dual GEMM, linear + bias + GELU + residual, FP8 GEMM: each Tawa variant checked, then timed side by
     side with its anchors (TFLOP/s of the GEMM work; the anchors do the same math unfused)."""
@@ -393,6 +459,7 @@ def fused_sweep(out, dev, check) -> None:
     import torch.nn.functional as F
     bf = torch.bfloat16
     loaded = {n: _load(out, n) for n in FUSED_VARIANTS if os.path.exists(os.path.join(out, n + ".json"))}
+    swiglu_tuner, linear_tuner = _tuner(out, "swiglu"), _tuner(out, "linear")
 
     for (M, N, K) in [(4096, 14336, 4096), (8192, 14336, 4096), (1000, 1000, 520)]:
         a = torch.randn(M, K, device=dev, dtype=bf)
@@ -402,6 +469,7 @@ def fused_sweep(out, dev, check) -> None:
         g, u = a.float() @ b1.float(), a.float() @ b2.float()
         ref = F.silu(g) * u
         impls = _checked(loaded, "swiglu", [a, b1, b2], c, ref, f"{M}x{N}x{K}", check)
+        _add_tuned(impls, "swiglu_tuned", swiglu_tuner, [a, b1, b2, c], ref, f"{M}x{N}x{K}", check)
         if M < 2048:
             continue
         impls["torch_unfused"] = lambda: F.silu(a @ b1) * (a @ b2)
@@ -420,6 +488,7 @@ def fused_sweep(out, dev, check) -> None:
         y = torch.empty(M, N, device=dev, dtype=bf)
         ref = F.gelu(x.float() @ w.float().T + bias.float(), approximate="tanh") + r.float()
         impls = _checked(loaded, "linear", [x, w, bias, r], y, ref, f"{M}x{N}x{K}", check)
+        _add_tuned(impls, "linear_tuned", linear_tuner, [x, w, bias, r, y], ref, f"{M}x{N}x{K}", check)
         if M < 2048:
             continue
         impls["cublas_gemm"] = lambda: torch.matmul(x, w.T, out=y)

@@ -27,8 +27,8 @@ from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import kernel_info, verify
 from tawa.ir.location import source_location
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, launch_order,
-                           lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles, protocol_check,
-                           register_realloc, software_pipeline, split_k, to_nvvm, ws_analysis)
+                           lazy_rescale, lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles,
+                           protocol_check, register_realloc, software_pipeline, split_k, to_nvvm, ws_analysis)
 from tawa.options import CompileOptions
 
 
@@ -75,6 +75,9 @@ PIPELINE = [
     Pass("launch-order", launch_order.run),
     # Masks that a scalar test proves all-true on most iterations (attention's bounds and causal masks) are skipped.
     Pass("mask-elision", mask_elision.run),
+    # An online softmax keeps a stale row maximum until it grows by 2^8, so its rescale multiplies are by exactly 1.0
+    # on most iterations, and the GPU lowering skips them.
+    Pass("lazy-rescale", lazy_rescale.run),
     # Split-K: small grids split each tile's K loop over several programs; the last to finish sums and stores.
     Pass("split-k", split_k.run, when=_split),
     # Warp specialization (tile level): loads feeding dots become aref puts in a producer warp group.

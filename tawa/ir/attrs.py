@@ -18,6 +18,7 @@ or `LAYOUT.set(op, desc)`. Who sets each attribute and who reads it:
 | `tawa.lookahead` (unit) | a consumer's `scf.for` | assign-warp-groups | conversion (next iteration's first dot issued early) |
 | `tawa.persistent` (unit) | kernel | persistent-tiles | conversion, backend and runtime (launch about one CTA per SM), interpreter |
 | `tawa.split_k` (i32, default 1) | kernel | split-k | conversion, backend and runtime (grid axis 2 times it), interpreter |
+| `tawa.unit_scale_operand` (i32) | tile `arith.mulf` | lazy-rescale | conversion (skipped when that operand is all 1.0 in a warp) |
 | `tawa.tile_share` (array of two i32) | ping-pong consumer region | partition | protocol-check, persistent-tiles, conversion, interpreter |
 | `tawa.smem` (unit) | `tawa.load`, `tawa.trans` | assign-layouts, assign-warp-groups | software-pipeline, conversion |
 | `tawa.layout` (str) | op with a tile result | assign-layouts | conversion |
@@ -135,6 +136,10 @@ CLUSTER = PyAttr("tawa.cluster", None)
 #: On a producer's load: the CTAs of a cluster all read this tile; each copies its share to every one of them.
 MULTICAST = UnitAttr("tawa.multicast")
 
+#: On a tile multiply: the index of its operand that is exactly 1.0 everywhere on most iterations (attention's
+#: rescale factor after `lazy-rescale`); the GPU lowering skips the multiply where a warp vote finds it so.
+UNIT_SCALE_OPERAND = I32Attr("tawa.unit_scale_operand", None)
+
 #: Warp-group roles.
 PRODUCER, CONSUMER = "producer", "consumer"
 
@@ -149,5 +154,5 @@ KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 #: Every `tawa.*` attribute, for the verifier and the docs.
 ALL = (KERNEL, PARAMS, GRID, CONSTANTS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
        AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, TILE_SHARE, CLUSTER,
-       MULTICAST, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
+       MULTICAST, UNIT_SCALE_OPERAND, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
        KERNEL_INFO)

@@ -47,3 +47,19 @@ def test_warp_indices_are_warp_uniform(example):
         uses = re.findall(rf"^\s*(\S+)[^\n]*, {re.escape(g)}\b", ptx, re.M)
         assert uses == ["shfl.sync.idx.b32"], f"{g} (a warp-group index) is used only through a lane-0 shuffle"
     assert LANE0_SHUFFLE.search(ptx)
+
+
+#: A warp vote whose "no" skips a run of multiplies: the accumulator's rescale marked by `lazy-rescale`.
+SKIPPED_RESCALE = re.compile(r"vote\.sync\.any\.pred\s+(%p\d+), %p\d+, -1;\s*not\.pred\s+(%p\d+), \1;\s*"
+                             r"@\2 bra\s+\S+;((?:\s*mul\.rn\.f32[^\n]*)+)")
+
+
+@pytest.mark.parametrize("constants,per_thread", [({}, 64), ({"HEAD_DIM": 64}, 32), ({"CAUSAL": 1}, 64),
+                                                  ({"BLOCK_N": 64}, 64)], ids=str)
+def test_attention_rescale_is_skipped_when_alpha_is_one(constants, per_thread):
+    """The accumulator rescale (one multiply per accumulator register: BLOCK_M x HEAD_DIM over 256 consumer
+    threads) sits behind a warp vote, once per key block in the steady-state loop."""
+    kernel = tawa.compile((ROOT / "examples" / "flash_attention.tawa").read_text(), cache=False, **constants)
+    skips = SKIPPED_RESCALE.findall(kernel.compiled.ptx)
+    assert skips, "no vote-guarded rescale in the PTX"
+    assert all(body.count("mul.rn.f32") == per_thread for _, _, body in skips), [b.count("mul") for *_, b in skips]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from mlir import ir
 
 from tawa.errors import CompilationError
+from tawa.ir import attrs
 from tawa.ir.location import source_location
 
 from .builder import Builder, V
@@ -133,6 +134,13 @@ def lower_elementwise(ctx: Ctx, op) -> None:
         return
     layout = layout_of(op)
     rtype = elem_type(result.type)
+    which = attrs.UNIT_SCALE_OPERAND.get(op)
+    if which is not None and name == "arith.mulf" and rtype == "f32":
+        # Never lazy: the branch computes every register at once, or none.
+        tiles = [as_tile(ctx, ctx.get(v), layout, elem_type(v.type), op) for v in op.operands]
+        product = lambda: [b.mul(a, s) for a, s in zip(tiles[1 - which].regs, tiles[which].regs)]  # noqa: E731
+        ctx.set(result, Tile(_unless_unit_scale(b, tiles[which], tiles[1 - which], product), layout, rtype))
+        return
     if ctx.lazy:
         # Register i of the result is computed when it is first needed, from register i of each operand.
         tiles = [as_lazy_tile(ctx, v, layout, op) for v in op.operands]
@@ -142,6 +150,20 @@ def lower_elementwise(ctx: Ctx, op) -> None:
     tiles = [as_tile(ctx, ctx.get(v), layout, elem_type(v.type), op) for v in op.operands]
     regs = [_scalar_op(b, name, props, [t.regs[i] for t in tiles], rtype) for i in range(len(layout.regs))]
     ctx.set(result, Tile(regs, layout, rtype))
+
+
+def _unless_unit_scale(b: Builder, scale: Tile, other: Tile, product) -> list:
+    """`product()`'s registers, or `other`'s as they are when every register of `scale` in this warp is exactly
+    1.0: one warp vote and a uniform branch instead of a multiply per register (`lazy-rescale` marks the
+    multiplies whose scale is usually all ones: attention's rescale of its accumulator)."""
+    one = b.const(1.0, "f32")
+    distinct = list({r.name: r for r in scale.regs}.values())
+    differs = None
+    for r in distinct:
+        ne = b.op(f"arith.cmpf une, {r}, {one} : f32", "i1")
+        differs = ne if differs is None else b.op(f"arith.ori {differs}, {ne} : i1", "i1")
+    scaled = b.op(f"nvvm.vote.sync any {b.i32(-1)}, {differs} -> i1", "i1")
+    return b.if_else_values(scaled, product, lambda: list(other.regs), ["f32"] * len(other.regs))
 
 
 def _reg(tile, i: int) -> V:

@@ -1,0 +1,189 @@
+"""lazy-rescale: an online softmax keeps its running maximum until it grows by more than a threshold.
+
+Takes: tile IR after `mask-elision`. Gives: in every `scf.for` whose body runs the online-softmax recurrence on a
+carried row maximum `m` (a rank-1 f32 iteration argument),
+
+    m_new = maximumf(m, x)              -- yielded as the next m, and used only below
+    p     = exp2(e - m_new[:, None])    -- (or exp) any number of such exponentials
+    alpha = exp2(m - m_new)             -- used only to multiply carried values: l * alpha, acc * alpha[:, None]
+
+the maximum actually used becomes
+
+    m_used = select(m_new - m > THRESHOLD, m_new, m)
+    alpha  = select(m_new - m > THRESHOLD, exp2(m - m_used), 1.0)
+
+and each tile multiply `acc * alpha[:, None]` is marked `tawa.unit_scale_operand` (the index of its alpha
+operand). The loop's final `m` must be unused after the loop.
+
+Why: the maximum only keeps the exponentials in range; any value that every scaled quantity (the exponentials,
+the row sum l, the accumulator acc) shares cancels in acc / l. Keeping a stale maximum lets the exponentials
+reach 2^THRESHOLD at most (256: no overflow in f32, bf16 or f16), and makes alpha exactly 1.0 on most
+iterations: after the first key blocks a row's maximum rarely grows by that much. The GPU lowering then skips
+the marked multiplies when every alpha a warp holds is 1.0 (a warp vote and a branch), which removes one multiply
+per accumulator element and key block (at head dim 128 and 128-key blocks, a sixth of the softmax's
+instructions). The decision is per row and exact, so results do not depend on how rows are spread over warps.
+This is the conditional rescaling of FlashAttention-4; the program stays as written.
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith
+
+from tawa.ir import attrs
+from tawa.ir.kernel_info import kernels
+from tawa.ir.ops import BroadcastOp, ExpandDimsOp, ForOp, SplatOp
+from tawa.ir.traversal import defining_op, users, walk
+
+#: Growth of the row maximum (in the exponential's units) that forces a rescale: the exponentials stay <= 2^8
+#: (or e^8 < 2^12 for `exp`), well inside f16's range.
+THRESHOLD = 8.0
+_EXP = ("math.exp2", "math.exp")
+# arith.CmpFPredicate: ogt = 2.
+_OGT = 2
+
+
+def _only_user(value):
+    us = users(value)
+    return us[0] if len(us) == 1 else None
+
+
+class _Match:
+    """The pieces of one online-softmax recurrence on iteration argument `index` of `loop`."""
+
+    def __init__(self, loop: ForOp, index: int):
+        self.loop, self.index = loop, index
+        self.m = loop.iter_args[index]
+        self.m_new = None
+        self.shifts = []        # the ops `e - m_new[:, None]` (m_new's broadcast is operand 1)
+        self.alpha_sub = None   # m - m_new
+        self.alpha = None       # exp2(m - m_new)
+        self.scaled = []        # (mulf, index of alpha's operand) of tile multiplies by alpha[:, None]
+
+    def find(self) -> bool:
+        t = self.m.type
+        if not (isinstance(t, ir.RankedTensorType) and t.rank == 1 and isinstance(t.element_type, ir.F32Type)):
+            return False
+        yield_op = self.loop.yield_op
+        self.m_new = yield_op.operands[self.index]
+        top = defining_op(self.m_new)
+        if top is None or top.name not in ("arith.maximumf", "arith.maxnumf") or self.m not in list(top.operands):
+            return False
+        if users(self.loop.results[self.index]):
+            return False                 # the final maximum is read after the loop: it must stay exact
+        for use in self.m_new.uses:
+            owner = defining_op_of_use(use)
+            if owner == yield_op:
+                if use.operand_number != self.index:
+                    return False
+            elif owner.name == "arith.subf" and use.operand_number == 1 and owner.operands[0] == self.m:
+                if self.alpha_sub is not None:
+                    return False
+                self.alpha_sub = owner
+            elif owner.name == ExpandDimsOp.NAME:
+                if not self._shift(owner):
+                    return False
+            else:
+                return False
+        return self.alpha_sub is not None and self._alpha() and bool(self.shifts)
+
+    def _shift(self, expand) -> bool:
+        """m_new[:, None] broadcast, subtracted from scores that go straight into an exponential."""
+        if ExpandDimsOp(expand).axis != 1:
+            return False
+        for bcast in users(expand.results[0]):
+            if bcast.name != BroadcastOp.NAME:
+                return False
+            for sub in users(bcast.results[0]):
+                if sub.name != "arith.subf" or sub.operands[1] != bcast.results[0] or sub.operands[0] == bcast.results[0]:
+                    return False
+                if not users(sub.results[0]) or any(u.name not in _EXP for u in users(sub.results[0])):
+                    return False
+                self.shifts.append(sub)
+        return True
+
+    def _alpha(self) -> bool:
+        """alpha = exp(m - m_new) multiplies carried values only (the row sum, the accumulator)."""
+        exp = _only_user(self.alpha_sub.results[0])
+        if exp is None or exp.name not in _EXP:
+            return False
+        self.alpha = exp
+        carried = set(self.loop.iter_args)
+        for use in exp.results[0].uses:
+            owner = defining_op_of_use(use)
+            if owner.name == "arith.mulf" and owner.operands[1 - use.operand_number] in carried:
+                continue
+            if owner.name != ExpandDimsOp.NAME or ExpandDimsOp(owner).axis != 1:
+                return False
+            for bcast in users(owner.results[0]):
+                if bcast.name != BroadcastOp.NAME:
+                    return False
+                for b_use in bcast.results[0].uses:
+                    mul = defining_op_of_use(b_use)
+                    if mul.name != "arith.mulf" or mul.operands[1 - b_use.operand_number] not in carried:
+                        return False
+                    self.scaled.append((mul, b_use.operand_number))
+        return True
+
+    def rewrite(self) -> None:
+        top = defining_op(self.m_new)
+        t = self.m.type
+        with ir.InsertionPoint(_after(top)), top.location:
+            threshold, one = _splat(THRESHOLD, t), _splat(1.0, t)
+            growth = arith.SubFOp(self.m_new, self.m).result
+            grows = arith.CmpFOp(_OGT, growth, threshold).result
+            m_used = arith.SelectOp(grows, self.m_new, self.m).result
+        # Every reader of the maximum but the growth test reads the maximum in use.
+        for op in [self.loop.yield_op, self.alpha_sub] + [defining_op(s.operands[1]) for s in self.shifts]:
+            _replace_operand(op, self.m_new, m_used)
+        for s in self.shifts:
+            expand = defining_op(defining_op(s.operands[1]).operands[0])
+            _replace_operand(expand, self.m_new, m_used)
+        alpha = self.alpha.results[0]
+        with ir.InsertionPoint(_after(self.alpha)), self.alpha.location:
+            exact = arith.SelectOp(grows, alpha, one).result
+        for owner, number in [(defining_op_of_use(u), u.operand_number) for u in alpha.uses]:
+            if owner != defining_op(exact):
+                owner.operands[number] = exact
+        for mul, operand in self.scaled:
+            attrs.UNIT_SCALE_OPERAND.set(mul, operand)
+
+
+def _splat(value: float, t) -> ir.Value:
+    """An f32 tile of type `t` holding `value` everywhere, built as the frontend builds constants."""
+    scalar = arith.ConstantOp(ir.F32Type.get(), value).result
+    return ir.Operation.create(SplatOp.NAME, results=[t], operands=[scalar]).result
+
+
+def defining_op_of_use(use):
+    owner = use.owner
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def _after(op):
+    """An insertion point right after `op`."""
+    block = op.block
+    following = False
+    for o in block.operations:
+        if following:
+            return o.operation
+        if o.operation == op:
+            following = True
+    raise AssertionError("a terminator has no successor")
+
+
+def _replace_operand(op, old, new) -> None:
+    for i, v in enumerate(op.operands):
+        if v == old:
+            op.operands[i] = new
+
+
+def run(module, options):
+    with module.context:
+        for func in kernels(module):
+            for op in [o for o in walk(func) if o.name == ForOp.NAME]:
+                loop = ForOp(op)
+                for index in range(len(loop.iter_args)):
+                    match = _Match(loop, index)
+                    if match.find():
+                        match.rewrite()
+    return module

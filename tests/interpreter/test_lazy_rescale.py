@@ -1,0 +1,63 @@
+"""Attention with the lazy-rescale pass computes what the plain online softmax computes: the interpreter runs the
+example after the tile-level passes (target='cpu') on scores whose row maximum grows by more than the threshold
+in later key blocks (so some blocks rescale and others keep a stale maximum), against a float64 reference."""
+import math
+import pathlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tawa
+from tawa.lowering.lazy_rescale import THRESHOLD
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "flash_attention.tawa"
+BF16 = ml_dtypes.bfloat16
+
+
+def reference(q, k, v, scale, causal):
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    logits = np.einsum("zhqd,zhkd->zhqk", q, k) * scale
+    if causal:
+        s = q.shape[2]
+        logits = np.where(np.tril(np.ones((s, s), bool)), logits, -np.inf)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    return np.einsum("zhqk,zhkd->zhqd", p / p.sum(-1, keepdims=True), v)
+
+
+def growing_keys(rng, z, h, s, d):
+    """Keys whose scale rises along the sequence in steps, so each query row's maximum jumps by more than
+    THRESHOLD (in exp2 units) at some key blocks and by less at others."""
+    ramp = (1.0 + np.floor(np.arange(s) / 16) * 1.5)[None, None, :, None]
+    return (rng.standard_normal((z, h, s, d)) * ramp).astype(BF16)
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("s", [70, 129])
+def test_lazy_rescale_matches_the_exact_softmax(causal, s):
+    rng = np.random.default_rng(s + causal)
+    z, h, d = 1, 2, 32
+    q = rng.standard_normal((z, h, s, d)).astype(BF16)
+    k = growing_keys(rng, z, h, s, d)
+    v = rng.standard_normal((z, h, s, d)).astype(BF16)
+    scale = 1 / math.sqrt(d)
+    logits = np.einsum("zhqd,zhkd->zhqk", q.astype(np.float64), k.astype(np.float64)) * scale / math.log(2)
+    # The inputs exercise both branches: between 16-key blocks, some row maxima grow by more than the threshold.
+    block_max = np.maximum.accumulate(logits.reshape(z, h, s, -1)[..., : s - s % 16].reshape(z, h, s, -1, 16)
+                                      .max(-1), axis=-1)
+    jumps = np.diff(block_max, axis=-1)
+    assert (jumps > THRESHOLD).any() and ((jumps > 0) & (jumps <= THRESHOLD)).any()
+    o = np.full((z, h, s, d), np.nan, BF16)
+    kernel = tawa.compile(str(EXAMPLE), target="cpu", HEAD_DIM=d, BLOCK_M=32, BLOCK_N=16, CAUSAL=causal)
+    kernel(q, k, v, o, scale)
+    np.testing.assert_allclose(o.astype(np.float64), reference(q, k, v, scale, causal), rtol=2e-2, atol=2e-2)
+
+
+def test_the_pass_fires_on_the_example():
+    """The example's loop really is rewritten (else the test above would test nothing new)."""
+    from tawa.compiler import compile_source
+    from tawa.options import CompileOptions
+    text = str(compile_source(EXAMPLE.read_text(), str(EXAMPLE),
+                              CompileOptions(target="cpu", constants={"HEAD_DIM": 32, "BLOCK_M": 32,
+                                                                      "BLOCK_N": 16}), emit="mlir"))
+    assert text.count("tawa.unit_scale_operand") == 1 and "arith.cmpf ogt" in text
