@@ -36,9 +36,6 @@ class TmaLoad:
 
     def __init__(self, ctx: Ctx, op, parts: int = 1):
         self.op = op
-        src = LoadOp(op).src
-        self.arg = ctx.params.arg_index(src)
-        self.src_rank = ir.MemRefType(src.type).rank
         shape = tile_shape(op.results[0].type)
         loc = source_location(op)
         if len(shape) != 2:   # dot operands are 2-D (verifier rule `dot-shape`), and so is their transpose
@@ -55,8 +52,7 @@ class TmaLoad:
         self.bytes = self.nbox * self.box_bytes
         # A tile the CTAs of a cluster share (`tawa.multicast`) is copied in `parts` row blocks, one per CTA.
         self.part_rows = self.rows // parts
-        box = [1] * (self.src_rank - 2) + [self.part_rows, self.box_cols]
-        self.tmap = ctx.params.tensormap(self.arg, box, width)
+        self.tmap = ctx.params.tile_map(LoadOp(op).src, self.part_rows, self.box_cols, width)
 
     def issue(self, ctx: Ctx, offsets: list, dst_offset: V, bar: V, part: int = 0, multicast: V | None = None) \
             -> None:
@@ -66,8 +62,7 @@ class TmaLoad:
         skip = part * self.part_rows
         row = b.add(offsets[-2], skip) if skip else offsets[-2]
         for j in range(self.nbox):
-            col = b.add(offsets[-1], j * self.box_cols) if j else offsets[-1]
-            coords = [col, row] + list(reversed(offsets[:-2]))
+            coords = sync.box_coords(b, offsets, j, self.box_cols, row)
             into = j * self.box_bytes + skip * (self.box_bytes // self.rows)
             dst = ctx.smem_ptr(b.add(dst_offset, into) if into else dst_offset)
             sync.tma_load(b, self.tmap, dst, bar, coords, multicast)
@@ -328,13 +323,10 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
     box_cols = SWIZZLE_BYTES // es
     nbox = cols // box_cols
     box_bytes = rows * SWIZZLE_BYTES
-    arg = ctx.params.arg_index(StoreOp(op).dst)
-    rank = ir.MemRefType(StoreOp(op).dst.type).rank
-    tmap = ctx.params.tensormap(arg, [1] * (rank - 2) + [rows, box_cols], SWIZZLE_BYTES)
+    tmap = ctx.params.tile_map(StoreOp(op).dst, rows, box_cols, SWIZZLE_BYTES)
 
     def store_box(j, src):
-        col = b.add(offsets[-1], j * box_cols) if j else offsets[-1]
-        coords = [col, offsets[-2]] + list(reversed(offsets[:-2]))
+        coords = sync.box_coords(b, offsets, j, box_cols)
         sync.tma_store(b, tmap, ctx.smem_ptr(b.i32(src)), coords)
 
     staged = None
