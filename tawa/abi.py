@@ -61,8 +61,9 @@ class CompiledKernel:
     #: CTAs the kernel keeps resident per SM (its registers and shared memory sized for that many); a persistent
     #: kernel is launched with this many CTAs per SM.
     ctas_per_sm: int = 1
-    #: Bytes ptxas spilled (stores + loads; 0 where ptxas did not run).
-    spill_bytes: int = 0
+    #: Bytes of registers ptxas spilled (stores + loads), from its report; None where ptxas did not run (no ptxas
+    #: where the kernel was compiled, or the CPU target).
+    spill_bytes: Optional[int] = None
     ptx: Optional[str] = None
     cubin: Optional[bytes] = None
     ir: Optional[str] = None        # the final MLIR text (cpu target: what the interpreter runs)

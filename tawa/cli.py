@@ -205,7 +205,6 @@ def _autotune_space(args, constants: dict) -> int:
             from tawa.errors import CompilationError
             raise CompilationError(f"no such kernel file: {args.file}")
         from tawa.autotune import compile_space
-        from tawa.autotune.compiling import spill_bytes
         outcomes = compile_space(args.file, jobs=args.jobs, target=target, **fixed)
     except TawaError as e:
         print(str(e), file=sys.stderr)
@@ -227,7 +226,7 @@ def _autotune_space(args, constants: dict) -> int:
             continue
         ok += 1
         k = o.kernel
-        spills = spill_bytes(k)
+        spills = k.spill_bytes
         facts = [f"{k.shared_bytes} bytes shared", f"{k.num_threads} threads"]
         if spills is not None:
             facts.append(f"{spills} bytes spilled")

@@ -119,51 +119,52 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     split_k.check(func, options.split_k)
     if options.target == "cpu" and options.warp_specialize is None:
         return Plan(options.target, False, split_k=options.split_k), []
-    specialize, note = ws_analysis.decide(func, options)
+    loop_plans, note = ws_analysis.decide(func, options)
     notes = [note] if note else []
-    schedule, why = _tile_schedule(func, options, bool(specialize))
+    schedule, why = _tile_schedule(func, options, loop_plans)
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' uses the {schedule} schedule: {why}")
-    cluster, why = _cluster(func, options, schedule)
+    cluster, why = _cluster(func, options, loop_plans, schedule)
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
     if options.split_k > 1:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' splits its K loop over {options.split_k} programs "
                      f"per output tile (split_k={options.split_k})")
-    ctas, why = occupancy.choose(func, options, bool(specialize), schedule, cluster)
+    ctas, why = occupancy.choose(func, options, loop_plans, schedule, cluster)
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
-    return Plan(options.target, bool(specialize), schedule, options.split_k, cluster, ctas), notes
+    return Plan(options.target, loop_plans is not None, schedule, options.split_k, cluster, ctas), notes
 
 
-def _cluster(func, options: CompileOptions, schedule: str) -> tuple[str, str]:
+def _cluster(func, options: CompileOptions, loop_plans, schedule: str) -> tuple[str, str]:
     """("AxB", what the kernel's notes say) for the `cluster` option: clusters are asked for, never chosen."""
     if options.cluster in (None, "1x1"):
         return "1x1", ""
-    ok, why = persistent_tiles.can_cluster(func, options, schedule)
+    ok, why = persistent_tiles.can_cluster(func, loop_plans, options, schedule)
     if not ok:
         raise CompilationError(f"cannot run kernel '{kernel_info.kernel_name(func)}' in {options.cluster} clusters: "
                                f"{why}", source_location(func), note="compile without the cluster option")
     return options.cluster, f"runs in {options.cluster} thread-block clusters: {why}"
 
 
-def _tile_schedule(func, options: CompileOptions, specialized: bool) -> tuple[str, str]:
-    """("tile" | "persistent" | "pingpong", why) for one kernel."""
+def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]:
+    """("tile" | "persistent" | "pingpong", why) for one kernel; `loop_plans`: its `ws_analysis.plan` where it is
+    warp-specialized, else None."""
     name = kernel_info.kernel_name(func)
     if options.schedule == "tile":
         return "tile", "one program per CTA (schedule='tile')"
     asked = options.schedule in ("persistent", "pingpong")
     what = "ping-pong" if options.schedule == "pingpong" else "persistent"
-    if not specialized:
+    if loop_plans is None:
         if asked:
             raise CompilationError(f"cannot make kernel '{name}' {what}: it is not warp-specialized",
                                    source_location(func),
                                    note="the persistent schedules loop the producer and consumer warp groups over "
                                         "tiles; compile with schedule='tile' or let the kernel specialize")
         return "tile", ""
-    ok, reason = persistent_tiles.can_persist(func, options)
+    ok, reason = persistent_tiles.can_persist(func, loop_plans, options)
     if ok and options.schedule in (None, "pingpong"):
-        pingpong, why_not = persistent_tiles.can_pingpong(func, options)
+        pingpong, why_not = persistent_tiles.can_pingpong(func, loop_plans, options)
         if pingpong:
             return "pingpong", ("about one CTA per SM; each of the two consumer warp groups computes every other "
                                 "output tile of its CTA on its own, their main loops in turn, so one group's "

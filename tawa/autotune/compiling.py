@@ -21,7 +21,6 @@ import contextlib
 import importlib.util
 import multiprocessing
 import os
-import re
 import sys
 import time
 import types
@@ -36,8 +35,6 @@ from .errors import AutotuneError
 
 #: Why a candidate cannot be had on a machine without the compiler when the cache does not hold it.
 NO_COMPILER = "not in the kernel cache, and this machine has no compiler (MLIR and Lark are not installed)"
-#: ptxas's resource report as the backend records it in `CompiledKernel.notes`.
-_SPILLS = re.compile(r"ptxas: \d+ registers, (\d+) bytes spill stores, (\d+) bytes spill loads")
 
 
 @dataclass
@@ -175,16 +172,6 @@ def compile_all(source: str, filename: str, configs: list, target: str = "cuda",
     return outcomes
 
 
-def spill_bytes(kernel: CompiledKernel) -> Optional[int]:
-    """Bytes of register spill stores plus loads from ptxas's report, or None when there is no report (no ptxas
-    where the kernel was compiled, or the CPU target)."""
-    for note in kernel.notes or []:
-        m = _SPILLS.search(note)
-        if m:
-            return int(m.group(1)) + int(m.group(2))
-    return None
-
-
 def prune(outcomes: list, spills: bool = True) -> list:
     """Mark the outcomes not worth timing (`Outcome.pruned`): compile errors, and spills while some candidate
     has none. Returns the outcomes left to time."""
@@ -193,10 +180,10 @@ def prune(outcomes: list, spills: bool = True) -> list:
             o.pruned = f"does not compile: {o.error}"
     alive = [o for o in outcomes if o.pruned is None]
     if spills:
-        clean = [o for o in alive if not spill_bytes(o.kernel)]
+        clean = [o for o in alive if not o.kernel.spill_bytes]
         if clean:
             for o in alive:
-                n = spill_bytes(o.kernel)
+                n = o.kernel.spill_bytes
                 if n:
                     o.pruned = f"ptxas spills {n} bytes of registers"
             alive = clean

@@ -199,7 +199,7 @@ class Autotuner:
             outcome = compiling.compile_one(self.source, self.filename, config, self.target, self._defaults)
             if outcome.kernel is None:
                 errors.append((config, f"does not compile: {outcome.error}"))
-            elif self.prune_spills and compiling.spill_bytes(outcome.kernel):
+            elif self.prune_spills and outcome.kernel.spill_bytes:
                 spilling = spilling or outcome          # used only if every candidate that compiles spills
             else:
                 return Choice(config.as_dict(), self._kernel(outcome, config.as_dict()), "default")

@@ -63,6 +63,30 @@ def _in_loop(op) -> bool:
     return enclosing(op, (ForOp.NAME,)) is not None
 
 
+def slot_bytes(heavy) -> int:
+    """Bytes of one ring slot of every ring together: one iteration's heavy loads of each pipelined loop (all
+    rings are created up front and live at once, so they share the budget)."""
+    return sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
+
+
+def smallest_ring_fits(func_op, heavy, options, persistent: bool = False, stagings: int = 1,
+                       ctas_per_sm: int = 1) -> tuple:
+    """(True, "") when the smallest ring worth having, `options.num_buffers` slots or else two (double
+    buffering), fits in a block's shared memory at `ctas_per_sm` blocks per SM next to what `other_smem_bytes`
+    sets aside (`stagings`: 1, or 2 for ping-pong); else (False, what does not fit).
+
+    Why: the schedule decisions that change that budget (persistent tiles, ping-pong, two CTAs per SM) are taken
+    before the pipeline runs, so they ask here whether the ring they would leave is still a ring."""
+    slot = slot_bytes(heavy)
+    depth = getattr(options, "num_buffers", None) or 2
+    other = other_smem_bytes(func_op, heavy, persistent, stagings)
+    if depth * slot + other <= hopper.smem_for_tiles(ctas_per_sm):
+        return True, ""
+    staging = f"{other // 1024} KiB of epilogue staging" if stagings == 1 else \
+        f"two epilogue stagings of {other // 2048} KiB"
+    return False, f"{depth} ring slots of {slot // 1024} KiB and {staging} do not fit in shared memory together"
+
+
 def choose_depth(slot_bytes: int, func_op, options, heavy=()) -> int:
     if options.num_buffers is not None:     # validated with the other options
         return options.num_buffers
@@ -162,11 +186,10 @@ def run(module: ir.Module, options) -> ir.Module:
             # runs when the answer was yes, and here computes how.
             plans = ws_analysis.required_plan(func)
             heavy = [ld for p in plans for ld in p.loads]
-            # All rings live at once (they are created up front), so they share the budget.
-            slot_bytes = sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
-            depth = choose_depth(slot_bytes, func, options, heavy)
+            slot = slot_bytes(heavy)
+            depth = choose_depth(slot, func, options, heavy)
             if plans:
-                check_depth(depth, slot_bytes, options, plans[0].loop)
+                check_depth(depth, slot, options, plans[0].loop)
             for p in plans:
                 insert_for_loop(p, depth)
     return module

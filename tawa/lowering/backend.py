@@ -48,7 +48,7 @@ def _build_kernel(module: ir.Module, ptxas: bool) -> CompiledKernel:
             note="use smaller tiles (BLOCK_M, BLOCK_N, BLOCK_K) or fewer pipeline stages (num_stages, "
                  "num_buffers)")
     ptx = emit_ptx.emit_ptx(module)
-    cubin, notes, spills = None, [], 0
+    cubin, notes, spills = None, [], None
     if ptxas and emit_ptx.find_ptxas():
         cubin, rep = emit_ptx.assemble(ptx)
         spills = rep.spill_stores + rep.spill_loads

@@ -21,7 +21,7 @@ from tawa import hopper
 from tawa.ir.ops import DotOp, LoadOp
 from tawa.ir.traversal import backward_slice, defining_op, ops_of, walk
 from tawa.ir.types import tile_bytes
-from tawa.lowering import aref_insertion, partition, ws_analysis
+from tawa.lowering import aref_insertion, partition
 
 #: Registers per consumer thread that the consumer loop's register tiles may take at two CTAs per SM: of the 104
 #: a consumer warp group gets there (half the register file over 384 threads, less the producer's 24), the rest
@@ -55,14 +55,14 @@ def chains_dots(loop) -> bool:
     return False
 
 
-def choose(func, options, specialized: bool, schedule: str, cluster: str) -> tuple[int, str]:
-    """(CTAs per SM, why: for the kernel's notes, "" when there is nothing to say)."""
+def choose(func, options, plans, schedule: str, cluster: str) -> tuple[int, str]:
+    """(CTAs per SM, why: for the kernel's notes, "" when there is nothing to say). `plans`: the kernel's
+    `ws_analysis.plan` where it is warp-specialized, else None."""
     if options.ctas_per_sm is not None:
         n = options.ctas_per_sm
         return n, (f"keeps {n} CTAs resident per SM (ctas_per_sm={n})" if n > 1 else "")
-    if options.target != "cuda" or not specialized or schedule != "tile" or cluster != "1x1" or options.split_k > 1:
+    if options.target != "cuda" or plans is None or schedule != "tile" or cluster != "1x1" or options.split_k > 1:
         return 1, ""
-    plans = ws_analysis.plan(func)
     loops = [p.loop for p in plans]
     if not any(chains_dots(loop) for loop in loops):
         return 1, ""
@@ -71,8 +71,7 @@ def choose(func, options, specialized: bool, schedule: str, cluster: str) -> tup
     if regs > TILE_REGISTER_LIMIT:
         return 1, ""
     heavy = {ld for p in plans for ld in p.loads}
-    slot = sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
-    if (options.num_buffers or 2) * slot + aref_insertion.other_smem_bytes(func, heavy) > hopper.smem_for_tiles(2):
+    if not aref_insertion.smallest_ring_fits(func, heavy, options, ctas_per_sm=2)[0]:
         return 1, ""
     return 2, (f"keeps 2 CTAs resident per SM: its consumer loop feeds math on one dot's result into another "
                f"dot and its register tiles take {regs} registers per consumer thread, so two CTAs fit and hide "

@@ -37,8 +37,8 @@ each CTA half of the tile to copy into both CTAs' ring slots at once (TMA multic
 clusters only when axis a of the grid divides into pairs; otherwise `%n` is 1, every tile its own pair, and each
 CTA copies both halves for itself, so one kernel serves every grid.
 
-`can_persist(func)` (asked by the driver before any pass runs) says whether the kernel qualifies, and why not;
-`can_cluster(func, ...)` the same for clusters.
+`can_persist(func, plans)` (asked by the driver before any pass runs, with the kernel's `ws_analysis.plan`) says
+whether the kernel qualifies, and why not; `can_cluster(func, plans, ...)` the same for clusters.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ from tawa.ir.location import where
 from tawa.ir.ops import (ClusterSizeOp, GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_group_role,
                          warp_groups)
 from tawa.ir.traversal import ops_of, walk
-from tawa.ir.types import elem_type, tile_bytes, tile_shape
+from tawa.ir.types import elem_type, tile_shape
 from tawa.lowering import aref_insertion, ws_analysis, ws_ir
 from tawa.lowering.assign_layouts import smem_swizzle
 from tawa.options import cluster_axis
@@ -61,25 +61,19 @@ from tawa.options import cluster_axis
 GROUP = 8
 
 
-def can_persist(func_op, options=None) -> tuple:
-    """(True, "") if the tile loop keeps the kernel correct and useful, else (False, why not).
+def can_persist(func_op, plans: list, options=None) -> tuple:
+    """(True, "") if the tile loop keeps the kernel correct and useful, else (False, why not). `plans`: the
+    kernel's `ws_analysis.plan`.
 
     Loads of dot operands outside the pipelined loops (attention's Q block) are staged by the consumers through
     shared memory with a one-shot barrier; they would need their own ring to repeat per tile. The ring must also
     leave room for the epilogue's staging, which in a persistent kernel cannot reuse the drained ring."""
-    plans = ws_analysis.plan(func_op)
     heavy = {ld for p in plans for ld in p.loads}
     for op in walk(func_op.operation):
         if op.name == LoadOp.NAME and op not in heavy and ws_analysis.feeds_dot(op):
             return False, (f"the dot operand loaded{where(op)} outside the pipelined loop is staged once per "
                            f"program")
-    slot = sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
-    depth = getattr(options, "num_buffers", None) or 2
-    other = aref_insertion.other_smem_bytes(func_op, heavy, persistent=True)
-    if depth * slot + other > hopper.SMEM_FOR_TILES:
-        return False, (f"{depth} ring slots of {slot // 1024} KiB and {other // 1024} KiB of epilogue staging do "
-                       f"not fit in shared memory together")
-    return True, ""
+    return aref_insertion.smallest_ring_fits(func_op, heavy, options, persistent=True)
 
 
 #: f32 accumulator registers per thread one consumer warp group may hold in the ping-pong schedule (its whole
@@ -87,9 +81,9 @@ def can_persist(func_op, options=None) -> tuple:
 PINGPONG_ACC_REGISTERS = 128
 
 
-def can_pingpong(func_op, options=None) -> tuple:
+def can_pingpong(func_op, plans: list, options=None) -> tuple:
     """(True, "") if each consumer warp group can compute whole tiles on its own, else (False, why not). Asked
-    after `can_persist`.
+    after `can_persist`, with the same `plans`.
 
     Each group skips the other's tiles in the shared ring by their trip count, so every tile's K loop must have
     the same trip count (bounds that do not depend on the program: not so under split-K); each group holds the
@@ -98,7 +92,6 @@ def can_pingpong(func_op, options=None) -> tuple:
         return False, "split-K gives the programs of a tile K loops of different lengths"
     if getattr(options, "num_consumer_groups", None) == 1:
         return False, "it has one consumer warp group (num_consumer_groups=1)"
-    plans = ws_analysis.plan(func_op)
     for p in plans:
         if ws_ir.computed_from_program(p.loop.operands[:3]):
             return False, f"the trip count of the loop{where(p.loop)} depends on the program"
@@ -107,13 +100,7 @@ def can_pingpong(func_op, options=None) -> tuple:
         return False, (f"one consumer warp group would hold {acc} accumulator registers per thread (at most "
                        f"{PINGPONG_ACC_REGISTERS}; use a narrower tile)")
     heavy = {ld for p in plans for ld in p.loads}
-    slot = sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
-    depth = getattr(options, "num_buffers", None) or 2
-    other = aref_insertion.other_smem_bytes(func_op, heavy, persistent=True, stagings=2)
-    if depth * slot + other > hopper.SMEM_FOR_TILES:
-        return False, (f"{depth} ring slots of {slot // 1024} KiB and two epilogue stagings of {other // 2048} KiB "
-                       f"do not fit in shared memory together")
-    return True, ""
+    return aref_insertion.smallest_ring_fits(func_op, heavy, options, persistent=True, stagings=2)
 
 
 #: Bytes at which a swizzled shared tile may be cut into separately copied parts (the 128-byte swizzle repeats
@@ -121,16 +108,17 @@ def can_pingpong(func_op, options=None) -> tuple:
 SWIZZLE_ATOM_BYTES = 1024
 
 
-def can_cluster(func_op, options, schedule: str) -> tuple:
+def can_cluster(func_op, plans: list, options, schedule: str) -> tuple:
     """(True, what is shared) if the kernel can run in the clusters `options.cluster` asks for, else (False, why
-    not). Asked before any pass runs, with the schedule the driver chose."""
+    not). Asked before any pass runs, with the schedule the driver chose (`plans`: the kernel's
+    `ws_analysis.plan` where it is specialized)."""
     if schedule not in ("persistent", "pingpong"):
         return False, "clusters need a persistent schedule (a warp-specialized kernel with schedule 'persistent' " \
                       "or 'pingpong')"
     if getattr(options, "split_k", 1) > 1:
         return False, "split-K programs of one tile would have to meet across clusters"
     axis, size = cluster_axis(options.cluster_dims())
-    loads = [ld for p in ws_analysis.plan(func_op) for ld in p.loads]
+    loads = [ld for p in plans for ld in p.loads]
     shared = [ld for ld in loads if multicast_parts(ld, axis, size)]
     if not shared:
         same = [ld for ld in loads if not _depends_on_program(LoadOp(ld).offsets, axis)]

@@ -210,31 +210,36 @@ def _num_warps_conflict(func_op, options) -> str:
 def decide(func_op, options) -> tuple:
     """Apply `options.warp_specialize` (None: where possible; True: required; False: never) to one kernel.
 
-    Returns (specialize, note): `note` is a diagnostic to show the user when a kernel falls back to the
-    uniform-warp schedule on its own. Raises CompilationError when specialization was required but is impossible.
+    Returns (plans, note): `plans` is `plan(func_op)` when the kernel is specialized, else None (the driver hands
+    it to the schedule decisions, so that it is found once per compile); `note` is a diagnostic to show the user
+    when a kernel falls back to the uniform-warp schedule on its own. Raises CompilationError when specialization
+    was required but is impossible.
     """
     if options.warp_specialize is False:
-        return False, ""
+        return None, ""
     if getattr(options, "tma", None) is False:
-        return False, (f"kernel '{kernel_name(func_op)}' uses the uniform-warp schedule: tma=False (its producer "
-                       f"warp group would load through TMA)")
-    ok, reason = can_specialize(func_op)
+        return None, (f"kernel '{kernel_name(func_op)}' uses the uniform-warp schedule: tma=False (its producer "
+                      f"warp group would load through TMA)")
+    try:
+        plans, reason = plan(func_op), ""
+    except NotSpecializable as e:
+        plans, reason = None, e.reason
     name = kernel_name(func_op)
-    if ok:
+    if plans is not None:
         conflict = _num_warps_conflict(func_op, options)
         if not conflict:
-            return True, ""
+            return plans, ""
         if options.warp_specialize is True:
             raise CompilationError(f"cannot warp-specialize kernel '{name}': {conflict}",
                                    source_location(func_op.operation),
                                    note="a warp-specialized kernel has 4 x (1 + consumer warp groups) warps: set "
                                         "num_consumer_groups instead of num_warps, or compile with "
                                         "warp_specialize=False to run the uniform-warp schedule with these warps")
-        return False, (f"kernel '{name}' uses the uniform-warp schedule: {conflict} (set num_consumer_groups "
-                       f"instead to specialize)")
+        return None, (f"kernel '{name}' uses the uniform-warp schedule: {conflict} (set num_consumer_groups "
+                      f"instead to specialize)")
     if options.warp_specialize is True:
         raise CompilationError(f"cannot warp-specialize kernel '{name}': {reason}",
                                source_location(func_op.operation),
                                note="compile with warp_specialize=False (or --warp-specialize off) to use the "
                                     "uniform-warp schedule")
-    return False, f"kernel '{name}' uses the uniform-warp schedule: {reason}"
+    return None, f"kernel '{name}' uses the uniform-warp schedule: {reason}"

@@ -208,3 +208,13 @@ def cluster_size_for(cluster: Optional[Sequence[int]], tile_grid: tuple, ctas: i
     if tile_grid[axis] % size or ctas < size:
         return 1
     return size
+
+
+def persistent_launch(cluster: Optional[Sequence[int]], tile_grid: tuple, most_ctas: int) -> tuple:
+    """((CTAs, 1, 1), CTAs per cluster): how a persistent kernel written for the 3-D `tile_grid` is launched when
+    at most `most_ctas` CTAs are to run (on the GPU, those resident at once): one per program up to that many, in
+    the clusters `cluster_size_for` allows, a whole number of them. The GPU runtime and the interpreter both
+    launch through it, so the interpreter walks tiles and clusters as the GPU does."""
+    ctas = min(tile_grid[0] * tile_grid[1] * tile_grid[2], most_ctas)
+    size = cluster_size_for(cluster, tile_grid, ctas)
+    return (ctas // size * size, 1, 1), size

@@ -23,7 +23,7 @@ from tawa.ir import attrs, kernel_info
 # The shared helpers, re-exported under the names the interpreter has always offered.
 from tawa.ir.convert import to_python as attr_to_python
 from tawa.ir.kernel_info import kernel_function
-from tawa.runtime.grid import bind_numpy_args, cluster_size_for, eval_grid
+from tawa.runtime.grid import bind_numpy_args, eval_grid, persistent_launch
 # Importing the op modules registers their handlers.
 from tawa.runtime.interp import arith_ops, aref_ops, math_ops, scf_ops, tawa_ops  # noqa: F401
 from tawa.runtime.interp.compiler import Compiler, Runtime
@@ -102,10 +102,8 @@ class CompiledProgram:
         rt.partials, rt.arrived = {}, {}
         rt.cluster_size = 1
         if self.persistent:
-            ctas = min(grid3[0] * grid3[1] * grid3[2], ctas)
             # As the GPU runtime launches it: in clusters where the grid divides into them, a whole number of them.
-            rt.cluster_size = cluster_size_for(self.cluster, grid3, ctas)
-            grid3 = (ctas // rt.cluster_size * rt.cluster_size, 1, 1)
+            grid3, rt.cluster_size = persistent_launch(self.cluster, grid3, ctas)
         rt.grid, rt.rng, rt.trace = grid3, random.Random(0 if seed is None else seed), trace
         with np.errstate(all="ignore"):
             for z, y, x in itertools.product(range(grid3[2]), range(grid3[1]), range(grid3[0])):

@@ -23,7 +23,7 @@ from tawa.abi import AbiParam, CompiledKernel
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
 from tawa.runtime import driver as drv
 from tawa.runtime import tensor_map as tm
-from tawa.runtime.grid import cluster_size_for
+from tawa.runtime.grid import persistent_launch
 
 #: Grid limits of compute capability 9.0.
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -404,9 +404,7 @@ class GpuLauncher:
                 _scalar_value(args[p.arg], p.dtype, scalar_slots[-1][3])
         cluster = 1
         if self.kernel.persistent:
-            ctas = self._persistent_grid(grid3, ordinal)[0]
-            cluster = cluster_size_for(self.kernel.cluster, grid3, ctas)
-            grid3 = (ctas // cluster * cluster, 1, 1)
+            grid3, cluster = persistent_launch(self.kernel.cluster, grid3, self._resident_ctas(grid3, ordinal))
         return _Plan(grid3, ordinal if known else None, template, ptr_slots, scalar_slots, map_slots, tma_checks,
                      workspace, cluster)
 
@@ -437,16 +435,16 @@ class GpuLauncher:
         self._workspaces[key] = (ptr, nbytes)
         return ptr
 
-    def _persistent_grid(self, grid3: tuple, ordinal) -> tuple:
-        """A persistent kernel runs as one CTA per SM, or the `ctas_per_sm` it was compiled for (fewer when there
-        are fewer programs), on a 1-D grid; it loops over the programs of `grid3`, which it receives in its
-        "grid" parameters."""
+    def _resident_ctas(self, grid3: tuple, ordinal) -> int:
+        """The most CTAs a persistent kernel runs as (`grid.persistent_launch`: fewer when there are fewer
+        programs), on a 1-D grid: one per SM, or the `ctas_per_sm` it was compiled for. It loops over the programs
+        of `grid3`, which it receives in its "grid" parameters."""
         programs = grid3[0] * grid3[1] * grid3[2]
         if programs > MAX_GRID[0]:
             raise LaunchError(f"kernel '{self.kernel.name}' is persistent and its grid {grid3} has {programs} "
                               f"programs, more than the {MAX_GRID[0]} it can count")
         sms = drv.sm_count(ordinal if ordinal is not None else drv.default_device())
-        return (min(programs, sms * max(self.kernel.ctas_per_sm, 1)), 1, 1)
+        return sms * max(self.kernel.ctas_per_sm, 1)
 
     # -- argument checks ------------------------------------------------------------------------------------
     def _read_arrays(self, args: list, stream_value: Optional[int]) -> list:

@@ -117,7 +117,8 @@ def test_no_candidate_left_is_one_error_listing_each(no_results):
 def test_spilling_candidates_are_pruned_unless_all_spill():
     def outcome(spill):
         notes = [f"ptxas: 255 registers, {spill} bytes spill stores, {spill} bytes spill loads, 0 bytes stack"]
-        kernel = CompiledKernel(name="k", target="cuda", params=[], grid=[], constants={}, notes=notes)
+        kernel = CompiledKernel(name="k", target="cuda", params=[], grid=[], constants={}, notes=notes,
+                                spill_bytes=2 * spill)
         return compiling.Outcome(Config({"S": spill}), kernel)
     mixed = [outcome(0), outcome(64), outcome(0)]
     assert compiling.prune(mixed) == [mixed[0], mixed[2]]
@@ -125,7 +126,7 @@ def test_spilling_candidates_are_pruned_unless_all_spill():
     assert len(compiling.prune([outcome(8), outcome(16)])) == 2          # all spill: time them anyway
     assert compiling.prune([outcome(64)], spills=False) != []
     no_report = CompiledKernel(name="k", target="cuda", params=[], grid=[], constants={})
-    assert compiling.spill_bytes(no_report) is None
+    assert no_report.spill_bytes is None
 
 
 def test_bad_arguments_are_launch_errors():

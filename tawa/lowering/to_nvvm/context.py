@@ -178,6 +178,12 @@ class Params:
                                                                      by_value=True),
                          "!llvm.ptr", " {llvm.align = 64 : i64, llvm.byval = !llvm.array<128 x i8>, nvvm.grid_constant}")
 
+    def tile_map(self, tensor: ir.Value, rows: int, cols: int, swizzle: int) -> V:
+        """The tensor map of kernel argument `tensor` for 2-D boxes of `rows` x `cols` elements (1 along any
+        leading dimension), as TMA loads and stores of tiles use them."""
+        rank = ir.MemRefType(tensor.type).rank
+        return self.tensormap(self.arg_index(tensor), [1] * (rank - 2) + [rows, cols], swizzle)
+
     def ptr(self, arg: int) -> V:
         return self._add(("ptr", arg), AbiParam("ptr", arg), "!llvm.ptr<1>", " {llvm.noalias}")
 

@@ -66,13 +66,13 @@ def _lazy_capable(op) -> bool:
 def lower_block(ctx: Ctx, block) -> None:
     """Lower every op of `block` (a block, or a list of ops), except those the loop's schedule lowers itself
     later; an error without a location gets the op's source location. Lazy tiles are materialized before any
-    other op (its own operands first, register by register) and at the end of the block."""
+    other op (its own operands first, register by register; a store decides itself, `memory.lower_store`) and
+    at the end of the block."""
     for op in block if isinstance(block, list) else ops_of(block):
         name = op.name
         if name in ("scf.yield", "func.return") or ctx.schedule.defers(op):
             continue
-        if ctx.pending and not _lazy_capable(op) and \
-                not (name == "tawa.store" and memory.pulls_lazily(ctx, op, ctx.pending)):
+        if ctx.pending and not _lazy_capable(op) and name != "tawa.store":
             ctx.flush(first=op.operands)
         try:
             if name in HANDLERS:

@@ -36,9 +36,6 @@ class TmaLoad:
 
     def __init__(self, ctx: Ctx, op, parts: int = 1):
         self.op = op
-        src = LoadOp(op).src
-        self.arg = ctx.params.arg_index(src)
-        self.src_rank = ir.MemRefType(src.type).rank
         shape = tile_shape(op.results[0].type)
         loc = source_location(op)
         if len(shape) != 2:   # dot operands are 2-D (verifier rule `dot-shape`), and so is their transpose
@@ -55,8 +52,7 @@ class TmaLoad:
         self.bytes = self.nbox * self.box_bytes
         # A tile the CTAs of a cluster share (`tawa.multicast`) is copied in `parts` row blocks, one per CTA.
         self.part_rows = self.rows // parts
-        box = [1] * (self.src_rank - 2) + [self.part_rows, self.box_cols]
-        self.tmap = ctx.params.tensormap(self.arg, box, width)
+        self.tmap = ctx.params.tile_map(LoadOp(op).src, self.part_rows, self.box_cols, width)
 
     def issue(self, ctx: Ctx, offsets: list, dst_offset: V, bar: V, part: int = 0, multicast: V | None = None) \
             -> None:
@@ -66,8 +62,7 @@ class TmaLoad:
         skip = part * self.part_rows
         row = b.add(offsets[-2], skip) if skip else offsets[-2]
         for j in range(self.nbox):
-            col = b.add(offsets[-1], j * self.box_cols) if j else offsets[-1]
-            coords = [col, row] + list(reversed(offsets[:-2]))
+            coords = sync.box_coords(b, offsets, j, self.box_cols, row)
             into = j * self.box_bytes + skip * (self.box_bytes // self.rows)
             dst = ctx.smem_ptr(b.add(dst_offset, into) if into else dst_offset)
             sync.tma_load(b, self.tmap, dst, bar, coords, multicast)
@@ -266,23 +261,21 @@ def lower_register_load(ctx: Ctx, op) -> None:
     ctx.set(op.results[0], tile if ctx.lazy else tile.materialize())
 
 
-def pulls_lazily(ctx: Ctx, op, pending: list) -> bool:
-    """Whether the store `op` computes its lazy value while it stages it, so that the lazy tiles pending need
-    not be materialized first: a persistent kernel's TMA store (box by box: between two boxes a barrier keeps
-    ptxas from hoisting the next box's loads), or any TMA store with an operand it can bring in through its
-    staging (`staged_operand`). Not when one of them loads the stored tensor (its loads must come before the
+def _lazy_staging(ctx: Ctx, op):
+    """Whether the TMA store `op` computes its lazy value while it stages it, so that the lazy tiles pending need
+    not be materialized first: None when it does not, else (the lazy value, the operand it brings in through its
+    staging or None). It does in a persistent kernel (box by box: between two boxes a barrier keeps ptxas from
+    hoisting the next box's loads), and anywhere it has an operand to bring in (`staged_operand.candidate`, found
+    here once per store). Not when a pending tile loads the stored tensor (its loads must come before the
     store)."""
     dst = StoreOp(op).dst
-    if any(v.owner.name == LoadOp.NAME and LoadOp(v.owner).src == dst for v in pending):
-        return False
-    return _stages_lazily(ctx, ctx.get_lazy(StoreOp(op).value), op)
-
-
-def _stages_lazily(ctx: Ctx, value, op) -> bool:
-    """Whether the TMA store `op` computes the lazy `value` while staging it: always in a persistent kernel (box
-    by box), else when it brings in an operand through its staging."""
-    return isinstance(value, LazyTile) and ctx.tma and _tma_storable(value, op) and \
-        value.elem == elem_type(StoreOp(op).dst.type) and (ctx.persistent or candidate(ctx, value, op) is not None)
+    value = ctx.get_lazy(StoreOp(op).value)
+    if not (isinstance(value, LazyTile) and ctx.tma and _tma_storable(value, op) and value.elem == elem_type(dst.type)):
+        return None
+    if any(v.owner.name == LoadOp.NAME and LoadOp(v.owner).src == dst for v in ctx.pending):
+        return None
+    operand = candidate(ctx, value, op)
+    return (value, operand) if ctx.persistent or operand is not None else None
 
 
 def _tma_storable(value, op) -> bool:
@@ -292,12 +285,16 @@ def _tma_storable(value, op) -> bool:
 
 
 def lower_store(ctx: Ctx, op) -> None:
+    """A store materializes the lazy tiles pending itself (`kernel.lower_block` leaves them to it), its operands
+    first, unless it computes them while staging them (`_lazy_staging`)."""
     from .shape import register_tile
-    lazy = ctx.get_lazy(StoreOp(op).value)
-    elem = elem_type(StoreOp(op).dst.type)
-    if _stages_lazily(ctx, lazy, op):
-        tma_store_tile(ctx, op, lazy, [ctx.get(v) for v in StoreOp(op).offsets])
+    staging = _lazy_staging(ctx, op)
+    if staging is not None:
+        tma_store_tile(ctx, op, staging[0], [ctx.get(v) for v in StoreOp(op).offsets], operand=staging[1])
         return
+    if ctx.pending:
+        ctx.flush(first=op.operands)
+    elem = elem_type(StoreOp(op).dst.type)
     value = register_tile(ctx.get(StoreOp(op).value), op, ctx)
     if value.elem != elem:   # the frontend and the verifier (`store-dtype`) guarantee equal element types
         raise InternalCompilerError(f"storing a {value.elem} tile into a {elem} tensor", op=op.name,
@@ -314,8 +311,9 @@ def lower_store(ctx: Ctx, op) -> None:
             b.line(f"llvm.store {to_storage(b, v)}, {ptr} : {storage_type(elem)}, !llvm.ptr<1>")
 
 
-def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
-    """Registers -> 128B-swizzled shared staging (column boxes of 128 bytes) -> TMA store, one box per copy.
+def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | None = None) -> None:
+    """Registers -> 128B-swizzled shared staging (column boxes of 128 bytes) -> TMA store, one box per copy; a
+    lazy tile's `operand` (`_lazy_staging`) is brought in through the staging boxes.
 
     One program per CTA: the whole tile is staged at once (in the drained ring when it is large enough), stored,
     and waited for. A persistent kernel's ring is never drained, so its staging is `epilogue.STORE_BUFFERS`
@@ -328,19 +326,13 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list) -> None:
     box_cols = SWIZZLE_BYTES // es
     nbox = cols // box_cols
     box_bytes = rows * SWIZZLE_BYTES
-    arg = ctx.params.arg_index(StoreOp(op).dst)
-    rank = ir.MemRefType(StoreOp(op).dst.type).rank
-    tmap = ctx.params.tensormap(arg, [1] * (rank - 2) + [rows, box_cols], SWIZZLE_BYTES)
+    tmap = ctx.params.tile_map(StoreOp(op).dst, rows, box_cols, SWIZZLE_BYTES)
 
     def store_box(j, src):
-        col = b.add(offsets[-1], j * box_cols) if j else offsets[-1]
-        coords = [col, offsets[-2]] + list(reversed(offsets[:-2]))
+        coords = sync.box_coords(b, offsets, j, box_cols)
         sync.tma_store(b, tmap, ctx.smem_ptr(b.i32(src)), coords)
 
-    staged = None
-    if isinstance(tile, LazyTile):
-        operand = candidate(ctx, tile, op)
-        staged = StagedOperand(ctx, operand, rows, box_cols) if operand is not None else None
+    staged = StagedOperand(ctx, operand, rows, box_cols) if operand is not None else None
     if ctx.persistent:
         nbuf = min(nbox, STORE_BUFFERS)
         off = ctx.scratch(nbuf * box_bytes)

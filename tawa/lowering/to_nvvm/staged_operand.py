@@ -38,9 +38,7 @@ class StagedOperand:
         self.box_cols = box_cols
         self.box_bytes = rows * SWIZZLE_BYTES
         self.offsets = [ctx.get(v) for v in load.offsets]
-        rank = ir.MemRefType(load.src.type).rank
-        self.tmap = ctx.params.tensormap(ctx.params.arg_index(load.src), [1] * (rank - 2) + [rows, box_cols],
-                                         SWIZZLE_BYTES)
+        self.tmap = ctx.params.tile_map(load.src, rows, box_cols, SWIZZLE_BYTES)
         self._fallback = tile.redirect(self._serve)
         self._box = None                 # (box index, its staging offset) while a box is being staged
         accesses = staging_registers(tile.layout, elem_bytes(tile.elem))
@@ -52,8 +50,7 @@ class StagedOperand:
         """Copy the operand's column box `box` to the staging offset `dst` (caller: the thread issuing stores)."""
         b = self.ctx.b
         sync.mbarrier_expect_tx(b, bar, self.box_bytes)
-        col = b.add(self.offsets[-1], box * self.box_cols) if box else self.offsets[-1]
-        coords = [col, self.offsets[-2]] + list(reversed(self.offsets[:-2]))
+        coords = sync.box_coords(b, self.offsets, box, self.box_cols)
         sync.tma_load(b, self.tmap, self.ctx.smem_ptr(b.i32(dst)), bar, coords)
 
     def read_box(self, box: int, off: int, bar: V) -> None:

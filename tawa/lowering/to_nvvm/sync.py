@@ -99,6 +99,13 @@ def to_cluster(b: Builder, p: V) -> V:
     return b.op(f"llvm.addrspacecast {p} : !llvm.ptr<3> to !llvm.ptr<7>", "!llvm.ptr<7>")
 
 
+def box_coords(b: Builder, offsets: list, box: int, box_cols: int, row: V | None = None) -> list:
+    """The TMA coordinates (innermost first) of column box `box`, `box_cols` elements wide, of a tile at the i32
+    element offsets `offsets` (outermost first), from row `row` (default: the tile's first, `offsets[-2]`)."""
+    col = b.add(offsets[-1], box * box_cols) if box else offsets[-1]
+    return [col, offsets[-2] if row is None else row] + list(reversed(offsets[:-2]))
+
+
 def tma_load(b: Builder, tmap: V, dst: V, bar: V, coords: list, multicast: V | None = None) -> None:
     """Bulk tensor copy global -> shared; `coords` innermost first (the TMA convention), in elements. With
     `multicast` (an i16 mask of cluster ranks), the box lands at `dst` in each of those CTAs and completes bytes

@@ -38,8 +38,7 @@ class Ring:
         self.op = op
         self.slots = [None] * depth
         self.state = [EMPTY] * depth
-        self.seq = [-1] * depth     # which put (0, 1, ...) each slot holds
-        self.fills = [0] * depth    # puts into each slot so far (the phases its `full` barrier completed)
+        self.seq = [-1] * depth     # which put (0, 1, ...) each slot holds (put k goes to slot k % depth)
         self.puts = 0
         self.gets = 0               # the next put to get, for readers that do not share tiles
         self.cursors: dict = {}     # task -> the next put it gets, for readers that share tiles
@@ -77,17 +76,18 @@ class Ring:
     def can_get(self, task=None) -> bool:
         """Whether a get of the reader's next put may proceed, as the GPU decides it: the slot's `full` barrier
         has completed a phase of the parity of that put's lap (`(k / D) & 1`). That tells laps apart only within
-        one lap: a reader two laps ahead passes on a stale phase, which `get` reports."""
+        one lap: a reader two laps ahead passes on a stale phase, which `get` reports. The barrier completed one
+        phase per put into the slot, the last for the put the slot holds (`seq`), so its latest phase is that
+        put's lap."""
         k = self.cursor(task)
-        fills = self.fills[k % self.depth]
-        return fills > 0 and (fills - 1) % 2 == (k // self.depth) % 2
+        held = self.seq[k % self.depth]
+        return held >= 0 and (held // self.depth) % 2 == (k // self.depth) % 2
 
     def put(self, values: list) -> None:
         slot = self.put_at
         self.slots[slot] = values
         self.state[slot] = FULL
         self.seq[slot] = self.puts
-        self.fills[slot] += 1
         self.puts += 1
 
     def get(self, task, op=None) -> list:
