@@ -6,6 +6,7 @@ with every kernel these tests use and then skips each test (nothing is checked t
 DIR on the GPU machine then runs them all from the cache.
 """
 import json
+import math
 import os
 import pathlib
 
@@ -59,10 +60,32 @@ def poisoned(torch, shape, dtype):
     return torch.full(shape, float("nan"), device="cuda", dtype=dtype)
 
 
+def record_launches(monkeypatch, what) -> list:
+    """The list of `what(fn, grid, block, shared, cluster)` for every launch made through the driver from now on
+    (for a fixture that checks how the runtime launched: cluster sizes, CTAs resident per SM)."""
+    from tawa.runtime import driver
+    seen, launch = [], driver.launch
+
+    def recording(fn, grid, block, shared, stream, params, cluster=1):
+        seen.append(what(fn, grid, block, shared, cluster))
+        return launch(fn, grid, block, shared, stream, params, cluster)
+    monkeypatch.setattr(driver, "launch", recording)
+    return seen
+
+
 # ---- operands and float64 references of the fused examples (fresh random inputs per seed) -----------------
 def _gelu_tanh(torch, x):
     """tanh-approximated GELU, written as the examples write it: x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))."""
     return x * torch.sigmoid(1.5957691216057308 * (x + 0.044715 * x ** 3))
+
+
+def gemm_case(torch, m, n, k, seed, dtype=None):
+    """gemm.tawa: ([a, b], reference of a @ b), in bf16 unless `dtype`."""
+    torch.manual_seed(seed)
+    dtype = dtype or torch.bfloat16
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    return [a, b], a.double() @ b.double()
 
 
 def bias_act_case(torch, m, n, k, seed):
@@ -101,10 +124,31 @@ def fp8_case(torch, m, n, k, seed):
     return [a, b, sa, sb], (a.double() @ b.double().T) * sa.double()[:, None] * sb.double()[None, :]
 
 
-def check_launch(torch, kernel, args, ref, tol=1e-2):
-    """Launch on the arguments and a NaN-poisoned bf16 output; every element written, close to `ref`."""
-    out = poisoned(torch, tuple(ref.shape), torch.bfloat16)
-    kernel(*args, out)
+def check_launch(torch, kernel, args, ref, tol=1e-2, dtype=None, launches=1):
+    """Launch on the arguments and a NaN-poisoned output (bf16 unless `dtype`), `launches` times (a persistent or
+    split-K kernel must leave its state ready for the next launch); every element written, close to `ref`."""
+    for launch in range(launches):
+        out = poisoned(torch, tuple(ref.shape), dtype or torch.bfloat16)
+        kernel(*args, out)
+        torch.cuda.synchronize()
+        assert not out.isnan().any(), f"launch {launch}"
+        assert rel_err(out, ref) < tol, f"launch {launch}"
+
+
+def check_attention(torch, kernel, shape, causal, seed, kv_heads=None, tol=2e-2):
+    """Attention (flash_attention.tawa, gqa_attention.tawa) on fresh random Q [Z, H, S, D] and K, V [Z, kv_heads,
+    S, D] (`kv_heads` default H), scale 1/sqrt(D), a NaN-poisoned output: every element written, close to float64
+    SDPA with each key/value head repeated over its group of query heads."""
+    z, h, s, d = shape
+    hkv = kv_heads or h
+    torch.manual_seed(seed)
+    q = torch.randn(z, h, s, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(z, hkv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    o = poisoned(torch, (z, h, s, d), torch.bfloat16)
+    scale = 1 / math.sqrt(d)
+    kernel(q, k, v, o, scale)
     torch.cuda.synchronize()
-    assert not out.isnan().any()
-    assert rel_err(out, ref) < tol
+    assert not o.isnan().any()
+    kk, vv = (x.double().repeat_interleave(h // hkv, dim=1) for x in (k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), kk, vv, is_causal=bool(causal), scale=scale)
+    assert rel_err(o, ref) < tol

@@ -6,7 +6,8 @@ both persistent schedules and every fused epilogue of the examples. Each test al
 runtime launched with."""
 import pytest
 
-from e2e_support import bias_act_case, check_launch, compiled, fp8_case, linear_case, poisoned, rel_err, swiglu_case
+from e2e_support import (bias_act_case, check_launch, compiled, fp8_case, gemm_case, linear_case, record_launches,
+                         swiglu_case)
 
 pytestmark = pytest.mark.gpu
 
@@ -18,14 +19,7 @@ SHAPES = [(4096, 4096, 4096), (1000, 6000, 712), (129, 72, 88), (64, 200, 8), (1
 @pytest.fixture
 def clusters(monkeypatch):
     """The cluster size of every launch made through the driver."""
-    from tawa.runtime import driver
-    sizes, launch = [], driver.launch
-
-    def recording(fn, grid, block, shared, stream, params, cluster=1):
-        sizes.append(cluster)
-        return launch(fn, grid, block, shared, stream, params, cluster)
-    monkeypatch.setattr(driver, "launch", recording)
-    return sizes
+    return record_launches(monkeypatch, lambda fn, grid, block, shared, cluster: cluster)
 
 
 def _pairs(shape, tile, dims) -> int:
@@ -41,16 +35,7 @@ def _pairs(shape, tile, dims) -> int:
 def test_gemm(shape, dims, schedule, tile, clusters):
     kernel = compiled("gemm.tawa", DTYPE="bf16", BLOCK_N=tile[1], schedule=schedule, cluster=dims)
     import torch
-    torch.manual_seed(sum(shape) + 3)
-    m, n, k = shape
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    for launch in range(2):
-        c = poisoned(torch, (m, n), torch.bfloat16)
-        kernel(a, b, c)
-        torch.cuda.synchronize()
-        assert not c.isnan().any(), f"launch {launch}"
-        assert rel_err(c, a.double() @ b.double()) < 1e-2, f"launch {launch}"
+    check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape) + 3), launches=2)
     assert clusters == [_pairs(shape, tile, dims)] * 2
 
 

@@ -1,11 +1,10 @@
 """Every example on the GPU against a float64 torch reference: fresh random inputs, NaN-poisoned outputs,
 ragged shapes (not multiples of the tile), every schedule: the compiler's choice (warp-specialized and persistent
 where they apply), warp-specialized with one program per CTA, and uniform."""
-import math
-
 import pytest
 
-from e2e_support import bias_act_case, check_launch, compiled, fp8_case, linear_case, poisoned, rel_err, swiglu_case
+from e2e_support import (bias_act_case, check_attention, check_launch, compiled, fp8_case, gemm_case, linear_case,
+                         poisoned, rel_err, swiglu_case)
 
 pytestmark = pytest.mark.gpu
 SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"schedule": "tile"}, id="ws-tile"),
@@ -24,14 +23,7 @@ def test_gemm(shape, dtype, ws):
     kernel = compiled("gemm.tawa", DTYPE=dtype, **ws)
     import torch
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
-    torch.manual_seed(sum(shape))
-    m, n, k = shape
-    a, b = torch.randn(m, k, device="cuda", dtype=tdt), torch.randn(k, n, device="cuda", dtype=tdt)
-    c = poisoned(torch, (m, n), tdt)
-    kernel(a, b, c)
-    torch.cuda.synchronize()
-    assert not c.isnan().any()
-    assert rel_err(c, a.double() @ b.double()) < 1e-2
+    check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape), dtype=tdt), dtype=tdt)
 
 
 @pytest.mark.parametrize("ws", SCHEDULES)
@@ -94,16 +86,7 @@ def test_flash_attention(shape, causal, options):
         options["BLOCK_N"] = 128 if shape[-1] == 64 else 64
     kernel = compiled("flash_attention.tawa", CAUSAL=causal, HEAD_DIM=shape[-1], **options)
     import torch
-    torch.manual_seed(5 + sum(shape))
-    q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    o = poisoned(torch, shape, torch.bfloat16)
-    scale = 1 / math.sqrt(shape[-1])
-    kernel(q, k, v, o, scale)
-    torch.cuda.synchronize()
-    assert not o.isnan().any()
-    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
-                                                           is_causal=bool(causal), scale=scale)
-    assert rel_err(o, ref) < 2e-2
+    check_attention(torch, kernel, shape, causal, seed=5 + sum(shape))
 
 
 # (batch, query heads, key/value heads, S, head dim): Llama-style groups of 4 and 8, multi-query, ragged S.
@@ -117,17 +100,7 @@ def test_gqa_attention(shape, causal, ws):
     z, h, hkv, s, d = shape
     kernel = compiled("gqa_attention.tawa", CAUSAL=causal, HEAD_DIM=d, **ws)
     import torch
-    torch.manual_seed(sum(shape) + causal)
-    q = torch.randn(z, h, s, d, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(z, hkv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    o = poisoned(torch, (z, h, s, d), torch.bfloat16)
-    scale = 1 / math.sqrt(d)
-    kernel(q, k, v, o, scale)
-    torch.cuda.synchronize()
-    assert not o.isnan().any()
-    kk, vv = (x.double().repeat_interleave(h // hkv, dim=1) for x in (k, v))
-    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), kk, vv, is_causal=bool(causal), scale=scale)
-    assert rel_err(o, ref) < 2e-2
+    check_attention(torch, kernel, (z, h, s, d), causal, seed=sum(shape) + causal, kv_heads=hkv)
 
 
 KERNELS = __import__("pathlib").Path(__file__).resolve().parent / "kernels"
@@ -139,15 +112,8 @@ def test_gemm_with_register_a_operand(shape):
     must not stay in flight while the next iteration rewrites those registers."""
     kernel = compiled(str(KERNELS / "gemm_register_a.tawa"), warp_specialize=False)
     import torch
-    torch.manual_seed(sum(shape))
-    m, n, k = shape
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    c = poisoned(torch, (m, n), torch.bfloat16)
-    kernel(a, b, c)
-    torch.cuda.synchronize()
-    assert not c.isnan().any()
-    assert rel_err(c, 2.0 * (a.double() @ b.double())) < 1e-2
+    args, product = gemm_case(torch, *shape, seed=sum(shape))
+    check_launch(torch, kernel, args, 2.0 * product)
 
 
 @pytest.mark.parametrize("ws", SCHEDULES)

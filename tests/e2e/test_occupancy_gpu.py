@@ -3,11 +3,9 @@ blocks) against float64 torch references: fresh random inputs, NaN-poisoned outp
 a multiple of any block, smaller than one block, 1), causal and not, grouped-query attention, and the same kernel
 held to one CTA per SM. Each launch also asks the driver how many CTAs of the launched kernel an SM holds
 (`cuOccupancyMaxActiveBlocksPerMultiprocessor`), so a kernel that silently fits only once fails."""
-import math
-
 import pytest
 
-from e2e_support import compiled, poisoned, rel_err
+from e2e_support import check_attention, compiled, record_launches
 
 pytestmark = pytest.mark.gpu
 
@@ -19,32 +17,18 @@ SHAPES = [(1, 3, 77, 64), (1, 2, 129, 64), (2, 2, 640, 64), (2, 2, 1, 64), (1, 4
 def resident(monkeypatch):
     """CTAs per SM the driver reports for every launch made through it."""
     from tawa.runtime import driver
-    counts, launch = [], driver.launch
 
-    def recording(fn, grid, block, shared, stream, params, cluster=1):
+    def resident_ctas(fn, grid, block, shared, cluster):
         cu = driver.driver()
         n = driver.check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn.handle, block[0] * block[1] * block[2],
                                                                          shared), "cuOccupancyMaxActiveBlocks")
-        counts.append(int(n))
-        return launch(fn, grid, block, shared, stream, params, cluster)
-    monkeypatch.setattr(driver, "launch", recording)
-    return counts
+        return int(n)
+    return record_launches(monkeypatch, resident_ctas)
 
 
 def _attention(kernel, shape, causal, gqa=1):
     import torch
-    z, h, s, d = shape
-    torch.manual_seed(sum(shape) + causal)
-    q = torch.randn(z, h, s, d, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(z, h // gqa, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    o = poisoned(torch, (z, h, s, d), torch.bfloat16)
-    scale = 1 / math.sqrt(d)
-    kernel(q, k, v, o, scale)
-    torch.cuda.synchronize()
-    assert not o.isnan().any()
-    kk, vv = (x.double().repeat_interleave(gqa, dim=1) for x in (k, v))
-    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), kk, vv, is_causal=bool(causal), scale=scale)
-    assert rel_err(o, ref) < 2e-2
+    check_attention(torch, kernel, shape, causal, seed=sum(shape) + causal, kv_heads=shape[1] // gqa)
 
 
 @pytest.mark.parametrize("ctas", [None, 1], ids=["auto-2", "one"])

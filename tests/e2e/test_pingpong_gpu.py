@@ -4,7 +4,7 @@ or K, K smaller than BLOCK_K, a single tile, tile counts that are not a multiple
 epilogue of the examples."""
 import pytest
 
-from e2e_support import bias_act_case, check_launch, compiled, fp8_case, linear_case, poisoned, rel_err, swiglu_case
+from e2e_support import bias_act_case, check_launch, compiled, fp8_case, gemm_case, linear_case, swiglu_case
 from test_examples_gpu import GEMM_SHAPES
 
 pytestmark = pytest.mark.gpu
@@ -18,15 +18,7 @@ def test_gemm(shape, dtype):
     kernel = compiled("gemm.tawa", DTYPE=dtype, BLOCK_N=128, **PINGPONG)
     import torch
     tdt = {"bf16": torch.bfloat16, "f16": torch.float16}[dtype]
-    torch.manual_seed(sum(shape) + 1)
-    m, n, k = shape
-    a, b = torch.randn(m, k, device="cuda", dtype=tdt), torch.randn(k, n, device="cuda", dtype=tdt)
-    for launch in range(2):
-        c = poisoned(torch, (m, n), tdt)
-        kernel(a, b, c)
-        torch.cuda.synchronize()
-        assert not c.isnan().any(), f"launch {launch}"
-        assert rel_err(c, a.double() @ b.double()) < 1e-2, f"launch {launch}"
+    check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape) + 1, dtype=tdt), dtype=tdt, launches=2)
 
 
 @pytest.mark.parametrize("shape", [(333, 520, 200), (1000, 3000, 712), (64, 72, 40), (2048, 4096, 1024)],

@@ -4,7 +4,7 @@ shapes (M = 1 and 8), fused epilogues (bias + GELU, SwiGLU's two accumulators), 
 counter is back at zero after a launch) and a CUDA-graph replay."""
 import pytest
 
-from e2e_support import bias_act_case, check_launch, compiled, poisoned, rel_err, swiglu_case
+from e2e_support import bias_act_case, check_launch, compiled, gemm_case, poisoned, rel_err, swiglu_case
 
 pytestmark = pytest.mark.gpu
 SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"schedule": "tile"}, id="ws-tile"),
@@ -14,34 +14,21 @@ SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"schedule": "tile"}, id=
 SHAPES = [(8, 4096, 4096), (1, 1000, 2056), (100, 1000, 712), (64, 136, 64), (37, 200, 8), (256, 1536, 1024)]
 
 
-def _gemm(torch, shape, seed):
-    torch.manual_seed(seed)
-    m, n, k = shape
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    return a, b, a.double() @ b.double()
-
-
 @pytest.mark.parametrize("ws", SCHEDULES)
 @pytest.mark.parametrize("splits", [2, 3, 4])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_split_k_gemm(shape, splits, ws):
     kernel = compiled("gemm.tawa", BLOCK_M=64, BLOCK_N=128, split_k=splits, **ws)
     import torch
-    a, b, ref = _gemm(torch, shape, sum(shape) + splits)
-    for launch in range(2):                       # the second launch finds every counter back at zero
-        c = poisoned(torch, ref.shape, torch.bfloat16)
-        kernel(a, b, c)
-        torch.cuda.synchronize()
-        assert not c.isnan().any(), f"launch {launch}"
-        assert rel_err(c, ref) < 1e-2, f"launch {launch}"
+    # the second launch finds every counter back at zero
+    check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape) + splits), launches=2)
 
 
 def test_split_k_is_deterministic():
     """The last program adds the partials in split order, whichever finishes last: launches agree bit for bit."""
     kernel = compiled("gemm.tawa", BLOCK_M=64, BLOCK_N=128, split_k=4)
     import torch
-    a, b, _ = _gemm(torch, (8, 4096, 4096), 7)
+    (a, b), _ = gemm_case(torch, 8, 4096, 4096, seed=7)
     outs = []
     for _ in range(5):
         c = poisoned(torch, (8, 4096), torch.bfloat16)
@@ -68,7 +55,7 @@ def test_split_k_swiglu(ws):
 def test_split_k_in_a_cuda_graph():
     kernel = compiled("gemm.tawa", BLOCK_M=64, BLOCK_N=128, split_k=4)
     import torch
-    a, b, _ = _gemm(torch, (8, 2048, 3000), 13)
+    (a, b), _ = gemm_case(torch, 8, 2048, 3000, seed=13)
     c = poisoned(torch, (8, 2048), torch.bfloat16)
     kernel(a, b, c)                               # the workspace is allocated outside the capture
     torch.cuda.synchronize()

@@ -5,7 +5,7 @@ clear error. Float64 references, fresh random inputs, NaN-poisoned outputs."""
 import pytest
 
 import tawa
-from e2e_support import EXAMPLES, PREFILL, poisoned, rel_err
+from e2e_support import EXAMPLES, PREFILL, bias_act_case, gemm_case, poisoned, rel_err
 
 pytestmark = pytest.mark.gpu
 
@@ -45,16 +45,8 @@ def _shaped(example, m, n, k) -> list:
 
 
 def operands(torch, example, m, n, k):
-    torch.manual_seed(m + n + k)
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    args, ref = [a, b], a.double() @ b.double()
-    if example == "gemm_bias_act.tawa":
-        bias = torch.randn(n, device="cuda", dtype=torch.float32)
-        x = ref + bias.double()
-        ref = x * torch.sigmoid(1.5957691216057308 * (x + 0.044715 * x ** 3))
-        args.append(bias)
-    return args, ref
+    case = bias_act_case if example == "gemm_bias_act.tawa" else gemm_case
+    return case(torch, m, n, k, seed=m + n + k)
 
 
 @pytest.mark.parametrize("example,constants", CASES)

@@ -7,9 +7,8 @@ import re
 
 import pytest
 
-from ws_support import compile_example, spill_bytes
+from ws_support import SERIALIZED, compile_example, spill_bytes
 
-SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
 MULTICAST = "multicast::cluster"
 REMOTE_ARRIVE = re.compile(r"mapa\.shared::cluster\.u32 remote, %r\d+, %r\d+; mbarrier\.arrive\.shared::cluster\.b64")
 

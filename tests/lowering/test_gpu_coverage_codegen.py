@@ -9,10 +9,10 @@ import pytest
 
 import tawa
 from tawa.lowering import layouts as L
+from ws_support import SERIALIZED
 
 KERNELS = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels"
 GEMM = str(KERNELS / "gemm_layouts.tawa")
-SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
 WGMMA = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(\w+)\.\w+ \{[^}]*\}, (\{[^}]*\}|%rd\d+), "
                    r"%rd\d+, p, 1, 1(?:, (\d))?(?:, (\d))?;")
 

@@ -13,9 +13,8 @@ from tawa.errors import CompilationError
 from tawa.frontend import parse_and_lower
 from tawa.lowering import occupancy
 from tawa.options import CompileOptions
-from ws_support import EXAMPLES, compile_example, spill_bytes
+from ws_support import EXAMPLES, SERIALIZED, compile_example, spill_bytes
 
-SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
 
 
 def _plan(example, **options):

@@ -3,15 +3,13 @@ groups, each with its own epilogue barrier, whose main loops take turns on two n
 no serialized wgmma and no spills for the examples' ping-pong tiles; and the located reasons it is refused. Also
 the 0-spill 128x256 fused epilogue (bias + GELU + residual) of the cooperative persistent schedule. The GPU runs
 are in tests/e2e/test_pingpong_gpu.py."""
-import re
 
 import pytest
 
 import tawa
-from ws_support import EXAMPLES, compile_example, spill_bytes
+from ws_support import EXAMPLES, SERIALIZED, compile_example, spill_bytes
 from tawa.errors import CompilationError
 
-SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
 
 
 @pytest.mark.parametrize("example,constants", [("gemm", {"BLOCK_N": 128}), ("linear_gelu_residual", {}),

@@ -6,9 +6,8 @@ import re
 
 import pytest
 
-from ws_support import compile_example, spill_bytes
+from ws_support import SERIALIZED, compile_example, spill_bytes
 
-SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
 
 
 @pytest.mark.parametrize("ws,schedule", [(None, None), (None, "tile"), (False, None)],

@@ -8,6 +8,7 @@ import re
 import pytest
 
 import tawa
+from ws_support import spill_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LINEAR = (ROOT / "examples" / "linear_gelu_residual.tawa").read_text()
@@ -20,12 +21,6 @@ SHARED_LOAD = re.compile(r"\bld\.shared")
 
 def _compile(source, **options):
     return tawa.compile(source, cache=False, **options)
-
-
-def _spills(kernel):
-    found = re.findall(r"(\d+) bytes spill (?:stores|loads)", " ".join(kernel.notes))
-    assert found, kernel.notes
-    return sum(int(x) for x in found)
 
 
 def _residual_maps(kernel):
@@ -48,14 +43,14 @@ def test_linear_residual_comes_through_the_staging(options, boxes):
     assert len(TMA_LOAD.findall(fused.ptx)) == len(TMA_LOAD.findall(plain.ptx)) + boxes
     assert [(p.box, p.swizzle) for p in _residual_maps(fused)] == [([128, 64], 128)]
     assert SHARED_LOAD.search(fused.ptx) and not SHARED_LOAD.search(plain.ptx)
-    assert _spills(fused) == 0
+    assert spill_bytes(fused) == 0
 
 
 def test_f32_residual_used_twice():
     kernel = _compile(str(KERNELS / "gemm_residual_f32.tawa"), schedule="persistent")
     assert not GLOBAL_LOAD.search(kernel.ptx)
     assert [p.box for p in kernel.compiled.abi if p.kind == "tensormap" and p.arg == 2] == [[128, 32]]
-    assert _spills(kernel) == 0
+    assert spill_bytes(kernel) == 0
 
 
 def test_residual_reduced_first_is_loaded_from_global_memory():

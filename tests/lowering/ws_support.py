@@ -3,6 +3,7 @@ warp-group regions. Checks of the printed IR are FileCheck tests in tests/passes
 from __future__ import annotations
 
 import pathlib
+import re
 
 from mlir import ir
 
@@ -15,6 +16,8 @@ from tawa.options import CompileOptions
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 WS_PASSES = (aref_insertion, partition, protocol_check)
+#: ptxas's warnings that it serialized a function's wgmmas (C75xx), which costs them most of their speed.
+SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
 
 
 def example_module(name: str, constants: dict | None = None) -> ir.Module:
@@ -57,7 +60,8 @@ def compile_example(name: str, **kw):
 
 
 def spill_bytes(kernel) -> int:
-    """The spill stores ptxas reported for the kernel."""
-    import re
-    note = next(n for n in kernel.compiled.notes if n.startswith("ptxas:"))
-    return int(re.search(r"(\d+) bytes spill stores", note).group(1))
+    """The bytes of spill stores plus spill loads ptxas reported for the kernel (which it must have assembled)."""
+    report = " ".join(n for n in kernel.compiled.notes if n.startswith("ptxas:"))
+    found = re.findall(r"(\d+) bytes spill (?:stores|loads)", report)
+    assert found, f"no ptxas report in {kernel.compiled.notes}"
+    return sum(int(x) for x in found)
