@@ -32,7 +32,7 @@ from mlir.dialects import arith
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
 from tawa.ir.ops import BroadcastOp, ExpandDimsOp, ForOp, SplatOp
-from tawa.ir.traversal import defining_op, users, walk
+from tawa.ir.traversal import as_op, defining_op, users, walk
 
 #: Growth of the row maximum (in the exponential's units) that forces a rescale: the exponentials stay <= 2^8
 #: (or e^8 < 2^12 for `exp`), well inside f16's range.
@@ -58,6 +58,7 @@ class _Match:
         self.alpha_sub = None   # m - m_new
         self.alpha = None       # exp2(m - m_new)
         self.scaled = []        # (mulf, index of alpha's operand) of tile multiplies by alpha[:, None]
+        self.exps = set()       # the exponentials' kind: one base for all, or the maximum would not cancel
 
     def find(self) -> bool:
         t = self.m.type
@@ -71,7 +72,7 @@ class _Match:
         if users(self.loop.results[self.index]):
             return False                 # the final maximum is read after the loop: it must stay exact
         for use in self.m_new.uses:
-            owner = defining_op_of_use(use)
+            owner = as_op(use.owner)
             if owner == yield_op:
                 if use.operand_number != self.index:
                     return False
@@ -84,7 +85,7 @@ class _Match:
                     return False
             else:
                 return False
-        return self.alpha_sub is not None and self._alpha() and bool(self.shifts)
+        return bool(self.shifts) and self.alpha_sub is not None and self._alpha()
 
     def _shift(self, expand) -> bool:
         """m_new[:, None] broadcast, subtracted from scores that go straight into an exponential."""
@@ -94,22 +95,25 @@ class _Match:
             if bcast.name != BroadcastOp.NAME:
                 return False
             for sub in users(bcast.results[0]):
-                if sub.name != "arith.subf" or sub.operands[1] != bcast.results[0] or sub.operands[0] == bcast.results[0]:
+                if sub.name != "arith.subf" or list(sub.operands)[1:] != [bcast.results[0]] or \
+                        sub.operands[0] == bcast.results[0]:
                     return False
-                if not users(sub.results[0]) or any(u.name not in _EXP for u in users(sub.results[0])):
+                exps = users(sub.results[0])
+                if not exps or any(u.name not in _EXP for u in exps):
                     return False
+                self.exps.update(u.name for u in exps)
                 self.shifts.append(sub)
         return True
 
     def _alpha(self) -> bool:
         """alpha = exp(m - m_new) multiplies carried values only (the row sum, the accumulator)."""
         exp = _only_user(self.alpha_sub.results[0])
-        if exp is None or exp.name not in _EXP:
+        if exp is None or self.exps != {exp.name}:
             return False
         self.alpha = exp
         carried = set(self.loop.iter_args)
         for use in exp.results[0].uses:
-            owner = defining_op_of_use(use)
+            owner = as_op(use.owner)
             if owner.name == "arith.mulf" and owner.operands[1 - use.operand_number] in carried:
                 continue
             if owner.name != ExpandDimsOp.NAME or ExpandDimsOp(owner).axis != 1:
@@ -118,7 +122,7 @@ class _Match:
                 if bcast.name != BroadcastOp.NAME:
                     return False
                 for b_use in bcast.results[0].uses:
-                    mul = defining_op_of_use(b_use)
+                    mul = as_op(b_use.owner)
                     if mul.name != "arith.mulf" or mul.operands[1 - b_use.operand_number] not in carried:
                         return False
                     self.scaled.append((mul, b_use.operand_number))
@@ -141,7 +145,7 @@ class _Match:
         alpha = self.alpha.results[0]
         with ir.InsertionPoint(_after(self.alpha)), self.alpha.location:
             exact = arith.SelectOp(grows, alpha, one).result
-        for owner, number in [(defining_op_of_use(u), u.operand_number) for u in alpha.uses]:
+        for owner, number in [(as_op(u.owner), u.operand_number) for u in alpha.uses]:
             if owner != defining_op(exact):
                 owner.operands[number] = exact
         for mul, operand in self.scaled:
@@ -152,11 +156,6 @@ def _splat(value: float, t) -> ir.Value:
     """An f32 tile of type `t` holding `value` everywhere, built as the frontend builds constants."""
     scalar = arith.ConstantOp(ir.F32Type.get(), value).result
     return ir.Operation.create(SplatOp.NAME, results=[t], operands=[scalar]).result
-
-
-def defining_op_of_use(use):
-    owner = use.owner
-    return owner.operation if hasattr(owner, "operation") else owner
 
 
 def _after(op):
