@@ -13,7 +13,8 @@ times, side by side in one process and alternating over rounds, `examples/gemm.t
 shapes, see GEMM_VARIANTS, each with its tile constants spelled out; "Tawa-WS" is 256x128) and uniform-warp,
 torch.matmul (cuBLAS) and two Triton matmuls, each with a small autotune set: a tutorial-style one and a persistent
 one through TMA descriptors (the "Triton" column is the better of the two per shape); it prints TFLOP/s, ratios to
-cuBLAS and to Triton, and their geometric means.
+cuBLAS and to Triton, and their geometric means. The "tuned" column is `tawa.autotune` over the example's declared
+space, tuned on each shape in the same process (TUNED; `build` fills DIR/tuned-cache with every candidate).
 """
 from __future__ import annotations
 
