@@ -129,12 +129,12 @@ def build(out: str, pattern: str = "") -> None:
         with open(os.path.join(out, name + ".cubin"), "wb") as f:
             f.write(k.cubin)
         print(f"{name}: {time.time() - t:.2f}s {k.notes} smem={k.shared_bytes} threads={k.num_threads}")
-    for name, (src, fixed) in TUNED.items():
-        if pattern and not re.search(pattern, "tuned_" + name):
-            continue
-        t = time.time()
+    tuned = [(n, spec) for n, spec in TUNED.items() if not pattern or re.search(pattern, "tuned_" + n)]
+    if tuned:
         os.environ["TAWA_CACHE_DIR"] = _tuned_cache(out)
         import tawa
+    for name, (src, fixed) in tuned:
+        t = time.time()
         outcomes = tawa.autotune.compile_space(os.path.join(ROOT, "examples", src), show_progress=False, **fixed)
         ok = sum(o.kernel is not None for o in outcomes)
         print(f"tuned_{name}: {ok} of {len(outcomes)} candidates compiled in {time.time() - t:.1f}s")
@@ -335,9 +335,12 @@ def gemm_sweep(out, dev, check) -> None:
             b = torch.randn(K, N, device=dev, dtype=dt)
             c = torch.empty(M, N, device=dev, dtype=dt)
             ref = a.float() @ b.float()
+            shape_impls = dict(impls)
             tuned = _tuned(tuner, [a, b, c], f"{dt_name} {M}x{N}x{K}")
+            if tuned is not None:
+                shape_impls["tuned"] = lambda a, b, c: tuned()
             live = {}
-            for n, f in dict(impls, **({"tuned": lambda a, b, c: tuned()} if tuned else {})).items():
+            for n, f in shape_impls.items():
                 c.fill_(float("nan"))
                 try:
                     f(a, b, c)

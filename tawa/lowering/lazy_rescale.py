@@ -131,23 +131,17 @@ class _Match:
     def rewrite(self) -> None:
         top = defining_op(self.m_new)
         t = self.m.type
-        with ir.InsertionPoint(_after(top)), top.location:
+        with ir.InsertionPoint.after(top), top.location:
             threshold, one = _splat(THRESHOLD, t), _splat(1.0, t)
-            growth = arith.SubFOp(self.m_new, self.m).result
-            grows = arith.CmpFOp(_OGT, growth, threshold).result
-            m_used = arith.SelectOp(grows, self.m_new, self.m).result
-        # Every reader of the maximum but the growth test reads the maximum in use.
-        for op in [self.loop.yield_op, self.alpha_sub] + [defining_op(s.operands[1]) for s in self.shifts]:
-            _replace_operand(op, self.m_new, m_used)
-        for s in self.shifts:
-            expand = defining_op(defining_op(s.operands[1]).operands[0])
-            _replace_operand(expand, self.m_new, m_used)
+            growth = arith.SubFOp(self.m_new, self.m)
+            grows = arith.CmpFOp(_OGT, growth.result, threshold).result
+            m_used = arith.SelectOp(grows, self.m_new, self.m)
+        # Every reader of the maximum (the exponentials' shift, alpha, the next iteration) reads the one in use.
+        self.m_new.replace_all_uses_except(m_used.result, [growth.operation, m_used.operation])
         alpha = self.alpha.results[0]
-        with ir.InsertionPoint(_after(self.alpha)), self.alpha.location:
-            exact = arith.SelectOp(grows, alpha, one).result
-        for owner, number in [(as_op(u.owner), u.operand_number) for u in alpha.uses]:
-            if owner != defining_op(exact):
-                owner.operands[number] = exact
+        with ir.InsertionPoint.after(self.alpha), self.alpha.location:
+            exact = arith.SelectOp(grows, alpha, one)
+        alpha.replace_all_uses_except(exact.result, exact.operation)
         for mul, operand in self.scaled:
             attrs.UNIT_SCALE_OPERAND.set(mul, operand)
 
@@ -156,24 +150,6 @@ def _splat(value: float, t) -> ir.Value:
     """An f32 tile of type `t` holding `value` everywhere, built as the frontend builds constants."""
     scalar = arith.ConstantOp(ir.F32Type.get(), value).result
     return ir.Operation.create(SplatOp.NAME, results=[t], operands=[scalar]).result
-
-
-def _after(op):
-    """An insertion point right after `op`."""
-    block = op.block
-    following = False
-    for o in block.operations:
-        if following:
-            return o.operation
-        if o.operation == op:
-            following = True
-    raise AssertionError("a terminator has no successor")
-
-
-def _replace_operand(op, old, new) -> None:
-    for i, v in enumerate(op.operands):
-        if v == old:
-            op.operands[i] = new
 
 
 def run(module, options):

@@ -134,20 +134,19 @@ def lower_elementwise(ctx: Ctx, op) -> None:
         return
     layout = layout_of(op)
     rtype = elem_type(result.type)
-    which = attrs.UNIT_SCALE_OPERAND.get(op)
-    if which is not None and name == "arith.mulf" and rtype == "f32":
-        # Never lazy: the branch computes every register at once, or none.
-        tiles = [as_tile(ctx, ctx.get(v), layout, elem_type(v.type), op) for v in op.operands]
-        product = lambda: [b.mul(a, s) for a, s in zip(tiles[1 - which].regs, tiles[which].regs)]  # noqa: E731
-        ctx.set(result, Tile(_unless_unit_scale(b, tiles[which], tiles[1 - which], product), layout, rtype))
-        return
-    if ctx.lazy:
+    # A multiply `lazy-rescale` marked is never lazy: its branch computes every register at once, or none.
+    which = attrs.UNIT_SCALE_OPERAND.get(op) if name == "arith.mulf" and rtype == "f32" else None
+    if ctx.lazy and which is None:
         # Register i of the result is computed when it is first needed, from register i of each operand.
         tiles = [as_lazy_tile(ctx, v, layout, op) for v in op.operands]
         ctx.set(result, LazyTile(layout, rtype, lambda i: _scalar_op(b, name, props, [_reg(t, i) for t in tiles],
                                                                       rtype)))
         return
     tiles = [as_tile(ctx, ctx.get(v), layout, elem_type(v.type), op) for v in op.operands]
+    if which is not None:
+        product = lambda: [b.mul(a, s) for a, s in zip(tiles[1 - which].regs, tiles[which].regs)]  # noqa: E731
+        ctx.set(result, Tile(_unless_unit_scale(b, tiles[which], tiles[1 - which], product), layout, rtype))
+        return
     regs = [_scalar_op(b, name, props, [t.regs[i] for t in tiles], rtype) for i in range(len(layout.regs))]
     ctx.set(result, Tile(regs, layout, rtype))
 
