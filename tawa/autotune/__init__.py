@@ -37,7 +37,8 @@ def autotune(path_or_source, configs=None, key=None, **kwargs) -> Autotuner:
     - `key`: the shape symbols whose values decide when to tune again; default: the file's `@autotune(key=...)`,
       else every shape symbol.
     - `target`, `timer` (a callable `timer(launch, *, stream, device, config) -> ms` with a `device_name(device)`
-      method), `jobs` (compile processes), `show_progress` (None: on a terminal), `prune_spills` (True).
+      method), `jobs` (compile processes), `show_progress` (None: on a terminal), `prune_spills` (True),
+      `confirm_rounds` (4: rounds in which the candidates within 5% of the fastest are timed again; 0: one pass).
     - any other keyword: a compile option or constant fixed for every candidate (`DTYPE="f16"`, `HEAD_DIM=64`).
     """
     return Autotuner(path_or_source, configs, key, **kwargs)

@@ -9,7 +9,8 @@ On a call, the values of the key's shape symbols (read from the arguments' shape
 2. else a result stored on disk for (this tuning run, this device, these values): compile it (a cache hit) and
    launch it, with no timing;
 3. else tune: prune the candidates by shape, compile them all (in parallel, through the kernel cache), drop those
-   that fail or spill, time the rest on the call's own arguments (CUDA events, L2 flushed), store the fastest,
+   that fail or spill, time the rest on the call's own arguments (CUDA events, L2 flushed), time the close calls
+   (within 5% of the fastest, up to 4) again in alternating rounds and compare medians, store the fastest,
    launch it.
 `TAWA_AUTOTUNE=0` skips 2 and 3: the first candidate that fits the shape and compiles runs (for a declared or
 default space, the best general guess); `TAWA_AUTOTUNE=force` skips 2 and tunes again.
@@ -21,6 +22,7 @@ what it writes (accumulates into an output) needs fresh inputs after a tuning ca
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -33,6 +35,12 @@ from tawa.source import read_source
 from . import compiling, progress, results, space
 from .config import Config, parse_configs
 from .errors import AutotuneError
+
+#: Candidates whose first time is within this fraction of the fastest are timed again (at most `FINALISTS` of them):
+#: one timing of a GPU kernel moves by a few percent with clocks and power, as much as the differences tuning
+#: must resolve, so a single pass picks among near-equals by chance.
+CLOSE_CALL = 0.05
+FINALISTS = 4
 
 #: `TAWA_AUTOTUNE` values: tune where needed (default), never tune, always tune again.
 MODES = {"1": "on", "": "on", "0": "off", "force": "force"}
@@ -72,7 +80,7 @@ class Autotuner:
 
     def __init__(self, path_or_source, configs=None, key=None, *, target: str = "cuda",
                  timer: Optional[Callable] = None, jobs: Optional[int] = None, show_progress: Optional[bool] = None,
-                 prune_spills: bool = True, **fixed):
+                 prune_spills: bool = True, confirm_rounds: int = 4, **fixed):
         options = CompileOptions.from_kwargs(dict(fixed, target=target)).validate()
         bad = [k for k in fixed if k in ("dump_ir_after_all", "verify_each")]
         if bad:
@@ -93,6 +101,9 @@ class Autotuner:
         self.jobs = jobs
         self.show_progress = show_progress
         self.prune_spills = prune_spills
+        if not isinstance(confirm_rounds, int) or confirm_rounds < 0:
+            raise AutotuneError(f"confirm_rounds={confirm_rounds!r}: expected a whole number >= 0")
+        self.confirm_rounds = confirm_rounds
         self.choices: dict = {}            # key values (tuple) -> Choice, for this process
         self._lock = threading.Lock()      # one tuning run at a time: a second caller waits and reuses it
         positions = space.symbol_positions(self.info)
@@ -220,20 +231,37 @@ class Autotuner:
         stream_value = _stream_of(args, stream) if self.target == "cuda" else 0
         kernels = {id(o): self._kernel(o, o.config.as_dict()) for o in alive}
         if len(alive) > 1:
+            launches = {id(o): _launcher(kernels[id(o)], args, grid, stream_value if self.target == "cuda" else None)
+                        for o in alive}
+            samples: dict = {}              # id(outcome) -> its measured times
+
+            def measure(o) -> None:
+                try:
+                    ms = float(self.timer(launches[id(o)], stream=stream_value, device=ordinal,
+                                          config=o.config.as_dict()))
+                except TawaError as e:      # a launch the driver refuses (resources), a bad grid, ...
+                    o.pruned = f"does not run: {e.message}"
+                    return
+                samples.setdefault(id(o), []).append(ms)
+                o.ms = statistics.median(samples[id(o)])
+
             bar = progress.Progress(f"{title} time", len(alive), show)
             for o in alive:
-                kernel = kernels[id(o)]
-                launch = _launcher(kernel, args, grid, stream_value if self.target == "cuda" else None)
-                try:
-                    o.ms = float(self.timer(launch, stream=stream_value, device=ordinal, config=o.config.as_dict()))
-                except TawaError as e:          # a launch the driver refuses (resources), a bad grid, ...
-                    o.pruned = f"does not run: {e.message}"
+                measure(o)
                 bar.advance()
             timed = [o for o in alive if o.pruned is None]
             if not timed:
                 raise self._none_left([(o.config, o.pruned) for o in outcomes] + shape_pruned)
+            finalists = _finalists(timed)
+            for r in range(self.confirm_rounds if len(finalists) > 1 else 0):
+                shift = r % len(finalists)  # a different candidate first each round: drift in clocks spreads evenly
+                for o in finalists[shift:] + finalists[:shift]:
+                    if o.pruned is None:
+                        measure(o)
+            timed = [o for o in timed if o.pruned is None]
             best = min(timed, key=lambda o: o.ms)
-            bar.close(f"best {best.config.label()}: {best.ms:.4f} ms")
+            rounds = f" (median of {len(samples[id(best)])})" if len(samples[id(best)]) > 1 else ""
+            bar.close(f"best {best.config.label()}: {best.ms:.4f} ms{rounds}")
         else:
             best = alive[0]                     # nothing to compare it with: no timing
         timings = [{"config": o.config.as_dict(), "ms": o.ms} if o.pruned is None else
@@ -247,6 +275,14 @@ class Autotuner:
         shown = "\n".join(f"  {c.label()}: {(why or '').splitlines()[0] if why else '?'}" for c, why in reasons[:12])
         more = f"\n  ... and {len(reasons) - 12} more" if len(reasons) > 12 else ""
         return AutotuneError(f"kernel '{self.name}': no candidate configuration can run:\n{shown}{more}")
+
+
+def _finalists(timed: list) -> list:
+    """The candidates worth timing again: those within CLOSE_CALL of the fastest, fastest first, at most
+    FINALISTS of them."""
+    fastest = min(o.ms for o in timed)
+    close = sorted((o for o in timed if o.ms <= fastest * (1 + CLOSE_CALL)), key=lambda o: o.ms)
+    return close[:FINALISTS]
 
 
 # ---- reading arguments ---------------------------------------------------------------------------------------

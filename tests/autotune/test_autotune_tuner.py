@@ -31,13 +31,58 @@ def test_the_fastest_candidate_wins_and_is_stored(no_results):
     choice = tuner.tune(*arrays(512, 512))
     assert choice.how == "tuned" and choice.config == {"BLOCK_M": 64, "BLOCK_N": 32}
     assert choice.ms == pytest.approx(1.032)
-    assert [c["BLOCK_M"] for c in timer.calls] == [16, 64, 64]
+    # one pass, then the two within 5% of the fastest (1.032 and 1.064 ms) in four rounds, alternating who starts
+    assert [(c["BLOCK_M"], c["BLOCK_N"]) for c in timer.calls] == [(16, 32), (64, 32), (64, 64)] + \
+        [(64, 32), (64, 64), (64, 64), (64, 32)] * 2
     assert choice.kernel.compiled.constants["BLOCK_M"] == 64 and choice.kernel.target == "cuda"
     [record] = results.all_records()
     assert record["config"] == choice.config and record["device"] == "Fake H200"
     assert record["key"] == {"M": 512, "N": 512} and record["kernel"] == "scale"
     assert len(record["timings"]) == 3 and record["cache_key"]
     assert "* BLOCK_M=64 BLOCK_N=32: 1.0320 ms" in choice.report()
+
+
+def test_close_calls_are_decided_by_the_median_of_rounds(no_results):
+    # BLOCK_N=32 is timed lucky once (0.97 ms) and 1.10 ms after; BLOCK_N=64 is a steady 1.00 ms: one pass would
+    # keep the lucky one, the rounds keep the steady one
+    seen = {}
+
+    def times(c):
+        if c["BLOCK_M"] == 16:
+            return 5.0
+        seen[c["BLOCK_N"]] = seen.get(c["BLOCK_N"], 0) + 1
+        return 1.0 if c["BLOCK_N"] == 64 else (0.97 if seen[32] == 1 else 1.10)
+    choice = tawa.autotune(SCALE, configs=CONFIGS, timer=FakeTimer(times=times)).tune(*arrays(512, 512))
+    assert choice.config == {"BLOCK_M": 64, "BLOCK_N": 64} and choice.ms == pytest.approx(1.0)
+    assert seen == {32: 5, 64: 5}
+    lucky = [t for t in choice.timings if t["config"] == {"BLOCK_M": 64, "BLOCK_N": 32}]
+    assert lucky[0]["ms"] == pytest.approx(1.10)          # its median, not its first time
+
+
+def test_one_pass_without_rounds_and_only_close_calls_are_timed_again(no_results):
+    seen = {}
+
+    def times(c):
+        seen[c["BLOCK_N"], c["BLOCK_M"]] = seen.get((c["BLOCK_N"], c["BLOCK_M"]), 0) + 1
+        return 1.0 + c["BLOCK_N"] / 1000 if c["BLOCK_M"] == 64 else 1.2      # 16x32: 16% slower than the fastest
+    choice = tawa.autotune(SCALE, configs=CONFIGS, timer=FakeTimer(times=times), confirm_rounds=0).tune(
+        *arrays(512, 512))
+    assert choice.config == {"BLOCK_M": 64, "BLOCK_N": 32} and list(seen.values()) == [1, 1, 1]
+    seen.clear()
+    tawa.autotune(SCALE, configs=CONFIGS, timer=FakeTimer(times=times), confirm_rounds=2).tune(*arrays(256, 512))
+    assert seen == {(32, 16): 1, (32, 64): 3, (64, 64): 3}
+    with pytest.raises(AutotuneError, match="confirm_rounds=-1"):
+        tawa.autotune(SCALE, configs=CONFIGS, confirm_rounds=-1)
+
+
+def test_at_most_four_finalists_fastest_first():
+    from tawa.autotune.tuner import FINALISTS, _finalists
+
+    class O:
+        def __init__(self, ms):
+            self.ms = ms
+    outcomes = [O(ms) for ms in (1.04, 1.00, 1.06, 1.01, 1.03, 1.02)]
+    assert [o.ms for o in _finalists(outcomes)] == [1.00, 1.01, 1.02, 1.03][:FINALISTS]
 
 
 def test_the_order_a_key_is_written_in_does_not_matter(no_results):
