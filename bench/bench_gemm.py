@@ -180,13 +180,29 @@ def _load(out, name):
     return GpuLauncher(CompiledKernel.from_json(d, cubin))
 
 
-def _time(fn, reps=30, rounds=5):
+#: Before it is timed, an implementation runs alone for this long (milliseconds). A GPU's clocks follow the power
+#: drawn by the kernels just before: a kernel timed right after a slower, cooler one runs up to 8% faster than it
+#: does sustained (H200, the same kernel timed after different neighbours). `TAWA_BENCH_WARM_MS` changes it.
+WARM_MS = float(os.environ.get("TAWA_BENCH_WARM_MS", "100"))
+
+
+def _time(fn, reps=30, rounds=5, warm_ms=None):
+    """Median over `rounds` of the mean time (ms) of `reps` back-to-back calls of `fn`, each round after `warm_ms`
+    of warm-up calls."""
     import torch
+    warm_ms = WARM_MS if warm_ms is None else warm_ms
     best = []
     for _ in range(rounds):
         fn()
         torch.cuda.synchronize()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if warm_ms > 0:
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            for _ in range(min(int(warm_ms / max(s.elapsed_time(e), 1e-3)), 5000)):
+                fn()
         s.record()
         for _ in range(reps):
             fn()
