@@ -101,7 +101,7 @@ class Autotuner:
         self.jobs = jobs
         self.show_progress = show_progress
         self.prune_spills = prune_spills
-        if not isinstance(confirm_rounds, int) or confirm_rounds < 0:
+        if isinstance(confirm_rounds, bool) or not isinstance(confirm_rounds, int) or confirm_rounds < 0:
             raise AutotuneError(f"confirm_rounds={confirm_rounds!r}: expected a whole number >= 0")
         self.confirm_rounds = confirm_rounds
         self.choices: dict = {}            # key values (tuple) -> Choice, for this process
@@ -233,35 +233,10 @@ class Autotuner:
         if len(alive) > 1:
             launches = {id(o): _launcher(kernels[id(o)], args, grid, stream_value if self.target == "cuda" else None)
                         for o in alive}
-            samples: dict = {}              # id(outcome) -> its measured times
-
-            def measure(o) -> None:
-                try:
-                    ms = float(self.timer(launches[id(o)], stream=stream_value, device=ordinal,
-                                          config=o.config.as_dict()))
-                except TawaError as e:      # a launch the driver refuses (resources), a bad grid, ...
-                    o.pruned = f"does not run: {e.message}"
-                    return
-                samples.setdefault(id(o), []).append(ms)
-                o.ms = statistics.median(samples[id(o)])
-
             bar = progress.Progress(f"{title} time", len(alive), show)
-            for o in alive:
-                measure(o)
-                bar.advance()
-            timed = [o for o in alive if o.pruned is None]
-            if not timed:
+            best = self._fastest(alive, launches, stream_value, ordinal, bar)
+            if best is None:
                 raise self._none_left([(o.config, o.pruned) for o in outcomes] + shape_pruned)
-            finalists = _finalists(timed)
-            for r in range(self.confirm_rounds if len(finalists) > 1 else 0):
-                shift = r % len(finalists)  # a different candidate first each round: drift in clocks spreads evenly
-                for o in finalists[shift:] + finalists[:shift]:
-                    if o.pruned is None:
-                        measure(o)
-            timed = [o for o in timed if o.pruned is None]
-            best = min(timed, key=lambda o: o.ms)
-            rounds = f" (median of {len(samples[id(best)])})" if len(samples[id(best)]) > 1 else ""
-            bar.close(f"best {best.config.label()}: {best.ms:.4f} ms{rounds}")
         else:
             best = alive[0]                     # nothing to compare it with: no timing
         timings = [{"config": o.config.as_dict(), "ms": o.ms} if o.pruned is None else
@@ -270,6 +245,37 @@ class Autotuner:
         results.store(results.new_record(self.identity, self.name, device, extents, best.config.as_dict(), best.ms,
                                          best.cache_key, self.info.get("space_key"), timings))
         return Choice(best.config.as_dict(), kernels[id(best)], "tuned", best.ms, timings)
+
+    def _fastest(self, alive: list, launches: dict, stream: int, ordinal, bar):
+        """Time every candidate once, then the close calls (`_finalists`) in `confirm_rounds` more rounds; each
+        outcome's `ms` is the median of its timings. The fastest outcome, or None when none could run."""
+        samples: dict = {}                  # id(outcome) -> its measured times
+
+        def measure(o) -> None:
+            try:
+                ms = float(self.timer(launches[id(o)], stream=stream, device=ordinal, config=o.config.as_dict()))
+            except TawaError as e:          # a launch the driver refuses (resources), a bad grid, ...
+                o.pruned = f"does not run: {e.message}"
+                return
+            samples.setdefault(id(o), []).append(ms)
+            o.ms = statistics.median(samples[id(o)])
+
+        for o in alive:
+            measure(o)
+            bar.advance()
+        timed = [o for o in alive if o.pruned is None]
+        if not timed:
+            return None
+        finalists = _finalists(timed)
+        for r in range(self.confirm_rounds if len(finalists) > 1 else 0):
+            shift = r % len(finalists)      # a different candidate first each round: drift in clocks spreads evenly
+            for o in finalists[shift:] + finalists[:shift]:
+                if o.pruned is None:
+                    measure(o)
+        best = min((o for o in timed if o.pruned is None), key=lambda o: o.ms)
+        rounds = f" (median of {len(samples[id(best)])})" if len(samples[id(best)]) > 1 else ""
+        bar.close(f"best {best.config.label()}: {best.ms:.4f} ms{rounds}")
+        return best
 
     def _none_left(self, reasons: list) -> AutotuneError:
         shown = "\n".join(f"  {c.label()}: {(why or '').splitlines()[0] if why else '?'}" for c, why in reasons[:12])
