@@ -36,7 +36,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_gemm import _load, _time, rotated  # noqa: E402  (neither needs MLIR: CompiledKernel + GpuLauncher, CUDA events)
+# None of these needs MLIR: CompiledKernel + GpuLauncher, CUDA events.
+from bench_gemm import _load, _time, rotated  # noqa: E402
 
 SOURCE = os.path.join(ROOT, "examples", "flash_attention.tawa")
 BLOCK_M = 128

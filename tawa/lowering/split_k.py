@@ -111,8 +111,11 @@ def split_kernel(func, splits: int) -> None:
         z = arith.DivUIOp(pid2, s).result
         split = arith.RemUIOp(pid2, s).result
         z_count = arith.DivUIOp(program_query(NumProgramsOp.NAME, 2), s).result
-        row = arith.AddIOp(arith.MulIOp(z, program_query(NumProgramsOp.NAME, 1)).result, program_query(ProgramIdOp.NAME, 1)).result
-        tile = arith.AddIOp(arith.MulIOp(row, program_query(NumProgramsOp.NAME, 0)).result, program_query(ProgramIdOp.NAME, 0)).result
+        # The output tile's linear index over axes (z, 1, 0), the same in every split of it.
+        row = arith.AddIOp(arith.MulIOp(z, program_query(NumProgramsOp.NAME, 1)).result,
+                           program_query(ProgramIdOp.NAME, 1)).result
+        tile = arith.AddIOp(arith.MulIOp(row, program_query(NumProgramsOp.NAME, 0)).result,
+                            program_query(ProgramIdOp.NAME, 0)).result
     for op in own_ids:
         op.results[0].replace_all_uses_with(z)
         op.erase()

@@ -15,7 +15,9 @@ from tawa.ir.traversal import defining_op, users
 from tawa.ir.types import is_tile
 
 #: Ops without regions that compute scalar control and index math: safe to replicate into every warp group.
-SCALAR_OPS = {ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME, ClusterSizeOp.NAME, DimOp.NAME}
+#: The ops that tell a program where it is in the grid (they differ between programs, unlike tensor extents).
+PROGRAM_QUERIES = {ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME, ClusterSizeOp.NAME}
+SCALAR_OPS = PROGRAM_QUERIES | {DimOp.NAME}
 SCALAR_DIALECTS = ("arith.", "math.", "index.")
 
 
@@ -37,7 +39,7 @@ def feeds_puts(load_op) -> bool:
 def computed_from_program(values) -> bool:
     """Whether any of `values` is computed (transitively) from a program id, program count or grid extent:
     whether a loop with these bounds may run a different number of iterations in different programs."""
-    return computed_from(values, lambda op: op.name in SCALAR_OPS and op.name != DimOp.NAME)
+    return computed_from(values, lambda op: op.name in PROGRAM_QUERIES)
 
 
 def i32(value: int) -> ir.Value:

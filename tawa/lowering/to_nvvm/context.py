@@ -51,7 +51,6 @@ def swizzled(b, r: V, byte: V) -> V:
     return b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
 
 
-
 def staging_registers(layout: L.Layout, es: int) -> list:
     """(register, its pair or None, column box) for each staging access of a thread, in register order: with
     16-bit data a register and the one of the next column, when the thread holds both, go in one 4-byte access
