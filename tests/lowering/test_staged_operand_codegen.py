@@ -66,3 +66,52 @@ def test_operand_the_kernel_stores_is_not_staged():
     source = source.replace("R: f32[M, N], C: f32[M, N]", "C: f32[M, N]").replace("load(R,", "load(C,")
     kernel = _compile(source, schedule="persistent")
     assert GLOBAL_LOAD.search(kernel.ptx)
+
+
+@pytest.mark.parametrize("options", [
+    {"BLOCK_N": 256, "schedule": "persistent"},
+    {"BLOCK_N": 256, "schedule": "tile"},
+    {"BLOCK_N": 128, "schedule": "pingpong"},
+    {"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"},
+], ids=["persistent-n256", "tile-n256", "pingpong-n128", "persistent-c21"])
+def test_residual_costs_no_ring_slots(options):
+    """The ring is sized as if the residual were not there: it takes no shared memory of its own (it comes through
+    the staging boxes), so it must not take ring slots (the 128x256 persistent tile had 2 slots instead of 4)."""
+    from tawa.compiler import compile_source
+    from tawa.options import CompileOptions
+    depth = re.compile(r"tawa\.aref<\[[^\]]*\], (\d+) : i32>")
+    consts = {k: v for k, v in options.items() if k.startswith("BLOCK")}
+    opts = {k: v for k, v in options.items() if not k.startswith("BLOCK")}
+    fused, plain = (str(compile_source(src, "linear.tawa", CompileOptions(constants=consts, **opts), emit="mlir"))
+                    for src in (LINEAR, WITHOUT_RESIDUAL))
+    assert depth.findall(fused) == depth.findall(plain) != []
+    if options == {"BLOCK_N": 256, "schedule": "persistent"}:
+        assert set(depth.findall(fused)) == {"4"}
+    assert _compile(LINEAR, **options).compiled.shared_bytes == \
+        _compile(WITHOUT_RESIDUAL, **options).compiled.shared_bytes
+
+
+def _loads(path, **constants):
+    from tawa.compiler import compile_source
+    from tawa.ir.ops import LoadOp
+    from tawa.ir.traversal import walk
+    from tawa.options import CompileOptions
+    module = compile_source(path.read_text(), str(path), CompileOptions(constants=constants), emit="tawa")
+    func = next(op for op in walk(module.operation) if op.name == "func.func")
+    # the module is returned too: its operations live only as long as it does
+    return module, func, [LoadOp(op) for op in walk(func) if op.name == LoadOp.NAME]
+
+
+def test_only_epilogue_operands_of_a_stored_shape_are_left_out():
+    """The tile-level rule (`aref_insertion._read_through_staging`): the linear layer's residual is left out of
+    the ring's budget; its bias (1-D) is not; attention's Q, 128x128 bf16 like the stored O but a dot operand (a
+    shared tile of its own), is not either."""
+    from tawa.lowering.aref_insertion import _read_through_staging, _stored_tiles
+    module, func, loads = _loads(ROOT / "examples" / "linear_gelu_residual.tawa", BLOCK_N=128)
+    stored = _stored_tiles(func)
+    left_out = [str(ld.result.type) for ld in loads if _read_through_staging(ld, stored)]
+    assert left_out == ["tensor<128x128xbf16>"] and len(loads) == 4          # X, W, bias, R: only R
+    module, func, loads = _loads(ROOT / "examples" / "flash_attention.tawa")
+    stored = _stored_tiles(func)
+    assert ((128, 128), 2) in stored
+    assert [ld for ld in loads if _read_through_staging(ld, stored)] == []
