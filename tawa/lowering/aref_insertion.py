@@ -20,7 +20,7 @@ the located reason.
 
 Depth: `options.num_buffers`, else as many slots as fit in Hopper's shared memory per CTA (`tawa.hopper`) next to the
 other tiles the kernel loads and its largest tile stored inside a loop (a store after the loops is staged in
-the drained ring), between 2 and 6.
+the drained ring), between 2 and 6 (4 under the ping-pong schedule).
 """
 from __future__ import annotations
 
@@ -38,6 +38,9 @@ from tawa.lowering import epilogue, ws_analysis
 
 #: Deepest ring chosen automatically (deeper rings stop paying once TMA latency is covered).
 MAX_AUTO_DEPTH = 6
+#: ... and under the ping-pong schedule, whose two consumer groups take turns on the ring: there 4 slots ran
+#: 1-4% faster than the 5 or 6 that fit (H200, same process: the 128x128 GEMM and linear layer), and 3 far slower.
+MAX_AUTO_DEPTH_PINGPONG = 4
 
 
 def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1) -> int:
@@ -126,7 +129,8 @@ def choose_depth(slot_bytes: int, func_op, options, heavy=()) -> int:
     # (At two CTAs per SM, each gets half the SM's shared memory.)
     tiles = hopper.smem_for_tiles(getattr(options, "ctas_per_sm", None) or 1)
     budget = tiles - other_smem_bytes(func_op, set(heavy), persistent, stagings)
-    depth = min(MAX_AUTO_DEPTH, budget // max(slot_bytes, 1))
+    deepest = MAX_AUTO_DEPTH_PINGPONG if schedule == "pingpong" else MAX_AUTO_DEPTH
+    depth = min(deepest, budget // max(slot_bytes, 1))
     if depth >= 2:
         return depth
     # Even two slots do not fit next to the epilogue: give the ring what there is (the backend reports if one

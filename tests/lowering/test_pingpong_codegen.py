@@ -44,3 +44,22 @@ def test_pingpong_refusals_say_why(example, constants, reason):
     with pytest.raises(CompilationError) as info:
         tawa.compile(str(EXAMPLES / f"{example}.tawa"), cache=False, schedule="pingpong", **constants)
     assert reason in info.value.message and info.value.location is not None
+
+
+@pytest.mark.parametrize("example", ["gemm", "linear_gelu_residual"])
+def test_pingpong_ring_is_at_most_four_deep(example):
+    """Ping-pong takes at most 4 ring slots by itself (5 and 6 fit at 128x128 but ran slower); an explicit
+    num_buffers still wins, and the cooperative schedule keeps the deeper rings."""
+    import re
+    from tawa.compiler import compile_source
+    from tawa.options import CompileOptions
+    path = EXAMPLES / f"{example}.tawa"
+    depth = re.compile(r"tawa\.aref<\[[^\]]*\], (\d+) : i32>")
+
+    def depths(**options):
+        module = compile_source(path.read_text(), str(path), CompileOptions(constants={"BLOCK_N": 128}, **options),
+                                emit="mlir")
+        return set(depth.findall(str(module)))
+    assert depths(schedule="pingpong") == {"4"}
+    assert depths(schedule="pingpong", num_buffers=5) == {"5"}
+    assert depths(schedule="persistent") == {"6"}
