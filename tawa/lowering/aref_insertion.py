@@ -88,7 +88,7 @@ def _read_through_staging(load: LoadOp, stored: set) -> bool:
         return False
     if any(use.owner.name in (DotOp.NAME, TransOp.NAME) for use in load.result.uses):
         return False        # a dot operand: a shared tile of its own
-    return not any(use.owner.name == StoreOp.NAME and StoreOp(use.owner).dst == load.src for use in load.src.uses)
+    return not epilogue.stored_by_kernel(load.src)
 
 
 def _in_loop(op) -> bool:

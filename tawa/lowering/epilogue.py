@@ -10,6 +10,7 @@ slot).
 from __future__ import annotations
 
 from tawa import hopper
+from tawa.ir.ops import StoreOp
 
 #: Column boxes of staging a persistent kernel's store cycles through.
 STORE_BUFFERS = 2
@@ -21,3 +22,9 @@ def staging_bytes(rows: int, cols: int, elem_bytes: int, persistent: bool) -> in
     if not persistent or row_bytes % hopper.SWIZZLE_BYTES:
         return rows * row_bytes
     return rows * hopper.SWIZZLE_BYTES * min(row_bytes // hopper.SWIZZLE_BYTES, STORE_BUFFERS)
+
+
+def stored_by_kernel(tensor) -> bool:
+    """Whether any `tawa.store` of the kernel writes `tensor` (a kernel argument): an epilogue operand read from
+    such a tensor is not read-only, and cannot be brought in through the store's staging boxes."""
+    return any(use.owner.name == StoreOp.NAME and StoreOp(use.owner).dst == tensor for use in tensor.uses)

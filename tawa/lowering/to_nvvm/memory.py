@@ -24,8 +24,8 @@ from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled
-from .staged_operand import StagedOperand, candidate, stored_by_kernel
-from ..epilogue import STORE_BUFFERS
+from .staged_operand import StagedOperand, candidate
+from ..epilogue import STORE_BUFFERS, stored_by_kernel
 
 
 # ---- TMA loads into shared tiles ---------------------------------------------------------------------------

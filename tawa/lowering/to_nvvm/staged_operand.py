@@ -22,6 +22,7 @@ from mlir import ir
 
 from tawa.ir.ops import LoadOp, StoreOp
 from tawa.ir.types import elem_bytes, elem_type
+from tawa.lowering.epilogue import stored_by_kernel
 
 from . import sync
 from .builder import V
@@ -89,11 +90,6 @@ class StagedOperand:
         both = b.op(f"llvm.load {ptr} : !llvm.ptr<3> -> {vec}", vec)
         self.tile.provide(pair, b.op(f"llvm.extractelement {both}[{b.i32(1)} : i32] : {vec}", elem))
         return b.op(f"llvm.extractelement {both}[{b.i32(0)} : i32] : {vec}", elem)
-
-
-def stored_by_kernel(tensor: ir.Value) -> bool:
-    """Whether any `tawa.store` of the kernel writes `tensor` (a kernel argument)."""
-    return any(use.owner.name == StoreOp.NAME and StoreOp(use.owner).dst == tensor for use in tensor.uses)
 
 
 def candidate(ctx: Ctx, value: LazyTile, op):
