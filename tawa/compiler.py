@@ -26,7 +26,8 @@ from tawa.abi import CompiledKernel
 from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import kernel_info, verify
 from tawa.ir.location import source_location
-from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, launch_order,
+from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, epilogue_prefetch,
+                           launch_order,
                            lazy_rescale, lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles,
                            protocol_check, register_realloc, software_pipeline, split_k, to_nvvm, ws_analysis)
 from tawa.options import CompileOptions
@@ -84,6 +85,8 @@ PIPELINE = [
     Pass("aref-insertion", aref_insertion.run, when=_ws),
     Pass("partition", partition.run, when=_ws),
     Pass("protocol-check", protocol_check.run, when=_ws),
+    # An epilogue operand (a residual added to the accumulator) is prefetched before the main loop.
+    Pass("epilogue-prefetch", epilogue_prefetch.run, when=_ws),
     # Persistent schedule: every warp group loops over the output tiles its CTA owns (about one CTA per SM).
     Pass("persistent-tiles", persistent_tiles.run, when=_persistent),
     # Warp specialization on the GPU: setmaxnreg budgets, then warp-group placement, launch size and the loads

@@ -370,12 +370,8 @@ class Emitter:
             return arith.DivFOp(one, arith.AddFOp(one, math.ExpOp(arith.NegFOp(v).result).result).result).result
         if name == "silu":
             return arith.MulFOp(v, self.unary_math("sigmoid", v, node)).result
-        if name == "tanh":     # 2*sigmoid(2x) - 1: only exp is needed downstream
-            two = self.like_constant(2.0, v)
-            s = self.unary_math("sigmoid", arith.MulFOp(two, v).result, node)
-            return arith.SubFOp(arith.MulFOp(two, s).result, self.like_constant(1.0, v)).result
         op = {"exp": math.ExpOp, "exp2": math.Exp2Op, "log": math.LogOp, "sqrt": math.SqrtOp,
-              "rsqrt": math.RsqrtOp, "abs": math.AbsFOp}[name]
+              "rsqrt": math.RsqrtOp, "abs": math.AbsFOp, "tanh": math.TanhOp}[name]
         return op(v).result
 
     def select(self, cond, a, b, node):

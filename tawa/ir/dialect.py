@@ -72,6 +72,15 @@ irdl.dialect @tawa {
     %tile = irdl.base "!builtin.tensor"
     irdl.operands(dst: %mem, value: %tile, offsets: variadic %i32)
   }
+  // A hint that the block of shape `shape` at `offsets` of %src is loaded later (by a tawa.load of that block):
+  // the backend starts bringing it toward the SM. No effect on results.
+  irdl.operation @prefetch {
+    %mem = irdl.base "!builtin.memref"
+    %i32 = irdl.is i32
+    %shape = irdl.any
+    irdl.attributes {"shape" = %shape}
+    irdl.operands(src: %mem, offsets: variadic %i32)
+  }
   irdl.operation @splat {
     %scalar = irdl.any
     %tile = irdl.base "!builtin.tensor"

@@ -76,6 +76,23 @@ class StoreOp(OpView):
     offsets = property(lambda self: list(self.op.operands)[2:])
 
 
+class PrefetchOp(OpView):
+    """`tawa.prefetch %src[%offsets...] {shape}`: the block of `shape` at `offsets`, loaded later by a `tawa.load`
+    of the same block, starts its way toward the SM now (`epilogue_prefetch`); no effect on results."""
+    NAME = "tawa.prefetch"
+    src = property(lambda self: self.op.operands[0])
+    offsets = property(lambda self: list(self.op.operands)[1:])
+    shape = property(lambda self: list(ir.DenseI64ArrayAttr(self.op.attributes["shape"])))
+
+
+def create_prefetch(load: LoadOp, ip: ir.InsertionPoint) -> ir.Operation:
+    """A `tawa.prefetch` of the block `load` reads, at `ip`, with the load's location."""
+    shape = ir.RankedTensorType(load.result.type).shape
+    with ip:
+        return ir.Operation.create(PrefetchOp.NAME, operands=[load.src] + load.offsets,
+                                   attributes={"shape": ir.DenseI64ArrayAttr.get(list(shape))}, loc=load.location)
+
+
 class DotOp(OpView):
     """`%d = tawa.dot %a, %b, %acc`: d = a @ b + acc."""
     NAME = "tawa.dot"

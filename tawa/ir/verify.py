@@ -29,8 +29,8 @@ from tawa import hopper
 from tawa.errors import InternalCompilerError
 from tawa.ir import attrs
 from tawa.ir.dialect import AREF_MAX_VALUES
-from tawa.ir.ops import (ArefPutOp, BroadcastOp, DimOp, DotOp, ExpandDimsOp, LoadOp, ReduceOp, SplatOp, StoreOp,
-                         TransOp, WARP_GROUP_REGION, aref_of)
+from tawa.ir.ops import (ArefPutOp, BroadcastOp, DimOp, DotOp, ExpandDimsOp, LoadOp, PrefetchOp, ReduceOp, SplatOp,
+                         StoreOp, TransOp, WARP_GROUP_REGION, aref_of)
 from tawa.ir.location import source_location
 from tawa.ir.types import aref_params, is_aref
 
@@ -46,6 +46,8 @@ RULES = {
     "load-offsets": "tawa.load takes one offset per dim of its source",
     "load-shape": "tawa.load gives a tile of rank 1 to the source's rank",
     "load-dtype": "tawa.load gives the source's element type",
+    "prefetch": "tawa.prefetch takes one offset per dim of its source and a shape of rank 1 to that rank, "
+                "extents >= 1",
     "store-offsets": "tawa.store takes one offset per dim of its destination",
     "store-shape": "tawa.store writes a tile of rank 1 to the destination's rank",
     "store-dtype": "tawa.store writes the destination's element type",
@@ -226,6 +228,19 @@ def _load(op):
     _block_access(op, "load", load.src, load.result, len(load.offsets), "source", "result", "the result")
 
 
+def _prefetch(op):
+    p = PrefetchOp(op)
+    rank = ir.MemRefType(p.src.type).rank
+    if len(p.offsets) != rank:
+        _fail(op, "prefetch", f"a rank-{rank} source takes {rank} offsets, got {len(p.offsets)}")
+    try:
+        shape = p.shape
+    except (KeyError, ValueError):
+        _fail(op, "prefetch", "the shape attribute must be an array<i64: ...>")
+    if not 1 <= len(shape) <= rank or min(shape) < 1:
+        _fail(op, "prefetch", f"shape {list(shape)} must have rank 1 to {rank} and extents >= 1")
+
+
 def _store(op):
     store = StoreOp(op)
     _block_access(op, "store", store.dst, store.value, len(store.offsets), "destination", "value",
@@ -344,7 +359,7 @@ def _split_k(op):
 _SHAPE_RULES = {
     "tawa.program_id": _program_axis, "tawa.num_programs": _program_axis,
     "tawa.grid_extent": _program_axis, "tawa.dim": _dim,
-    "tawa.load": _load, "tawa.store": _store, "tawa.splat": _splat, "tawa.arange": _arange, "tawa.dot": _dot,
+    "tawa.load": _load, "tawa.prefetch": _prefetch, "tawa.store": _store, "tawa.splat": _splat, "tawa.arange": _arange, "tawa.dot": _dot,
     "tawa.expand_dims": _expand_dims, "tawa.broadcast": _broadcast, "tawa.trans": _trans, "tawa.reduce": _reduce,
     "tawa.split_k_store": _split_k, "tawa.split_k_arrive": _split_k, "tawa.split_k_sum": _split_k,
 }

@@ -30,8 +30,8 @@ from tawa import hopper
 from tawa.errors import CompilationError
 from tawa.ir.kernel_info import kernels
 from tawa.ir.location import source_location
-from tawa.ir.ops import (ArefCreateOp, DotOp, ForOp, LoadOp, StoreOp, TransOp, create_aref, create_consumed,
-                         create_get, create_put)
+from tawa.ir.ops import (ArefCreateOp, DotOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get,
+                         create_put)
 from tawa.ir.traversal import ancestor_in_block, backward_slice, enclosing, ops_of, walk
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 from tawa.lowering import epilogue, ws_analysis
@@ -52,10 +52,10 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
     not counted: the backend reads it through the store's own staging boxes, or else straight into registers
     (`to_nvvm.staged_operand`). Counting it cost the cooperative 128x256 linear layer half its ring (two slots
     instead of four, next to a 64 KiB residual that never occupied shared memory of its own)."""
-    stored = _stored_tiles(func_op)
+    stored = epilogue.stored_tiles(func_op)
     loads, store = 0, 0
     for op in walk(func_op.operation):
-        if op.name == LoadOp.NAME and op not in heavy and not _read_through_staging(LoadOp(op), stored):
+        if op.name == LoadOp.NAME and op not in heavy and not epilogue.read_through_staging(LoadOp(op), stored):
             loads += tile_bytes(LoadOp(op).result.type)
         elif op.name == StoreOp.NAME and (persistent or _in_loop(op)):
             # A store after the loops is staged in the drained ring (the backend reuses it), except in a persistent
@@ -66,29 +66,6 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
                 if len(shape) == 2 else tile_bytes(t)
             store = max(store, staged)
     return loads + stagings * store
-
-
-def _stored_tiles(func_op) -> set:
-    """(shape, element bytes) of every 2-D tile the kernel stores."""
-    out = set()
-    for op in walk(func_op.operation):
-        if op.name == StoreOp.NAME:
-            t = StoreOp(op).value.type
-            if len(tile_shape(t)) == 2:
-                out.add((tuple(tile_shape(t)), elem_bytes(elem_type(t))))
-    return out
-
-
-def _read_through_staging(load: LoadOp, stored: set) -> bool:
-    """Whether `load` is an epilogue operand the backend can read through a store's staging boxes: a 2-D tile of
-    a tensor the kernel never writes, with a stored tile's shape and element size (16 or 32 bits)."""
-    t = load.result.type
-    shape, es = tile_shape(t), elem_bytes(elem_type(t))
-    if len(shape) != 2 or es not in (2, 4) or (tuple(shape), es) not in stored:
-        return False
-    if any(use.owner.name in (DotOp.NAME, TransOp.NAME) for use in load.result.uses):
-        return False        # a dot operand: a shared tile of its own
-    return not epilogue.stored_by_kernel(load.src)
 
 
 def _in_loop(op) -> bool:

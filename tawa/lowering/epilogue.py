@@ -10,7 +10,9 @@ slot).
 from __future__ import annotations
 
 from tawa import hopper
-from tawa.ir.ops import StoreOp
+from tawa.ir.ops import DotOp, LoadOp, StoreOp, TransOp
+from tawa.ir.traversal import walk
+from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 #: Column boxes of staging a persistent kernel's store cycles through.
 STORE_BUFFERS = 2
@@ -28,3 +30,26 @@ def stored_by_kernel(tensor) -> bool:
     """Whether any `tawa.store` of the kernel writes `tensor` (a kernel argument): an epilogue operand read from
     such a tensor is not read-only, and cannot be brought in through the store's staging boxes."""
     return any(use.owner.name == StoreOp.NAME and StoreOp(use.owner).dst == tensor for use in tensor.uses)
+
+
+def stored_tiles(func_op) -> set:
+    """(shape, element bytes) of every 2-D tile the kernel stores."""
+    out = set()
+    for op in walk(func_op.operation):
+        if op.name == StoreOp.NAME:
+            t = StoreOp(op).value.type
+            if len(tile_shape(t)) == 2:
+                out.add((tuple(tile_shape(t)), elem_bytes(elem_type(t))))
+    return out
+
+
+def read_through_staging(load: LoadOp, stored: set) -> bool:
+    """Whether `load` is an epilogue operand the backend can read through a store's staging boxes: a 2-D tile of
+    a tensor the kernel never writes, with a stored tile's shape and element size (16 or 32 bits)."""
+    t = load.result.type
+    shape, es = tile_shape(t), elem_bytes(elem_type(t))
+    if len(shape) != 2 or es not in (2, 4) or (tuple(shape), es) not in stored:
+        return False
+    if any(use.owner.name in (DotOp.NAME, TransOp.NAME) for use in load.result.uses):
+        return False        # a dot operand: a shared tile of its own
+    return not stored_by_kernel(load.src)

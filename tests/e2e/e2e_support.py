@@ -75,8 +75,8 @@ def record_launches(monkeypatch, what) -> list:
 
 # ---- operands and float64 references of the fused examples (fresh random inputs per seed) -----------------
 def _gelu_tanh(torch, x):
-    """tanh-approximated GELU, written as the examples write it: x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3))."""
-    return x * torch.sigmoid(1.5957691216057308 * (x + 0.044715 * x ** 3))
+    """tanh-approximated GELU (torch's gelu(approximate="tanh")), as the examples compute it."""
+    return 0.5 * x * (1 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
 
 
 def gemm_case(torch, m, n, k, seed, dtype=None):

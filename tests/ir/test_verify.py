@@ -148,6 +148,7 @@ def split_k_body(t="tensor<64x64xf32>", slot=0, splits=2) -> str:
 
 GOOD = {
     "load": kernel(load(TILE)),
+    "prefetch": kernel(f'"tawa.prefetch"(%A, %c0, %c0) {{shape = array<i64: 64, 64>}} : ({MEM}, i32, i32) -> ()'),
     "split-k": kernel(split_k_body()),
     "load-fewer-dims": kernel(load("tensor<64xbf16>", 3, "memref<?x?x?xbf16>"),
                               args=f"%A: memref<?x?x?xbf16>, %C: {MEM}"),
@@ -191,6 +192,9 @@ BAD = {
     "load-offsets": kernel(load(TILE, 1)),
     "load-shape": kernel(load("tensor<2x64x64xbf16>")),
     "load-dtype": kernel(load("tensor<64x64xf16>")),
+    "prefetch": kernel(f'"tawa.prefetch"(%A, %c0) {{shape = array<i64: 64, 64>}} : ({MEM}, i32) -> ()'),
+    "prefetch:shape": kernel(f'"tawa.prefetch"(%A, %c0, %c0) {{shape = array<i64: 64, 0>}} : ({MEM}, i32, i32) '
+                             '-> ()'),
     "store-offsets": kernel(load(TILE) + f'\n  "tawa.store"(%C, %x, %c0) : ({MEM}, {TILE}, i32) -> ()'),
     "store-shape": kernel(load(TILE) + '\n  %y = "tawa.expand_dims"(%x) {axis = 0 : i32} : '
                           f'({TILE}) -> tensor<1x64x64xbf16>\n  "tawa.store"(%C, %y, %c0, %c0) : '

@@ -46,6 +46,31 @@ def test_linear_residual_comes_through_the_staging(options, boxes):
     assert spill_bytes(fused) == 0
 
 
+#: A TMA copy completing on a barrier of the reserved region (the staging's; the rings' barriers are in registers).
+STAGING_COPY = re.compile(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\S* \[[^]]+\], \[[^]]+\], "
+                          r"\[tawa_smem\+\d+\]")
+L2_PREFETCH = re.compile(r"cp\.async\.bulk\.prefetch\.tensor\.2d\.L2\.global")
+
+
+@pytest.mark.parametrize("options,early,l2_early,l2_late", [
+    ({"BLOCK_N": 256, "schedule": "persistent"}, 2, 0, 2),
+    ({"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"}, 2, 0, 2),
+    ({"BLOCK_N": 128, "schedule": "persistent"}, 2, 0, 0),
+    ({"BLOCK_N": 256, "schedule": "tile"}, 0, 4, 0),
+], ids=["persistent-n256", "persistent-c21", "persistent-n128", "tile-n256"])
+def test_residual_is_prefetched_before_the_main_loop(options, early, l2_early, l2_late):
+    """`epilogue-prefetch`: a persistent kernel copies the residual's first boxes into the (idle) staging before
+    the main loop's first wgmma, and brings the boxes that wait for a staging buffer into L2 at the epilogue's
+    start; with one tile per CTA (the staging is the drained ring) the whole tile goes into L2 before the loop."""
+    ptx = _compile(LINEAR, **options).ptx
+    first_dot = ptx.index("wgmma.mma_async")
+    before, after = ptx[:first_dot], ptx[first_dot:]
+    assert len(STAGING_COPY.findall(before)) == early
+    assert len(L2_PREFETCH.findall(before)) == l2_early
+    assert len(L2_PREFETCH.findall(after)) == l2_late
+    assert not L2_PREFETCH.search(_compile(WITHOUT_RESIDUAL, **options).ptx)
+
+
 def test_f32_residual_used_twice():
     kernel = _compile(str(KERNELS / "gemm_residual_f32.tawa"), schedule="persistent")
     assert not GLOBAL_LOAD.search(kernel.ptx)
@@ -103,10 +128,10 @@ def _loads(path, **constants):
 
 
 def test_only_epilogue_operands_of_a_stored_shape_are_left_out():
-    """The tile-level rule (`aref_insertion._read_through_staging`): the linear layer's residual is left out of
-    the ring's budget; its bias (1-D) is not; attention's Q, 128x128 bf16 like the stored O but a dot operand (a
+    """The tile-level rule (`epilogue.read_through_staging`): the linear layer's residual is left out of the
+    ring's budget; its bias (1-D) is not; attention's Q, 128x128 bf16 like the stored O but a dot operand (a
     shared tile of its own), is not either."""
-    from tawa.lowering.aref_insertion import _read_through_staging, _stored_tiles
+    from tawa.lowering.epilogue import read_through_staging as _read_through_staging, stored_tiles as _stored_tiles
     module, func, loads = _loads(ROOT / "examples" / "linear_gelu_residual.tawa", BLOCK_N=128)
     stored = _stored_tiles(func)
     left_out = [str(ld.result.type) for ld in loads if _read_through_staging(ld, stored)]

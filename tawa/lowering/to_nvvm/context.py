@@ -247,6 +247,12 @@ class Ctx:
     cluster: list | None = None
     #: CTAs kept resident per SM (`ctas_per_sm`): the registers each thread holds at entry depend on it.
     ctas_per_sm: int = 1
+    #: A persistent epilogue's staging (`staged_operand.persistent_staging`): [shared offset, mbarriers or None]
+    #: by (box bytes, boxes), shared by the TMA store and the prefetch that fills it ahead of the store.
+    stagings: dict = field(default_factory=dict)
+    #: Epilogue operands whose first boxes a `tawa.prefetch` copied into a staging (`staged_operand.Prefetched`)
+    #: that no store has taken yet.
+    prefetched: list = field(default_factory=list)
 
     def lower_block(self, block) -> None:
         """Lower the ops of `block` in this context."""

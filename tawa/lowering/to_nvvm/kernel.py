@@ -26,7 +26,8 @@ from tawa.ir.location import source_location
 from tawa.ir.ops import ArefCreateOp, warp_groups
 from tawa.ir.traversal import ops_of, walk
 
-from . import arefs, control, dot, elementwise, memory, reduce, shape, split_k, sync, warp_groups as warp_group_lowering
+from . import (arefs, control, dot, elementwise, memory, reduce, shape, split_k, staged_operand, sync,
+               warp_groups as warp_group_lowering)
 from .builder import Builder
 from .context import BARRIER_REGION, Ctx, Params, SharedAllocator
 from .program_ids import PID_GROUP, SREG_OPS, lower_program_index
@@ -35,6 +36,7 @@ from .program_ids import PID_GROUP, SREG_OPS, lower_program_index
 HANDLERS = {
     "tawa.load": memory.lower_load,
     "tawa.store": memory.lower_store,
+    "tawa.prefetch": staged_operand.lower_prefetch,
     "tawa.dim": memory.lower_dim,
     "tawa.dot": dot.lower_dot,
     "tawa.splat": shape.lower_splat,
@@ -88,8 +90,8 @@ def lower_block(ctx: Ctx, block) -> None:
     ctx.flush()
 
 
-#: Non-arith ops that build on lazy tiles.
-LAZY_OPS = ("tawa.splat", "tawa.broadcast", "tawa.expand_dims")
+#: Non-arith ops that build on lazy tiles (or, as a prefetch, need no tile at all).
+LAZY_OPS = ("tawa.splat", "tawa.broadcast", "tawa.expand_dims", "tawa.prefetch")
 
 
 def _locate(error: TawaError, op) -> None:

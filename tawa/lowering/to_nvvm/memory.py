@@ -24,7 +24,7 @@ from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled
-from .staged_operand import StagedOperand, candidate
+from .staged_operand import StagedOperand, candidate, drain_prefetched, persistent_staging, take_prefetched
 from ..epilogue import STORE_BUFFERS, stored_by_kernel
 
 
@@ -304,6 +304,7 @@ def lower_store(ctx: Ctx, op) -> None:
         tma_store_tile(ctx, op, value, offsets)
         return
     b = ctx.b
+    drain_prefetched(ctx)     # (a TMA store takes or drains them itself)
     addrs, _ = _addressing(ctx, op, StoreOp(op).dst, offsets, value.layout)
     # Replicated elements are stored by each owner; the writes are identical.
     for (ptr, pred), v in zip(addrs, value.regs):
@@ -335,8 +336,9 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
     staged = StagedOperand(ctx, operand, rows, box_cols) if operand is not None else None
     if ctx.persistent:
         nbuf = min(nbox, STORE_BUFFERS)
-        off = ctx.scratch(nbuf * box_bytes)
-        full = ctx.alloc_barriers(nbuf, 1) if staged else None
+        early = take_prefetched(ctx, operand, (box_bytes, nbuf))
+        drain_prefetched(ctx)
+        off, full = persistent_staging(ctx, box_bytes, nbuf, barriers=staged is not None)
         buffer = lambda j: off + (j % nbuf) * box_bytes
         bar = lambda j: ctx.smem_ptr(full + 8 * (j % nbuf))
         for j in range(nbox):
@@ -346,10 +348,15 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
                 wait_stores_read(ctx, 0 if j == 0 else nbuf - 1)
                 ctx.sync_threads()
                 if staged:
-                    # the staged operand's boxes for every free buffer: all at first, then box j
+                    # the staged operand's boxes for every free buffer: all at first (but those a prefetch
+                    # copied during the main loop), then box j; the boxes that must wait for a buffer are
+                    # brought into L2 meanwhile (their copies then wait on L2, not on DRAM)
+                    first = early.boxes if early else 0
                     with b.if_(b.cmpi("eq", ctx.tid(), 0)):
-                        for k in (range(nbuf) if j == 0 else [j]):
+                        for k in (range(first, nbuf) if j == 0 else [j]):
                             staged.issue(k, buffer(k), bar(k))
+                        for k in (range(nbuf, nbox) if j == 0 else []):
+                            staged.prefetch_l2(k)
             if staged:
                 staged.read_box(j, buffer(j), bar(j))
             _write_staging(ctx, tile, buffer(j), box_bytes, box=j)

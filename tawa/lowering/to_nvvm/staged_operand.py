@@ -20,39 +20,55 @@ from __future__ import annotations
 
 from mlir import ir
 
-from tawa.ir.ops import LoadOp, StoreOp
+from dataclasses import dataclass
+
+from tawa.ir.ops import LoadOp, PrefetchOp, StoreOp
 from tawa.ir.types import elem_bytes, elem_type
-from tawa.lowering.epilogue import stored_by_kernel
+from tawa.lowering.epilogue import STORE_BUFFERS, stored_by_kernel
 
 from . import sync
 from .builder import V
 from .context import Ctx, LazyTile, SWIZZLE_BYTES, staging_registers, swizzled
 
 
-class StagedOperand:
+class OperandBoxes:
+    """The column boxes (`box_cols` elements, 128 bytes wide) of a `rows`-row tile of the global tensor `src` at
+    the i32 element offsets `offsets`, each copied by TMA into one staging box."""
+
+    def __init__(self, ctx: Ctx, src: ir.Value, offsets: list, rows: int, box_cols: int):
+        self.ctx = ctx
+        self.offsets = offsets
+        self.box_cols = box_cols
+        self.box_bytes = rows * SWIZZLE_BYTES
+        self.tmap = ctx.params.tile_map(src, rows, box_cols, SWIZZLE_BYTES)
+
+    def issue(self, box: int, dst: int, bar: V) -> None:
+        """Copy column box `box` to the staging offset `dst` (caller: the thread issuing stores)."""
+        b = self.ctx.b
+        sync.mbarrier_expect_tx(b, bar, self.box_bytes)
+        coords = sync.box_coords(b, self.offsets, box, self.box_cols)
+        sync.tma_load(b, self.tmap, self.ctx.smem_ptr(b.i32(dst)), bar, coords)
+
+    def prefetch_l2(self, box: int) -> None:
+        """Bring column box `box` into L2 (caller: the thread issuing stores), for a box whose staging buffer is
+        still in use: its copy, issued once the buffer is free, then finds it there."""
+        sync.tma_prefetch_l2(self.ctx.b, self.tmap, sync.box_coords(self.ctx.b, self.offsets, box, self.box_cols))
+
+
+class StagedOperand(OperandBoxes):
     """A lazy register load served from the staging boxes of one TMA store (see module docstring)."""
 
     def __init__(self, ctx: Ctx, value: ir.Value, rows: int, box_cols: int):
         load = LoadOp(value.owner)
-        self.ctx = ctx
+        super().__init__(ctx, load.src, [ctx.get(v) for v in load.offsets], rows, box_cols)
+        self.load = load
         self.tile = tile = ctx.get_lazy(value)
-        self.box_cols = box_cols
-        self.box_bytes = rows * SWIZZLE_BYTES
-        self.offsets = [ctx.get(v) for v in load.offsets]
-        self.tmap = ctx.params.tile_map(load.src, rows, box_cols, SWIZZLE_BYTES)
         self._fallback = tile.redirect(self._serve)
         self._box = None                 # (box index, its staging offset) while a box is being staged
         accesses = staging_registers(tile.layout, elem_bytes(tile.elem))
         self._box_of = {i: box for i, _, box in accesses}
         self._pair_of = {i: pair for i, pair, _ in accesses}
         self._box_of.update({pair: box for _, pair, box in accesses if pair is not None})
-
-    def issue(self, box: int, dst: int, bar: V) -> None:
-        """Copy the operand's column box `box` to the staging offset `dst` (caller: the thread issuing stores)."""
-        b = self.ctx.b
-        sync.mbarrier_expect_tx(b, bar, self.box_bytes)
-        coords = sync.box_coords(b, self.offsets, box, self.box_cols)
-        sync.tma_load(b, self.tmap, self.ctx.smem_ptr(b.i32(dst)), bar, coords)
 
     def read_box(self, box: int, off: int, bar: V) -> None:
         """Wait for box `box` at staging offset `off`, then read all of this thread's elements of it (before any
@@ -109,3 +125,86 @@ def candidate(ctx: Ctx, value: LazyTile, op):
                 and tile.layout.same_mapping(value.layout):
             return v
     return None
+
+
+# ---- prefetch: the first boxes copied while the main loop runs -------------------------------------------------
+def persistent_staging(ctx: Ctx, box_bytes: int, boxes: int, barriers: bool) -> list:
+    """[shared offset, mbarrier offset or None] of a persistent epilogue's staging of `boxes` buffers of
+    `box_bytes`, with one mbarrier per buffer when `barriers`: one per region and geometry, shared by its TMA
+    stores (each waits for the stores before it to have read the staging) and the prefetch that fills it."""
+    key = (box_bytes, boxes)
+    if key not in ctx.stagings:
+        ctx.stagings[key] = [ctx.scratch(boxes * box_bytes), None]
+    area = ctx.stagings[key]
+    if barriers and area[1] is None:
+        area[1] = ctx.alloc_barriers(boxes, 1)
+    return area
+
+
+@dataclass
+class Prefetched:
+    """An operand whose first `boxes` column boxes a `tawa.prefetch` copied into the staging `key`."""
+    src: ir.Value
+    offsets: list
+    key: tuple
+    boxes: int
+
+
+def lower_prefetch(ctx: Ctx, op) -> None:
+    """`tawa.prefetch` (placed before the main loop by `epilogue_prefetch`). In a persistent kernel the store's
+    staging is idle while the main loop runs: thread 0 waits until the previous tile's stores have read it and
+    copies the operand's first boxes into it (as the store would after the loop), so its DRAM latency passes
+    under the main loop; the store takes them (`take_prefetched`). With one tile per CTA the staging is the
+    drained ring, free only after the loop, so the tile goes into L2 instead. Without TMA there is nothing to do."""
+    p = PrefetchOp(op)
+    es = elem_bytes(elem_type(p.src.type))
+    shape = p.shape
+    if not ctx.tma or len(shape) != 2 or es not in (2, 4) or (shape[1] * es) % SWIZZLE_BYTES:
+        return
+    rows, cols = shape
+    box_cols = SWIZZLE_BYTES // es
+    nbox = cols // box_cols
+    boxes = OperandBoxes(ctx, p.src, [ctx.get(v) for v in p.offsets], rows, box_cols)
+    b = ctx.b
+    nbuf = min(nbox, STORE_BUFFERS)
+    key = (boxes.box_bytes, nbuf)
+    if not ctx.persistent or any(r.key == key for r in ctx.prefetched):
+        with b.if_(b.cmpi("eq", ctx.tid(), 0)):
+            for j in range(nbox):
+                boxes.prefetch_l2(j)
+        return
+    off, full = persistent_staging(ctx, boxes.box_bytes, nbuf, barriers=True)
+    with b.if_(b.cmpi("eq", ctx.tid(), 0)):
+        sync.bulk_wait_read(b, 0)
+        for j in range(nbuf):
+            boxes.issue(j, off + j * boxes.box_bytes, ctx.smem_ptr(full + 8 * j))
+    ctx.prefetched.append(Prefetched(p.src, list(p.offsets), key, nbuf))
+
+
+def take_prefetched(ctx: Ctx, operand: ir.Value | None, key: tuple) -> Prefetched | None:
+    """The prefetch of the store's staged `operand` (a `tawa.load` result) into the staging `key`, if there
+    was one; it is the store's from here on."""
+    if operand is None:
+        return None
+    load = LoadOp(operand.owner)
+    for rec in ctx.prefetched:
+        if rec.key == key and rec.src == load.src and rec.offsets == load.offsets:
+            ctx.prefetched.remove(rec)
+            return rec
+    return None
+
+
+def drain_prefetched(ctx: Ctx) -> None:
+    """Boxes prefetched into a staging that the store about to write it does not take (it stages another
+    operand, or none): thread 0 waits for their copies and completes their barriers' phases, before the store's
+    threads write the staging (the caller's barrier follows)."""
+    b = ctx.b
+    for rec in ctx.prefetched:
+        full = ctx.stagings[rec.key][1]
+        with b.if_(b.cmpi("eq", ctx.tid(), 0)):
+            for j in range(rec.boxes):
+                bar = ctx.smem_ptr(full + 8 * j)
+                sync.mbarrier_wait(b, bar, b.i32(0))
+                sync.mbarrier_arrive(b, bar)
+                sync.mbarrier_wait(b, bar, b.i32(1))
+    ctx.prefetched.clear()

@@ -117,6 +117,12 @@ def tma_load(b: Builder, tmap: V, dst: V, bar: V, coords: list, multicast: V | N
                     f"array<i32: 1, 1, {len(coords)}, 1, 0, {int(multicast is not None)}, 0, 0>")
 
 
+def tma_prefetch_l2(b: Builder, tmap: V, coords: list) -> None:
+    """Bulk tensor prefetch global -> L2 of the box at `coords` (innermost first): no shared memory, no barrier."""
+    b.generic("nvvm.cp.async.bulk.tensor.prefetch", [tmap] + list(coords),
+              props=f"mode = #nvvm.tma_load_mode<tile>, operandSegmentSizes = array<i32: 1, {len(coords)}, 0, 0>")
+
+
 def tma_store(b: Builder, tmap: V, src: V, coords: list) -> None:
     """Bulk tensor copy shared -> global; the copy engine clips the box at the tensor's bounds."""
     b.generic("nvvm.cp.async.bulk.tensor.global.shared.cta", [tmap, src] + list(coords),

@@ -101,6 +101,12 @@ def _load(c, op):
     return _preemptible(c, run)
 
 
+@handler("tawa.prefetch")
+def _prefetch(c, op):
+    """A hint for the GPU's memory system: nothing to do here."""
+    return (lambda env: None), False
+
+
 @handler("tawa.store")
 def _store(c, op):
     dst, value, *offs = c.operands(op)
