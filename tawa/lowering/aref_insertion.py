@@ -30,8 +30,7 @@ from tawa import hopper
 from tawa.errors import CompilationError
 from tawa.ir.kernel_info import kernels
 from tawa.ir.location import source_location
-from tawa.ir.ops import (ArefCreateOp, DotOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get,
-                         create_put)
+from tawa.ir.ops import ArefCreateOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get, create_put
 from tawa.ir.traversal import ancestor_in_block, backward_slice, enclosing, ops_of, walk
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 from tawa.lowering import epilogue, ws_analysis
