@@ -4,7 +4,8 @@ Two steps, so that compilation (which needs MLIR) and execution (which needs a H
 machines:
 
     python bench/bench_gemm.py build  [--out DIR]   # compile the kernels, write DIR/<name>.json + .cubin
-    python bench/bench_gemm.py run    [--out DIR]   # load them, check against torch, time them
+    python bench/bench_gemm.py run    [--out DIR] [--json OUT] [--plot PATH]   # check against torch, time them
+    python bench/bench_gemm.py plot   --json OUT [--plot PATH]                   # redraw the plot of a run
 
 `python bench/bench_gemm.py` does both on one machine. DIR defaults to `.carry/` in the repository root.
 
@@ -15,6 +16,8 @@ torch.matmul (cuBLAS) and two Triton matmuls, each with a small autotune set: a 
 one through TMA descriptors (the "Triton" column is the better of the two per shape); it prints TFLOP/s, ratios to
 cuBLAS and to Triton, and their geometric means. The "tuned" column is `tawa.autotune` over the example's declared
 space, tuned on each shape in the same process (TUNED; `build` fills DIR/tuned-cache with every candidate).
+`run` writes a plot (DIR/gemm.png unless --plot) of the tuned GEMM against cuBLAS and Triton per shape and of the
+best fused kernel against its anchors, and with --json the raw TFLOP/s.
 """
 from __future__ import annotations
 
@@ -371,6 +374,7 @@ def gemm_sweep(out, dev, check) -> None:
             for n, tflops in res.items():
                 table[(dt_name, (M, N, K), n)] = tflops
     print_table(table)
+    return table
 
 
 #: The warp-specialized variant reported as "Tawa-WS": one fixed configuration for the whole sweep (gemm.tawa with
@@ -437,7 +441,12 @@ def _side_by_side(impls: dict, flops: float, rounds: int = 5) -> dict:
     return {n: flops / sorted(t)[len(t) // 2] / 1e9 for n, t in times.items()}
 
 
+#: The fused kernels' side-by-side results of this run, as `_report` printed them (for --json and the plot).
+FUSED_RESULTS: list = []
+
+
 def _report(title: str, shape, res: dict, anchors: list) -> None:
+    FUSED_RESULTS.append({"kernel": title, "shape": list(shape), "tflops": res, "anchors": anchors})
     print(f"{title} {'x'.join(map(str, shape))}: " + ", ".join(f"{n} {v:.0f}" for n, v in res.items()))
     tawa = {n: v for n, v in res.items() if n not in anchors}
     if tawa:
@@ -532,7 +541,7 @@ def fused_sweep(out, dev, check) -> None:
         _report("fp8", (M, N, K), _side_by_side(impls, 2 * M * N * K), ["scaled_mm_rowwise", "scaled_mm_tensor"])
 
 
-def run(out: str, only: str = "all") -> None:
+def run(out: str, only: str = "all", json_out: str | None = None, plot: str | None = None) -> None:
     import torch
     torch.manual_seed(0)
     dev = torch.device("cuda")
@@ -544,10 +553,19 @@ def run(out: str, only: str = "all") -> None:
         print(f"  {name}: rel err {err:.2e} {'OK' if ok else 'FAIL'}")
         return ok
 
+    table = {}
     if only in ("all", "gemm"):
-        gemm_sweep(out, dev, check)
+        table = gemm_sweep(out, dev, check)
     if only in ("all", "fused"):
         fused_sweep(out, dev, check)
+    raw = {"gpu": torch.cuda.get_device_name(), "gemm": [{"dtype": k[0], "shape": list(k[1]), "impl": k[2],
+                                                          "tflops": v} for k, v in table.items()],
+           "fused": FUSED_RESULTS}
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump(raw, f, indent=1)
+        print(f"raw numbers written to {json_out}")
+    write_plot(raw, plot or os.path.join(out, "gemm.png"))
 
     if os.path.exists(os.path.join(out, "gemm_bias_gelu.json")):
         print("gemm_bias_gelu")
@@ -635,14 +653,71 @@ def run(out: str, only: str = "all") -> None:
                   f"TFLOP/s")
 
 
+def write_plot(raw: dict, path: str) -> None:
+    """Left: the tuned GEMM's TFLOP/s over cuBLAS's and over Triton's (the better of its two matmuls) per sweep
+    shape and dtype; right: the best Tawa variant of each fused kernel over each of its anchors."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:  # matplotlib missing: the printed tables are the result
+        print(f"no plot ({type(e).__name__}: {e})")
+        return
+    gemm = {(r["dtype"], tuple(r["shape"]), r["impl"]): r["tflops"] for r in raw["gemm"]}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 6.5), gridspec_kw={"width_ratios": [3, 2]})
+    labels, bars = [], {"tuned / cuBLAS": [], "tuned / Triton": []}
+    for dt in ("bf16", "f16"):
+        for shape in SWEEP:
+            tuned, cublas = gemm.get((dt, shape, "tuned")), gemm.get((dt, shape, "cublas"))
+            triton = max(gemm.get((dt, shape, "triton"), 0), gemm.get((dt, shape, "triton_tma"), 0))
+            if not (tuned and cublas):
+                continue
+            labels.append(f"{dt} {'x'.join(map(str, shape))}")
+            bars["tuned / cuBLAS"].append(tuned / cublas)
+            bars["tuned / Triton"].append(tuned / triton if triton else 0)
+    for i, (name, values) in enumerate(bars.items()):
+        drawn = left.bar([x + 0.4 * i for x in range(len(values))], values, width=0.4, label=name)
+        left.bar_label(drawn, fmt="%.2f", fontsize=5)
+    left.set_xticks([x + 0.2 for x in range(len(labels))], labels, fontsize=7, rotation=45, ha="right")
+    left.axhline(1.0, color="gray", lw=0.8)
+    left.set_ylim(0.6, max([1.1] + [v for vs in bars.values() for v in vs]) * 1.05)
+    left.set_ylabel("ratio of TFLOP/s")
+    left.set_title(f"GEMM, examples/gemm.tawa tuned ({raw['gpu']})")
+    left.legend(fontsize=8)
+    names, ratios = [], []
+    for r in raw["fused"]:
+        tawa = {n: v for n, v in r["tflops"].items() if n not in r["anchors"]}
+        if not tawa:
+            continue
+        best = max(tawa.values())
+        for a in r["anchors"]:
+            if a in r["tflops"]:
+                names.append(f"{r['kernel'].split('+')[0]} {'x'.join(map(str, r['shape']))} / {a}")
+                ratios.append(best / r["tflops"][a])
+    right.bar_label(right.bar(range(len(ratios)), ratios, color="tab:green"), fmt="%.2f", fontsize=6)
+    right.set_ylim(0.6, max([1.1] + ratios) * 1.05)
+    right.set_xticks(range(len(names)), names, fontsize=7, rotation=45, ha="right")
+    right.axhline(1.0, color="gray", lw=0.8)
+    right.set_title("fused kernels: best Tawa variant / anchor")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    print(f"plot written to {path}")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("step", nargs="?", default="all", choices=["build", "run", "all"])
+    ap.add_argument("step", nargs="?", default="all", choices=["build", "run", "all", "plot"],
+                    help="plot: redraw the plot from a --json file of an earlier run")
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry"))
     ap.add_argument("--kernels", default="", help="build only the kernels whose name matches this regex")
     ap.add_argument("--only", default="all", choices=["all", "gemm", "fused"], help="run only this sweep")
+    ap.add_argument("--json", default=None, metavar="OUT", help="write the raw numbers as JSON to OUT")
+    ap.add_argument("--plot", default=None, metavar="PATH", help="PNG plot path (default DIR/gemm.png)")
     ns = ap.parse_args()
     if ns.step in ("build", "all"):
         build(ns.out, ns.kernels)
     if ns.step in ("run", "all"):
-        run(ns.out, ns.only)
+        run(ns.out, ns.only, ns.json, ns.plot)
+    if ns.step == "plot":
+        with open(ns.json) as f:
+            write_plot(json.load(f), ns.plot or os.path.join(ns.out, "gemm.png"))
