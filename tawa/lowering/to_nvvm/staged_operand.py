@@ -12,15 +12,20 @@ elements of the box (paired 16-bit elements in one 4-byte shared load, at the sw
 writes use), computes its results, and writes them over what it read. The operand tile has the stored tile's
 register mapping, so each thread overwrites exactly the elements it read itself, after reading all of them.
 
+A persistent kernel's staging is idle while the main loop runs, so a `tawa.prefetch` of the operand (placed before
+the loop by `epilogue_prefetch`) copies its first boxes there already, after the previous tile's stores have read
+the staging (`lower_prefetch`); the store then issues only the remaining boxes (`take_prefetched`), and brings
+those that must wait for a buffer into L2 meanwhile.
+
 The box mbarriers are used once per staging box; after every thread's wait, thread 0 arrives once more (and waits
 for that second phase, which its arrival completes) so that each use completes two phases and every wait for
 the data is for parity 0: no phase to carry across a persistent tile loop.
 """
 from __future__ import annotations
 
-from mlir import ir
-
 from dataclasses import dataclass
+
+from mlir import ir
 
 from tawa.ir.ops import LoadOp, PrefetchOp, StoreOp
 from tawa.ir.types import elem_bytes, elem_type
@@ -61,7 +66,6 @@ class StagedOperand(OperandBoxes):
     def __init__(self, ctx: Ctx, value: ir.Value, rows: int, box_cols: int):
         load = LoadOp(value.owner)
         super().__init__(ctx, load.src, [ctx.get(v) for v in load.offsets], rows, box_cols)
-        self.load = load
         self.tile = tile = ctx.get_lazy(value)
         self._fallback = tile.redirect(self._serve)
         self._box = None                 # (box index, its staging offset) while a box is being staged
@@ -195,9 +199,10 @@ def take_prefetched(ctx: Ctx, operand: ir.Value | None, key: tuple) -> Prefetche
 
 
 def drain_prefetched(ctx: Ctx) -> None:
-    """Boxes prefetched into a staging that the store about to write it does not take (it stages another
-    operand, or none): thread 0 waits for their copies and completes their barriers' phases, before the store's
-    threads write the staging (the caller's barrier follows)."""
+    """Boxes prefetched into a staging that the store about to run does not take (it stages another operand, or
+    none, or stores without staging): thread 0 waits for their copies and completes their barriers' phases, so
+    that the staging is written again only after the copies landed (a TMA store's barrier follows) and every
+    barrier starts its next use at the phase the protocol expects."""
     b = ctx.b
     for rec in ctx.prefetched:
         full = ctx.stagings[rec.key][1]
