@@ -24,8 +24,9 @@ from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled
-from .staged_operand import StagedOperand, candidate, drain_prefetched, persistent_staging, take_prefetched
-from ..epilogue import STORE_BUFFERS, stored_by_kernel
+from .staged_operand import (StagedOperand, candidate, drain_prefetched, persistent_staging, staging_key,
+                             take_prefetched)
+from ..epilogue import stored_by_kernel
 
 
 # ---- TMA loads into shared tiles ---------------------------------------------------------------------------
@@ -335,10 +336,11 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
 
     staged = StagedOperand(ctx, operand, rows, box_cols) if operand is not None else None
     if ctx.persistent:
-        nbuf = min(nbox, STORE_BUFFERS)
-        early = take_prefetched(ctx, operand, (box_bytes, nbuf))
+        key = staging_key(rows, nbox)
+        nbuf = key[1]
+        early = take_prefetched(ctx, operand, key)
         drain_prefetched(ctx)
-        off, full = persistent_staging(ctx, box_bytes, nbuf, barriers=staged is not None)
+        off, full = persistent_staging(ctx, key, barriers=staged is not None)
         buffer = lambda j: off + (j % nbuf) * box_bytes
         bar = lambda j: ctx.smem_ptr(full + 8 * (j % nbuf))
         for j in range(nbox):

@@ -132,26 +132,35 @@ def candidate(ctx: Ctx, value: LazyTile, op):
 
 
 # ---- prefetch: the first boxes copied while the main loop runs -------------------------------------------------
-def persistent_staging(ctx: Ctx, box_bytes: int, boxes: int, barriers: bool) -> list:
-    """[shared offset, mbarrier offset or None] of a persistent epilogue's staging of `boxes` buffers of
-    `box_bytes`, with one mbarrier per buffer when `barriers`: one per region and geometry, shared by its TMA
-    stores (each waits for the stores before it to have read the staging) and the prefetch that fills it."""
-    key = (box_bytes, boxes)
+def staging_key(rows: int, nbox: int) -> tuple:
+    """(box bytes, buffers) of a persistent store's staging for a `rows`-row tile of `nbox` column boxes: what the
+    prefetch that fills it and the store that uses it must agree on."""
+    return rows * SWIZZLE_BYTES, min(nbox, STORE_BUFFERS)
+
+
+def persistent_staging(ctx: Ctx, key: tuple, barriers: bool) -> list:
+    """[shared offset, mbarrier offset or None] of a persistent epilogue's staging `key` (`staging_key`), with one
+    mbarrier per buffer when `barriers`: one per region and geometry, shared by its TMA stores (each waits for the
+    stores before it to have read the staging) and the prefetch that fills it."""
+    box_bytes, buffers = key
     if key not in ctx.stagings:
-        ctx.stagings[key] = [ctx.scratch(boxes * box_bytes), None]
+        ctx.stagings[key] = [ctx.scratch(buffers * box_bytes), None]
     area = ctx.stagings[key]
     if barriers and area[1] is None:
-        area[1] = ctx.alloc_barriers(boxes, 1)
+        area[1] = ctx.alloc_barriers(buffers, 1)
     return area
 
 
 @dataclass
 class Prefetched:
-    """An operand whose first `boxes` column boxes a `tawa.prefetch` copied into the staging `key`."""
+    """An operand whose first column boxes, one per buffer, a `tawa.prefetch` copied into the staging `key`."""
     src: ir.Value
     offsets: list
     key: tuple
-    boxes: int
+
+    @property
+    def boxes(self) -> int:
+        return self.key[1]
 
 
 def lower_prefetch(ctx: Ctx, op) -> None:
@@ -170,19 +179,19 @@ def lower_prefetch(ctx: Ctx, op) -> None:
     nbox = cols // box_cols
     boxes = OperandBoxes(ctx, p.src, [ctx.get(v) for v in p.offsets], rows, box_cols)
     b = ctx.b
-    nbuf = min(nbox, STORE_BUFFERS)
-    key = (boxes.box_bytes, nbuf)
+    key = staging_key(rows, nbox)
     if not ctx.persistent or any(r.key == key for r in ctx.prefetched):
         with b.if_(b.cmpi("eq", ctx.tid(), 0)):
             for j in range(nbox):
                 boxes.prefetch_l2(j)
         return
-    off, full = persistent_staging(ctx, boxes.box_bytes, nbuf, barriers=True)
+    off, full = persistent_staging(ctx, key, barriers=True)
+    early = Prefetched(p.src, list(p.offsets), key)
     with b.if_(b.cmpi("eq", ctx.tid(), 0)):
         sync.bulk_wait_read(b, 0)
-        for j in range(nbuf):
+        for j in range(early.boxes):
             boxes.issue(j, off + j * boxes.box_bytes, ctx.smem_ptr(full + 8 * j))
-    ctx.prefetched.append(Prefetched(p.src, list(p.offsets), key, nbuf))
+    ctx.prefetched.append(early)
 
 
 def take_prefetched(ctx: Ctx, operand: ir.Value | None, key: tuple) -> Prefetched | None:
