@@ -84,6 +84,15 @@ class PrefetchOp(OpView):
     offsets = property(lambda self: list(self.op.operands)[1:])
     shape = property(lambda self: list(ir.DenseI64ArrayAttr(self.op.attributes["shape"])))
 
+    def served_load(self):
+        """The `tawa.load` of the block this prefetch reads (the same source and offset values), or None."""
+        for use in self.src.uses:
+            op = use.owner
+            if op.name == LoadOp.NAME and LoadOp(op).offsets == self.offsets and \
+                    list(ir.RankedTensorType(LoadOp(op).result.type).shape) == self.shape:
+                return op
+        return None
+
 
 def create_prefetch(load: LoadOp, ip: ir.InsertionPoint) -> ir.Operation:
     """A `tawa.prefetch` of the block `load` reads, at `ip`, with the load's location."""

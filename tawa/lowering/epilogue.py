@@ -9,6 +9,8 @@ slot).
 """
 from __future__ import annotations
 
+from mlir import ir
+
 from tawa import hopper
 from tawa.ir.ops import DotOp, LoadOp, StoreOp, TransOp
 from tawa.ir.traversal import walk
@@ -53,3 +55,11 @@ def read_through_staging(load: LoadOp, stored: set) -> bool:
     if any(use.owner.name in (DotOp.NAME, TransOp.NAME) for use in load.result.uses):
         return False        # a dot operand: a shared tile of its own
     return not stored_by_kernel(load.src)
+
+
+def broadcast_row(load: LoadOp) -> bool:
+    """Whether `load` reads a 1-D block of a 1-D tensor the kernel never writes (a bias or a per-column scale,
+    broadcast over an epilogue's tile): the backend can bring it in once per block, shared by the threads through
+    shared memory, instead of each thread loading every element its registers replicate."""
+    t = load.result.type
+    return len(tile_shape(t)) == 1 and ir.MemRefType(load.src.type).rank == 1 and not stored_by_kernel(load.src)

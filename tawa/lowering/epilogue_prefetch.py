@@ -53,17 +53,22 @@ def _prefetch_operands(block, stored: set) -> None:
         return
     loop = ops[loops[-1]]
     after = ops[loops[-1] + 1:]
+    chosen = []
     for store in (op for op in after if op.name == StoreOp.NAME):
         feeding = backward_slice([StoreOp(store).value], block)
-        for op in after:
-            if op.name == LoadOp.NAME and op in feeding and epilogue.read_through_staging(LoadOp(op), stored) \
-                    and _elementwise_until_stored(op, store):
-                index_math = _index_math(LoadOp(op).offsets, block, set(after), loop)
-                if index_math is not None:
-                    for m in sorted(index_math, key=after.index):
-                        m.move_before(loop)
-                    create_prefetch(LoadOp(op), ir.InsertionPoint(loop))
-                break
+        loads = [op for op in after if op.name == LoadOp.NAME and op in feeding and op not in chosen]
+        # the first tile read through the store's staging
+        chosen += [op for op in loads if epilogue.read_through_staging(LoadOp(op), stored)
+                   and _elementwise_until_stored(op, store)][:1]
+        # every row of a tensor broadcast over the tile (a bias, a column scale)
+        chosen += [op for op in loads if epilogue.broadcast_row(LoadOp(op))]
+    for op in chosen:
+        after = ops_of(block)[ops_of(block).index(loop) + 1:]     # (the index math moved for an earlier load
+        index_math = _index_math(LoadOp(op).offsets, block, set(after), loop)   # is above the loop already)
+        if index_math is not None:
+            for m in sorted(index_math, key=after.index):
+                m.move_before(loop)
+            create_prefetch(LoadOp(op), ir.InsertionPoint(loop))
 
 
 #: Ops through which a loaded tile reaches the store element by element (the backend can then compute the stored

@@ -28,21 +28,29 @@ def _residual_maps(kernel):
     return [p for p in kernel.compiled.abi if p.kind == "tensormap" and p.arg == 3]
 
 
-@pytest.mark.parametrize("options,boxes", [
-    ({"BLOCK_N": 256, "schedule": "persistent"}, 4),
-    ({"BLOCK_N": 128, "schedule": "persistent"}, 2),
-    ({"BLOCK_N": 256, "schedule": "tile"}, 4),
-    ({"BLOCK_N": 128, "schedule": "pingpong"}, 2 * 2),             # each consumer group stages its own tiles
-    ({"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"}, 4),
-    ({"warp_specialize": False}, 2),                                # the uniform pipeline's TMA store too
+#: 4-byte global loads without a predicate: the residual's late boxes, read inside the tensor.
+WORD_LOAD = re.compile(r"^\s*ld\.global\.nc\.b32", re.M)
+
+
+@pytest.mark.parametrize("options,boxes,late", [
+    ({"BLOCK_N": 256, "schedule": "persistent"}, 2, 32),
+    ({"BLOCK_N": 128, "schedule": "persistent"}, 2, 0),
+    ({"BLOCK_N": 256, "schedule": "tile"}, 4, 0),
+    ({"BLOCK_N": 128, "schedule": "pingpong"}, 2 * 2, 0),          # each consumer group stages its own tiles
+    ({"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"}, 2, 32),
+    ({"warp_specialize": False}, 2, 0),                             # the uniform pipeline's TMA store too
 ], ids=["persistent-n256", "persistent-n128", "tile-n256", "pingpong-n128", "persistent-c21", "uniform"])
-def test_linear_residual_comes_through_the_staging(options, boxes):
+def test_linear_residual_comes_through_the_staging(options, boxes, late):
+    """R's boxes come by TMA into the staging, or, for the boxes of a persistent 4-box tile that wait for a
+    staging buffer, into registers before the main loop (`late` pairs per thread: one 4-byte load each inside
+    the tensor, two 2-byte loads at its edge); no other global load of R remains."""
     fused = _compile(LINEAR, **options)
     plain = _compile(WITHOUT_RESIDUAL, **options)
-    assert len(GLOBAL_LOAD.findall(fused.ptx)) == len(GLOBAL_LOAD.findall(plain.ptx))
+    assert len(GLOBAL_LOAD.findall(fused.ptx)) == len(GLOBAL_LOAD.findall(plain.ptx)) + 3 * late
+    assert len(WORD_LOAD.findall(fused.ptx)) == late
     assert len(TMA_LOAD.findall(fused.ptx)) == len(TMA_LOAD.findall(plain.ptx)) + boxes
     assert [(p.box, p.swizzle) for p in _residual_maps(fused)] == [([128, 64], 128)]
-    assert SHARED_LOAD.search(fused.ptx) and not SHARED_LOAD.search(plain.ptx)
+    assert len(SHARED_LOAD.findall(fused.ptx)) > len(SHARED_LOAD.findall(plain.ptx))
     assert spill_bytes(fused) == 0
 
 
@@ -52,28 +60,32 @@ STAGING_COPY = re.compile(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global
 L2_PREFETCH = re.compile(r"cp\.async\.bulk\.prefetch\.tensor\.2d\.L2\.global")
 
 
-@pytest.mark.parametrize("options,early,l2_early,l2_late", [
-    ({"BLOCK_N": 256, "schedule": "persistent"}, 2, 0, 2),
-    ({"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"}, 2, 0, 2),
+@pytest.mark.parametrize("options,early,late,l2_early", [
+    ({"BLOCK_N": 256, "schedule": "persistent"}, 2, 32, 0),
+    ({"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"}, 2, 32, 0),
     ({"BLOCK_N": 128, "schedule": "persistent"}, 2, 0, 0),
-    ({"BLOCK_N": 256, "schedule": "tile"}, 0, 4, 0),
+    ({"BLOCK_N": 256, "schedule": "tile"}, 0, 0, 4),
 ], ids=["persistent-n256", "persistent-c21", "persistent-n128", "tile-n256"])
-def test_residual_is_prefetched_before_the_main_loop(options, early, l2_early, l2_late):
-    """`epilogue-prefetch`: a persistent kernel copies the residual's first boxes into the (idle) staging before
-    the main loop's first wgmma, and brings the boxes that wait for a staging buffer into L2 at the epilogue's
-    start; with one tile per CTA (the staging is the drained ring) the whole tile goes into L2 before the loop."""
+def test_residual_is_prefetched_before_the_main_loop(options, early, late, l2_early):
+    """`epilogue-prefetch`: before the main loop's first wgmma, a persistent kernel copies the residual's first
+    boxes into the (idle) staging and loads the boxes that would wait for a staging buffer into registers (the
+    epilogue then waits for no copy of R); with one tile per CTA (the staging is the drained ring) the whole tile
+    goes into L2 before the loop."""
     ptx = _compile(LINEAR, **options).ptx
     first_dot = ptx.index("wgmma.mma_async")
     before, after = ptx[:first_dot], ptx[first_dot:]
     assert len(STAGING_COPY.findall(before)) == early
+    assert len(WORD_LOAD.findall(before)) == late and not WORD_LOAD.search(after)
     assert len(L2_PREFETCH.findall(before)) == l2_early
-    assert len(L2_PREFETCH.findall(after)) == l2_late
+    assert not L2_PREFETCH.search(after)
     assert not L2_PREFETCH.search(_compile(WITHOUT_RESIDUAL, **options).ptx)
 
 
 def test_f32_residual_used_twice():
+    """128x128 f32: 4 boxes of 32 columns; the first two come by TMA, the late two into 32 registers (one
+    4-byte load per element inside the tensor, a predicated one at its edge)."""
     kernel = _compile(str(KERNELS / "gemm_residual_f32.tawa"), schedule="persistent")
-    assert not GLOBAL_LOAD.search(kernel.ptx)
+    assert len(WORD_LOAD.findall(kernel.ptx)) == 32 and len(GLOBAL_LOAD.findall(kernel.ptx)) == 64
     assert [p.box for p in kernel.compiled.abi if p.kind == "tensormap" and p.arg == 2] == [[128, 32]]
     assert spill_bytes(kernel) == 0
 
@@ -112,7 +124,8 @@ def test_residual_costs_no_ring_slots(options):
     assert depth.findall(fused) == depth.findall(plain) != []
     if options == {"BLOCK_N": 256, "schedule": "persistent"}:
         assert set(depth.findall(fused)) == {"4"}
-    assert _compile(LINEAR, **options).compiled.shared_bytes == \
+    # (no more: the two may place the bias's small shared buffer at differently aligned offsets)
+    assert _compile(LINEAR, **options).compiled.shared_bytes <= \
         _compile(WITHOUT_RESIDUAL, **options).compiled.shared_bytes
 
 

@@ -253,6 +253,9 @@ class Ctx:
     #: Epilogue operands whose first boxes a `tawa.prefetch` copied into a staging (`staged_operand.Prefetched`)
     #: that no store has taken yet.
     prefetched: list = field(default_factory=list)
+    #: 1-D epilogue operands that a `tawa.prefetch` loaded into registers, spread over the threads
+    #: (`broadcast_operand.RowPrefetch`), that no load has taken yet.
+    row_prefetches: list = field(default_factory=list)
 
     def lower_block(self, block) -> None:
         """Lower the ops of `block` in this context."""

@@ -26,7 +26,7 @@ from tawa.ir.location import source_location
 from tawa.ir.ops import ArefCreateOp, warp_groups
 from tawa.ir.traversal import ops_of, walk
 
-from . import (arefs, control, dot, elementwise, memory, reduce, shape, split_k, staged_operand, sync,
+from . import (arefs, control, dot, elementwise, memory, reduce, shape, split_k, sync,
                warp_groups as warp_group_lowering)
 from .builder import Builder
 from .context import BARRIER_REGION, Ctx, Params, SharedAllocator
@@ -36,7 +36,7 @@ from .program_ids import PID_GROUP, SREG_OPS, lower_program_index
 HANDLERS = {
     "tawa.load": memory.lower_load,
     "tawa.store": memory.lower_store,
-    "tawa.prefetch": staged_operand.lower_prefetch,
+    "tawa.prefetch": memory.lower_prefetch,
     "tawa.dim": memory.lower_dim,
     "tawa.dot": dot.lower_dot,
     "tawa.splat": shape.lower_splat,

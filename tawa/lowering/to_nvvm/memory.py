@@ -11,18 +11,19 @@ from __future__ import annotations
 
 from mlir import ir
 
-from tawa.ir.ops import DimOp, LoadOp, StoreOp
+from tawa.ir.ops import DimOp, LoadOp, PrefetchOp, StoreOp
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
 from ..assign_layouts import check_dot_tile, smem_swizzle
-from . import sync
+from . import broadcast_operand, staged_operand, sync
 from .builder import V
 from .fp8 import from_storage, storage_type, to_storage
 from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
+from .global_access import element_address, leading_in_bounds, predicated_load
 from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled
 from .staged_operand import (StagedOperand, candidate, drain_prefetched, persistent_staging, staging_key,
                              take_prefetched)
@@ -132,7 +133,7 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
     offsets = offsets_of(ctx, op)
     st = storage_type(elem)
     total, threads = rows * cols, ctx.num_threads
-    lead = _leading_in_bounds(ctx, arg, offsets, rank - 2)
+    lead = leading_in_bounds(ctx, arg, offsets, rank - 2)
     ctx.sync_threads()
     # A loop over chunks: each chunk's loads are all issued before its stores, so that several are in flight (a
     # loop of load-then-store per element waits a memory round trip per element), and the loop bounds the
@@ -152,8 +153,8 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
             pred = b.cmpi("slt", e, total) if total % threads else None
             if lead is not None:
                 pred = lead if pred is None else b.and_(pred, lead)
-            ptr, pred = _element(ctx, arg, rank, offsets, [r, c], pred, elem)
-            loaded.append((r, c, e, _predicated_load(b, ptr, pred, st, read_only=True, ordered=False)))
+            ptr, pred = element_address(ctx, arg, rank, offsets, [r, c], pred, elem)
+            loaded.append((r, c, e, predicated_load(b, ptr, pred, st, read_only=True, ordered=False)))
         for r, c, e, value in loaded:
             byte = b.mul(c, es)
             addr = b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), swizzled(b, r, byte))
@@ -171,95 +172,49 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
 
 #: Elements each thread loads before storing them, in a copy without TMA.
 _COPY_CHUNK = 16
-#: Predicated global loads by register class: the element, or 0 where the predicate is off (no branch, and no
-#: memory access outside the tensor).
-_PREDICATED_LOAD = {2: ("h", "b16", "mov.b16 $0, 0;"), 4: ("r", "b32", "mov.b32 $0, 0;"),
-                    1: ("h", "u8", "mov.b16 $0, 0;")}
-
-
-def _predicated_load(b, ptr: V, pred: V, st: str, read_only: bool = False, ordered: bool = True) -> V:
-    """`pred ? *ptr : 0` as one predicated global load (an element of 1, 2 or 4 bytes), with no branch.
-
-    `read_only`: `ld.global.nc` through the read-only path, for a tensor the kernel never stores to; otherwise
-    a plain coherent `ld.global`. `ordered`: kept in program order with the kernel's other memory accesses (a
-    side effect for LLVM): for register loads, which program order also keeps from being hoisted all to the top
-    of an epilogue, where their registers would be live together with the accumulator's."""
-    size = {"i8": 1, "bf16": 2, "f16": 2, "i16": 2, "f32": 4, "i32": 4}[st]
-    cons, width, zero = _PREDICATED_LOAD[size]
-    reg = {1: "i16", 2: "i16", 4: "i32"}[size]
-    kind = "ld.global.nc" if read_only else "ld.global"
-    text = (f"{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, $2, 0;\\0A{zero}\\0A@p {kind}.{width} $0, [$1];"
-            f"\\0A}}")
-    flag = b.cast("extui", pred, "i32")
-    effects = ", has_side_effects" if ordered else ""
-    raw = b.op(f'"llvm.inline_asm"({ptr}, {flag}) <{{asm_string = "{text}", constraints = "={cons},l,r"{effects}}}> : '
-               f'(!llvm.ptr<1>, i32) -> {reg}', reg)
-    if size == 1:
-        return b.op(f"arith.trunci {raw} : i16 to i8", "i8")
-    if st in ("i16", "i32"):
-        return raw
-    return b.op(f"arith.bitcast {raw} : {reg} to {st}", st)
-
-
-# ---- per-thread global access ------------------------------------------------------------------------------
-def _leading_in_bounds(ctx: Ctx, arg: int, offsets: list, lead: int):
-    """The in-bounds predicate of the fixed offsets of the leading (dropped) dims, or None when there are none."""
-    b = ctx.b
-    pred = None
-    for d in range(lead):
-        ok = b.cmpi("ult", offsets[d], ctx.params.dim(arg, d))
-        pred = ok if pred is None else b.and_(pred, ok)
-    return pred
-
-
-def _element(ctx: Ctx, arg: int, rank: int, offsets: list, coords: list, pred, elem: str) -> tuple:
-    """(pointer, in-bounds predicate) of the element at `offsets` + `coords` (coords for the trailing dims; the
-    leading dims' check is `pred`, from `_leading_in_bounds`)."""
-    b = ctx.b
-    base = ctx.params.ptr(arg)
-    lead = rank - len(coords)
-    index = None
-    for d in range(rank):
-        pos = offsets[d] if d < lead else b.add(offsets[d], coords[d - lead])
-        if d >= lead:
-            ok = b.cmpi("ult", pos, ctx.params.dim(arg, d))
-            pred = ok if pred is None else b.and_(pred, ok)
-        term = b.ext_i64(pos)
-        if d != rank - 1:
-            term = b.mul(term, ctx.params.stride(arg, d))
-        index = term if index is None else b.add(index, term)
-    return b.gep(base, index, storage_type(elem)), pred
-
-
 def _addressing(ctx: Ctx, op, src: ir.Value, offsets: list, layout: L.Layout):
     """For every register: (pointer, in-bounds predicate)."""
     arg = ctx.params.arg_index(src)
     rank = ir.MemRefType(src.type).rank
     elem = elem_type(src.type)
     ctx.params.ptr(arg)         # parameters are numbered by first use: the pointer before the leading dims
-    base_pred = _leading_in_bounds(ctx, arg, offsets, rank - layout.rank)
-    return [_element(ctx, arg, rank, offsets, ctx.coords(layout, r), base_pred, elem)
+    base_pred = leading_in_bounds(ctx, arg, offsets, rank - layout.rank)
+    return [element_address(ctx, arg, rank, offsets, ctx.coords(layout, r), base_pred, elem)
             for r in range(len(layout.regs))], elem
 
 
 def lower_register_load(ctx: Ctx, op) -> None:
     b = ctx.b
     layout = L.parse(attrs.LAYOUT.get(op))
+    prefetched = broadcast_operand.take(ctx, op)
+    if prefetched is not None:
+        tile = broadcast_operand.shared_tile(ctx, prefetched, layout)
+        ctx.set(op.results[0], tile if ctx.lazy else tile.materialize())
+        return
     src = LoadOp(op).src
     arg, rank, elem = ctx.params.arg_index(src), ir.MemRefType(src.type).rank, elem_type(src.type)
     offsets = offsets_of(ctx, op)
     ctx.params.ptr(arg)         # parameters are numbered by first use: the pointer before the leading dims
-    lead = _leading_in_bounds(ctx, arg, offsets, rank - layout.rank)
+    lead = leading_in_bounds(ctx, arg, offsets, rank - layout.rank)
     st = storage_type(elem)     # fp8 is loaded as i8
     read_only = not stored_by_kernel(src)
 
     # One predicated load per register, without a branch.
     def load(i):
-        ptr, pred = _element(ctx, arg, rank, offsets, ctx.coords(layout, i), lead, elem)
-        return from_storage(b, _predicated_load(b, ptr, pred if pred is not None else b.const(1, "i1"), st,
+        ptr, pred = element_address(ctx, arg, rank, offsets, ctx.coords(layout, i), lead, elem)
+        return from_storage(b, predicated_load(b, ptr, pred if pred is not None else b.const(1, "i1"), st,
                                                 read_only), elem)
     tile = LazyTile(layout, elem, load, loaded=True)
     ctx.set(op.results[0], tile if ctx.lazy else tile.materialize())
+
+
+def lower_prefetch(ctx: Ctx, op) -> None:
+    """`tawa.prefetch`: a 2-D tile into the TMA store's staging (`staged_operand`), a 1-D block spread over the
+    threads' registers (`broadcast_operand`)."""
+    if len(PrefetchOp(op).shape) == 1:
+        broadcast_operand.lower_prefetch(ctx, op)
+    else:
+        staged_operand.lower_prefetch(ctx, op)
 
 
 def _lazy_staging(ctx: Ctx, op):
@@ -343,23 +298,30 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
         off, full = persistent_staging(ctx, key, barriers=staged is not None)
         buffer = lambda j: off + (j % nbuf) * box_bytes
         bar = lambda j: ctx.smem_ptr(full + 8 * (j % nbuf))
+        # the operand's boxes the prefetch loaded into registers need no copy (`staged_operand._load_late_boxes`)
+        in_registers = early.late_boxes if early else set()
+        copied = lambda boxes: [k for k in boxes if k not in in_registers]
         for j in range(nbox):
             if j == 0 or j >= nbuf:
                 # j = 0: the previous tile's stores (whatever buffer they used) must have read their staging;
                 # later: the store of box j - nbuf, the last user of this buffer.
                 wait_stores_read(ctx, 0 if j == 0 else nbuf - 1)
                 ctx.sync_threads()
-                if staged:
-                    # the staged operand's boxes for every free buffer: all at first (but those a prefetch
-                    # copied during the main loop), then box j; the boxes that must wait for a buffer are
-                    # brought into L2 meanwhile (their copies then wait on L2, not on DRAM)
-                    first = early.boxes if early else 0
+                # the staged operand's boxes for every free buffer: all at first (but those a prefetch copied
+                # during the main loop), then box j; the boxes that must wait for a buffer are brought into L2
+                # meanwhile (their copies then wait on L2, not on DRAM)
+                first = early.boxes if early else 0
+                issue = copied(range(first, nbuf) if j == 0 else [j]) if staged else []
+                to_l2 = copied(range(nbuf, nbox) if j == 0 else []) if staged else []
+                if issue or to_l2:
                     with b.if_(b.cmpi("eq", ctx.tid(), 0)):
-                        for k in (range(first, nbuf) if j == 0 else [j]):
+                        for k in issue:
                             staged.issue(k, buffer(k), bar(k))
-                        for k in (range(nbuf, nbox) if j == 0 else []):
+                        for k in to_l2:
                             staged.prefetch_l2(k)
-            if staged:
+            if staged and j in in_registers:
+                staged.take_registers(j, early.late)
+            elif staged:
                 staged.read_box(j, buffer(j), bar(j))
             _write_staging(ctx, tile, buffer(j), box_bytes, box=j)
             if staged:
@@ -367,7 +329,7 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
             sync.fence_proxy_async(b)
             ctx.sync_threads()
             with b.if_(b.cmpi("eq", ctx.tid(), 0)):
-                if staged:
+                if staged and j not in in_registers:
                     staged.release(bar(j))
                 store_box(j, buffer(j))
                 sync.bulk_commit(b)

@@ -23,17 +23,20 @@ the data is for parity 0: no phase to carry across a persistent tile loop.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mlir import ir
 
+from tawa.ir import attrs
 from tawa.ir.ops import LoadOp, PrefetchOp, StoreOp
 from tawa.ir.types import elem_bytes, elem_type
 from tawa.lowering.epilogue import STORE_BUFFERS, stored_by_kernel
 
+from .. import layouts as L
 from . import sync
 from .builder import V
 from .context import Ctx, LazyTile, SWIZZLE_BYTES, staging_registers, swizzled
+from .global_access import element_address, load_b32, predicated_load
 
 
 class OperandBoxes:
@@ -83,6 +86,21 @@ class StagedOperand(OperandBoxes):
         for i in self._pair_of:
             if self._box_of[i] == box:
                 self.tile.reg(i)
+
+    def take_registers(self, box: int, late: dict) -> None:
+        """This thread's elements of box `box`, loaded into registers by the prefetch (`Prefetched.late`)."""
+        b, elem = self.ctx.b, self.tile.elem
+        for i, (pair, word, in_box) in late.items():
+            if in_box != box:
+                continue
+            if elem_bytes(elem) == 4:
+                self.tile.provide(i, b.op(f"arith.bitcast {word} : i32 to {elem}", elem))
+                continue
+            vec = f"vector<2x{elem}>"
+            both = b.op(f"llvm.bitcast {word} : i32 to {vec}", vec)
+            self.tile.provide(i, b.op(f"llvm.extractelement {both}[{b.i32(0)} : i32] : {vec}", elem))
+            if pair is not None:
+                self.tile.provide(pair, b.op(f"llvm.extractelement {both}[{b.i32(1)} : i32] : {vec}", elem))
 
     def finish_box(self) -> None:
         """The box is overwritten from here on: registers asked for later come from global memory."""
@@ -151,16 +169,28 @@ def persistent_staging(ctx: Ctx, key: tuple, barriers: bool) -> list:
     return area
 
 
+#: Registers (of 4 bytes) a thread may hold across the main loop for the late boxes of a prefetched operand: the
+#: two that wait for a staging buffer of a 128x256 bf16 tile take 16 each.
+MAX_LATE_REGISTERS = 32
+
+
 @dataclass
 class Prefetched:
-    """An operand whose first column boxes, one per buffer, a `tawa.prefetch` copied into the staging `key`."""
+    """An operand whose first column boxes, one per buffer, a `tawa.prefetch` copied into the staging `key`, and
+    whose later boxes it may have loaded into registers (`late`: register -> (its pair or None, the two packed
+    16-bit elements or the 32-bit element as an i32))."""
     src: ir.Value
     offsets: list
     key: tuple
+    late: dict = field(default_factory=dict)
 
     @property
     def boxes(self) -> int:
         return self.key[1]
+
+    @property
+    def late_boxes(self) -> set:
+        return {box for _, _, box in self.late.values()}
 
 
 def lower_prefetch(ctx: Ctx, op) -> None:
@@ -191,7 +221,56 @@ def lower_prefetch(ctx: Ctx, op) -> None:
         sync.bulk_wait_read(b, 0)
         for j in range(early.boxes):
             boxes.issue(j, off + j * boxes.box_bytes, ctx.smem_ptr(full + 8 * j))
+    load = p.served_load()
+    if load is not None and attrs.LAYOUT.get(load):
+        early.late = _load_late_boxes(ctx, p, L.parse(attrs.LAYOUT.get(load)), early.boxes)
     ctx.prefetched.append(early)
+
+
+def _load_late_boxes(ctx: Ctx, p: PrefetchOp, layout: L.Layout, first: int) -> dict:
+    """This thread's elements of the column boxes from `first` on, loaded into registers now: with two staging
+    buffers, box 2 of a 4-box tile could otherwise be copied in only once the store of box 0 has read its buffer,
+    and the epilogue waited for that copy (ncu: the residual's cost was mostly that wait). A tile inside the
+    tensor is read with one 4-byte load per pair of 16-bit elements; a tile at its edge element by element,
+    predicated (zero outside, as the store's copies give). Nothing when that needs too many registers."""
+    b = ctx.b
+    elem = elem_type(p.src.type)
+    es = elem_bytes(elem)
+    access = [(i, pair, box) for i, pair, box in staging_registers(layout, es) if box >= first]
+    if not access or len(access) > MAX_LATE_REGISTERS:
+        return {}
+    arg = ctx.params.arg_index(p.src)
+    offsets = [ctx.get(v) for v in p.offsets]
+    interior = None
+    for d, extent in enumerate(p.shape):
+        ok = b.cmpi("sle", b.add(offsets[d], extent), ctx.params.dim(arg, d))
+        interior = ok if interior is None else b.and_(interior, ok)
+    raw = "i16" if es == 2 else "i32"
+
+    def element(i):
+        return element_address(ctx, arg, 2, offsets, ctx.coords(layout, i), None, elem)
+
+    def inside():
+        return [load_b32(b, element(i)[0]) if pair is not None or es == 4 else
+                b.cast("extui", predicated_load(b, element(i)[0], b.const(1, "i1"), raw, read_only=True), "i32")
+                for i, pair, _ in access]
+
+    def at_edge():
+        out = []
+        for i, pair, _ in access:
+            lo = predicated_load(b, *element(i), raw, read_only=True)
+            if es == 4:
+                out.append(lo)
+                continue
+            word = b.cast("extui", lo, "i32")
+            if pair is not None:
+                hi = b.cast("extui", predicated_load(b, *element(pair), raw, read_only=True), "i32")
+                word = b.or_(word, b.shl(hi, 16))
+            out.append(word)
+        return out
+
+    words = b.if_else_values(interior, inside, at_edge, ["i32"] * len(access))
+    return {i: (pair, word, box) for (i, pair, box), word in zip(access, words)}
 
 
 def take_prefetched(ctx: Ctx, operand: ir.Value | None, key: tuple) -> Prefetched | None:
