@@ -15,11 +15,15 @@ process), a gap the epilogue's arithmetic does not explain. With the prefetch, t
 of the operand into the TMA store's staging buffers while the main loop runs (a persistent kernel's staging is
 otherwise idle then), or else brings the tile into L2 (`to_nvvm.staged_operand`).
 
-Which loads: at the region's top level after its last main loop, read through a store's staging boxes
-(`epilogue.read_through_staging`: a 2-D tile of a stored tile's shape and element size, from a tensor the kernel
-never writes), feeding the value of a top-level store after it (so that the store which takes the prefetched boxes
-runs whenever the prefetch did), with offsets computed by scalar index math (`ws_ir.is_scalar_control`) from
-values defined before the loop. One per store: the first such load, the one the backend stages.
+Which loads: at the region's top level after its last main loop, feeding the value of a top-level store after it
+(so that the store which takes the prefetched boxes runs whenever the prefetch did), with offsets computed by
+scalar index math (`ws_ir.is_scalar_control`) from values defined before the loop, and either
+- read through a store's staging boxes (`epilogue.read_through_staging`: a 2-D tile of a stored tile's shape and
+  element size, from a tensor the kernel never writes), reaching the store element by element: one per store, the
+  first such load, the one the backend stages; or
+- a 1-D block of a 1-D tensor the kernel never writes (`epilogue.broadcast_row`: a bias, a column scale), which
+  the backend loads spread over the threads before the loop and shares through shared memory at the load
+  (`to_nvvm.broadcast_operand`): each thread otherwise loads every column its registers replicate, after the loop.
 """
 from __future__ import annotations
 

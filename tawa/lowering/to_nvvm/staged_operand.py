@@ -14,8 +14,8 @@ register mapping, so each thread overwrites exactly the elements it read itself,
 
 A persistent kernel's staging is idle while the main loop runs, so a `tawa.prefetch` of the operand (placed before
 the loop by `epilogue_prefetch`) copies its first boxes there already, after the previous tile's stores have read
-the staging (`lower_prefetch`); the store then issues only the remaining boxes (`take_prefetched`), and brings
-those that must wait for a buffer into L2 meanwhile.
+the staging (`lower_prefetch`), and loads the boxes that would wait for a staging buffer into registers
+(`_load_late_boxes`); the store then copies only the boxes neither brought (`take_prefetched`).
 
 The box mbarriers are used once per staging box; after every thread's wait, thread 0 arrives once more (and waits
 for that second phase, which its arrival completes) so that each use completes two phases and every wait for
