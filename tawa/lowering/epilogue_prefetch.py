@@ -67,8 +67,10 @@ def _prefetch_operands(block, stored: set) -> None:
         # every row of a tensor broadcast over the tile (a bias, a column scale)
         chosen += [op for op in loads if epilogue.broadcast_row(LoadOp(op))]
     for op in chosen:
-        after = ops_of(block)[ops_of(block).index(loop) + 1:]     # (the index math moved for an earlier load
-        index_math = _index_math(LoadOp(op).offsets, block, set(after), loop)   # is above the loop already)
+        # what follows the loop now: the index math moved for an earlier load is above it already
+        ops = ops_of(block)
+        after = ops[ops.index(loop) + 1:]
+        index_math = _index_math(LoadOp(op).offsets, block, set(after), loop)
         if index_math is not None:
             for m in sorted(index_math, key=after.index):
                 m.move_before(loop)

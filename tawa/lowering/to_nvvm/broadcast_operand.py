@@ -27,6 +27,7 @@ from tawa.ir.ops import LoadOp, PrefetchOp
 from tawa.ir.types import elem_bytes, elem_type
 
 from .. import layouts as L
+from .builder import V
 from .context import Ctx, LazyTile
 from .fp8 import storage_type
 from .global_access import element_address, predicated_load
@@ -55,7 +56,8 @@ def lower_prefetch(ctx: Ctx, op) -> None:
     load = p.served_load()
     n = p.shape[0]
     per_thread = -(-n // ctx.num_threads)
-    if load is None or not attrs.LAYOUT.get(load) or elem_bytes(elem) not in (2, 4) or ir.MemRefType(p.src.type).rank != 1:
+    if load is None or not attrs.LAYOUT.get(load) or elem_bytes(elem) not in (2, 4) or \
+            ir.MemRefType(p.src.type).rank != 1:
         return
     layout = L.parse(attrs.LAYOUT.get(load))
     if layout.rank != 1 or len(layout.regs) < MIN_REPLICATION * per_thread:
@@ -66,12 +68,17 @@ def lower_prefetch(ctx: Ctx, op) -> None:
     ctx.params.ptr(arg)         # parameters are numbered by first use: the pointer before the dims
     regs = []
     for k in range(per_thread):
-        e = b.add(ctx.tid(), k * ctx.num_threads) if k else ctx.tid()
+        e = _element_index(ctx, k)
         ptr, pred = element_address(ctx, arg, 1, offsets, [e], None, elem)
         if (k + 1) * ctx.num_threads > n:
             pred = b.and_(pred, b.cmpi("ult", e, b.i32(n)))
         regs.append(predicated_load(b, ptr, pred, storage_type(elem), read_only=True))
     ctx.row_prefetches.append(RowPrefetch(p.src, list(p.offsets), n, elem, regs))
+
+
+def _element_index(ctx: Ctx, k: int) -> V:
+    """The block element that this thread loads as its `k`-th (the threads take consecutive elements)."""
+    return ctx.b.add(ctx.tid(), k * ctx.num_threads) if k else ctx.tid()
 
 
 def take(ctx: Ctx, op) -> RowPrefetch | None:
@@ -94,7 +101,7 @@ def shared_tile(ctx: Ctx, rec: RowPrefetch, layout: L.Layout) -> LazyTile:
     if ctx.persistent:
         ctx.sync_threads()      # the previous tile's reads of the buffer are done
     for k, value in enumerate(rec.regs):
-        e = b.add(ctx.tid(), k * ctx.num_threads) if k else ctx.tid()
+        e = _element_index(ctx, k)
         store = f"llvm.store {value}, {ctx.smem_ptr(b.add(b.mul(e, es), off))} : {st}, !llvm.ptr<3>"
         if (k + 1) * ctx.num_threads > rec.n:
             with b.if_(b.cmpi("ult", e, b.i32(rec.n))):

@@ -250,8 +250,8 @@ class Ctx:
     #: A persistent epilogue's staging (`staged_operand.persistent_staging`): [shared offset, mbarriers or None]
     #: by (box bytes, boxes), shared by the TMA store and the prefetch that fills it ahead of the store.
     stagings: dict = field(default_factory=dict)
-    #: Epilogue operands whose first boxes a `tawa.prefetch` copied into a staging (`staged_operand.Prefetched`)
-    #: that no store has taken yet.
+    #: Epilogue operands whose first boxes a `tawa.prefetch` copied into a staging, and whose later boxes it may
+    #: have loaded into registers (`staged_operand.Prefetched`), that no store has taken yet.
     prefetched: list = field(default_factory=list)
     #: 1-D epilogue operands that a `tawa.prefetch` loaded into registers, spread over the threads
     #: (`broadcast_operand.RowPrefetch`), that no load has taken yet.
