@@ -22,6 +22,10 @@ SMEM_BARRIER_REGION = 1024
 #: What is left for tiles (rings, staging) once the barrier region is set aside.
 SMEM_FOR_TILES = SMEM_PER_BLOCK - SMEM_BARRIER_REGION
 
+#: SMs of an H100 SXM or H200, for compile-time choices that depend on how many tiles run at once (the runtime
+#: launches persistent kernels on the device's own count).
+TYPICAL_SMS = 132
+
 #: 32-bit registers per SM, and the per-thread limits `setmaxnreg` accepts (a multiple of 8 in [24, 256]).
 REGISTER_FILE = 65536
 MAX_REGISTERS_PER_THREAD = 255

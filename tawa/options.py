@@ -109,6 +109,12 @@ class CompileOptions:
              "along axis 1 (N); the two compute neighbouring tiles and load the operand tile they share once, "
              "half each, multicast to both (TMA multicast), halving its traffic from L2. Launches whose grid "
              "does not divide into clusters run without them. Default and '1x1': no clusters")
+    group_m: Optional[int] = _opt(
+        None, help="output tiles along grid axis 0 (a GEMM's M) that a persistent kernel visits for each tile "
+                   "along axis 1 before moving on (Triton's GROUP_SIZE_M; with 2x1 clusters, counted in "
+                   "clusters). Auto: the group that makes the tiles resident at one time read about as many "
+                   "operand bytes along M as along N, so each k-step's operands come from DRAM once per wave "
+                   "for the fewest bytes")
     ctas_per_sm: Optional[int] = _opt(
         None, choices=hopper.CTAS_PER_SM,
         help="blocks kept resident per SM (1 or 2): with 2, each block gets half the registers and shared memory "
@@ -189,6 +195,8 @@ class CompileOptions:
         if self.ctas_per_sm is not None and (not is_int(self.ctas_per_sm)
                                              or self.ctas_per_sm not in hopper.CTAS_PER_SM):
             bad("ctas_per_sm", self.ctas_per_sm, "1 or 2 (or None: chosen by the compiler)")
+        if self.group_m is not None and (not is_int(self.group_m) or self.group_m < 1):
+            bad("group_m", self.group_m, "a positive integer (or None: chosen by the compiler)")
         if not is_int(self.split_k) or not 1 <= self.split_k <= MAX_SPLIT_K:
             bad("split_k", self.split_k, f"an integer from 1 (no split) to {MAX_SPLIT_K}")
         if self.num_buffers is not None and (not is_int(self.num_buffers) or self.num_buffers < 1):

@@ -27,6 +27,7 @@ BAD = [
     ("num_consumer_groups", 3), ("num_consumer_groups", 0), ("num_consumer_groups", True),
     ("num_warps", 2), ("num_warps", 16), ("num_warps", 4.0),
     ("target", "rocm"), ("target", None), ("tma", "off"), ("tma", 0),
+    ("group_m", 0), ("group_m", -2), ("group_m", 2.0), ("group_m", True),
 ]
 
 
@@ -53,7 +54,7 @@ def test_compile_checks_options_before_reading_the_file():
     dict(producer_registers=hopper.SETMAXNREG_MIN, consumer_registers=hopper.SETMAXNREG_MAX),
     dict(num_consumer_groups=1), dict(num_consumer_groups=2), dict(num_warps=4), dict(num_warps=8),
     dict(target="cpu"), dict(dump_ir_after_all=True, verify_each=True), dict(tma=False), dict(tma=True),
-    dict(tma=False, warp_specialize=False),
+    dict(tma=False, warp_specialize=False), dict(group_m=1), dict(group_m=12),
 ])
 def test_good_values_pass(kwargs):
     opts = CompileOptions(**kwargs)

@@ -133,6 +133,8 @@ SPLIT_K = I32Attr("tawa.split_k", 1)
 TILE_SHARE = PyAttr("tawa.tile_share", None)
 #: On a clustered persistent kernel: [CTAs along grid axis 0, along axis 1] of its thread-block clusters.
 CLUSTER = PyAttr("tawa.cluster", None)
+#: On a persistent kernel: the programs along grid axis 0 its tile loop visits together (see `persistent_tiles`).
+TILE_GROUP = I32Attr("tawa.tile_group", None)
 #: On a producer's load: the CTAs of a cluster all read this tile; each copies its share to every one of them.
 MULTICAST = UnitAttr("tawa.multicast")
 
@@ -154,5 +156,5 @@ KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 #: Every `tawa.*` attribute, for the verifier and the docs.
 ALL = (KERNEL, PARAMS, GRID, CONSTANTS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
        AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, TILE_SHARE, CLUSTER,
-       MULTICAST, UNIT_SCALE_OPERAND, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
+       TILE_GROUP, MULTICAST, UNIT_SCALE_OPERAND, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
        KERNEL_INFO)

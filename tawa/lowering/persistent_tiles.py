@@ -20,9 +20,14 @@ ring is shared across tiles: the conversion counts each ring's uses across tile 
 continue where the previous tile left them), and the epilogue's TMA store of one tile drains while the next
 tile's main loop runs. This is the persistent, cooperative schedule of CUTLASS's sm90 kernels.
 
-Grouped order: the programs of grid axes 0 and 1 are visited in runs of `GROUP` consecutive axis-0 programs for
-each axis-1 program, so the CTAs resident at one time share rows of A and columns of B in L2 (axis 2, a batch
-axis, is outermost). Programs are independent, so any order computes the same result.
+Grouped order: the programs of grid axes 0 and 1 are visited in runs of G consecutive axis-0 programs for each
+axis-1 program (`tawa.tile_group` = G on the kernel), so the CTAs resident at one time share rows of A and
+columns of B in L2 (axis 2, a batch axis, is outermost). Programs are independent, so any order computes the same
+result. G is chosen (`tile_group`) so that the T tiles resident at once, m along axis 0 and T / m along axis 1,
+read the fewest operand bytes per k-step: m * a + (T / m) * b is least at m = sqrt(T * b / a), where a and b
+are the bytes one tile loads along each axis (A's tile and B's tiles of a GEMM). Each k-step's operands then come
+from DRAM about once per wave, and the fewest of them: a 128x256 tile (b = 2a) on 132 SMs takes m = 16, where a
+fixed 8 left 16.5 tiles along N resident and read a quarter more. `group_m` overrides it.
 
 Clusters (`cluster="2x1"` or `"1x2"`): CTAs run in pairs along grid axis a, and the tile loop walks pairs of
 neighbouring tiles, the CTA of cluster rank r taking the r-th of each:
@@ -42,6 +47,8 @@ whether the kernel qualifies, and why not; `can_cluster(func, plans, ...)` the s
 """
 from __future__ import annotations
 
+import math
+
 from mlir import ir
 from mlir.dialects import arith, scf
 
@@ -52,13 +59,13 @@ from tawa.ir.location import where
 from tawa.ir.ops import (ClusterSizeOp, GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_group_role,
                          warp_groups)
 from tawa.ir.traversal import ops_of, walk
-from tawa.ir.types import elem_type, tile_shape
+from tawa.ir.types import elem_type, tile_bytes, tile_shape
 from tawa.lowering import aref_insertion, ws_analysis, ws_ir
 from tawa.lowering.assign_layouts import smem_swizzle
 from tawa.options import cluster_axis
 
-#: Consecutive axis-0 programs visited for each axis-1 program (the L2-sharing group; Triton's GROUP_SIZE_M).
-GROUP = 8
+#: The group when the kernel's operands do not split into row and column tiles (Triton's usual GROUP_SIZE_M).
+DEFAULT_GROUP = 8
 
 
 def can_persist(func_op, plans: list, options=None) -> tuple:
@@ -163,22 +170,41 @@ def _accumulator_registers(func_op) -> int:
     return total
 
 
-def _grouped_program(t, gx, gy) -> tuple:
+def tile_group(loads: list, options=None, tiles_per_cta: int = 1, cluster=None) -> tuple:
+    """(G, why) for the grouped order of a persistent kernel whose producer copies `loads` each k-step: G counts
+    the loop's units along grid axis 0 (clusters along it, with 2x1 clusters), per the module's docstring."""
+    if options is not None and getattr(options, "group_m", None):
+        return options.group_m, f"group_m={options.group_m}"
+    row = sum(tile_bytes(LoadOp(ld).result.type) for ld in loads
+              if not _depends_on_program(LoadOp(ld).offsets, 1) and _depends_on_program(LoadOp(ld).offsets, 0))
+    col = sum(tile_bytes(LoadOp(ld).result.type) for ld in loads
+              if not _depends_on_program(LoadOp(ld).offsets, 0) and _depends_on_program(LoadOp(ld).offsets, 1))
+    if not row or not col:
+        return DEFAULT_GROUP, "its operand tiles do not split into ones along M and ones along N"
+    resident = hopper.TYPICAL_SMS * tiles_per_cta
+    tiles = math.sqrt(resident * col / row)
+    along = cluster[1] if cluster and cluster[0] == 0 else 1
+    group = max(1, 2 ** round(math.log2(max(tiles / along, 1))))
+    return group, (f"sqrt({resident} resident tiles x {col} / {row} operand bytes per k-step along N / M) = "
+                   f"{tiles:.1f} tiles" + (f", {along} per cluster" if along > 1 else ""))
+
+
+def _grouped_program(t, gx, gy, group: int) -> tuple:
     """(p0, p1, p2) of linear tile index `t` in grouped order over a gx x gy x gz grid."""
     per_z = arith.MulIOp(gx, gy).result
     p2 = arith.DivUIOp(t, per_z).result
     r = arith.RemUIOp(t, per_z).result
-    size = arith.MulIOp(gy, ws_ir.i32(GROUP)).result
+    size = arith.MulIOp(gy, ws_ir.i32(group)).result
     gid = arith.DivUIOp(r, size).result
-    first = arith.MulIOp(gid, ws_ir.i32(GROUP)).result
-    width = arith.MinUIOp(arith.SubIOp(gx, first).result, ws_ir.i32(GROUP)).result
+    first = arith.MulIOp(gid, ws_ir.i32(group)).result
+    width = arith.MinUIOp(arith.SubIOp(gx, first).result, ws_ir.i32(group)).result
     rest = arith.SubIOp(r, arith.MulIOp(gid, size).result).result
     p0 = arith.AddIOp(first, arith.RemUIOp(rest, width).result).result
     p1 = arith.DivUIOp(rest, width).result
     return p0, p1, p2
 
 
-def wrap_region(region, cluster=None) -> None:
+def wrap_region(region, cluster=None, group: int = DEFAULT_GROUP) -> None:
     """Move the region's body into a loop over the tiles this CTA owns (a ping-pong consumer region: the c-th of
     every n consecutive ones, for its `tawa.tile_share` [c, n]); with `cluster` (grid axis, CTAs), over the tiles
     of its cluster's pairs."""
@@ -210,7 +236,7 @@ def wrap_region(region, cluster=None) -> None:
             ctas = arith.MulIOp(ctas, ws_ir.i32(count)).result
         loop = scf.ForOp(cta, tiles, ctas, [])
         with ir.InsertionPoint(loop.body):
-            program = list(_grouped_program(loop.induction_variable, walked[0], walked[1]))
+            program = list(_grouped_program(loop.induction_variable, walked[0], walked[1], group))
             if cluster:
                 program[axis] = arith.AddIOp(arith.MulIOp(program[axis], size).result, rank).result
             tail = scf.YieldOp([])
@@ -239,7 +265,12 @@ def run(module: ir.Module, options=None) -> ir.Module:
                         for op in walk(region):
                             if op.name == LoadOp.NAME and ws_ir.feeds_puts(op) and multicast_parts(op, *cluster):
                                 attrs.MULTICAST.set(op)
+            loads = [op for region in groups if warp_group_role(region) == attrs.PRODUCER for op in walk(region)
+                     if op.name == LoadOp.NAME and ws_ir.feeds_puts(op)]
+            share = max((attrs.TILE_SHARE.get(r) or [0, 1])[1] for r in groups)
+            group, _ = tile_group(loads, options, share, cluster)
             for region in groups:
-                wrap_region(region, cluster)
+                wrap_region(region, cluster, group)
             attrs.PERSISTENT.set(func)
+            attrs.TILE_GROUP.set(func, group)
     return module

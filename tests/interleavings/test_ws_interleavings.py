@@ -265,10 +265,14 @@ def test_persistent_gemm_fp8_interleavings():
                   num_buffers=2, persistent=True)
 
 
-def test_persistent_tiles_visit_every_tile_once():
-    """Every program of the grid is computed exactly once, for any number of CTAs (none skipped, none twice)."""
+@pytest.mark.parametrize("group_m", [None, 1, 3, 16])
+def test_persistent_tiles_visit_every_tile_once(group_m):
+    """Every program of the grid (4 x 3) is computed exactly once, for any number of CTAs and any group of the
+    grouped order, including groups that do not divide the grid and groups larger than it."""
     consts, make_args, ref = gemm_case(100, 70, 16, 16, 2)
-    m = build("gemm", consts, num_buffers=2, persistent=True)
+    m = build("gemm", consts, num_buffers=2, persistent=True, group_m=group_m)
+    if group_m:
+        assert f"tawa.tile_group = {group_m}" in str(m)
     from tawa.runtime.interpreter import compile_kernel
     program = compile_kernel(m)
     for ctas in (1, 2, 3, 7, 12, 40):
