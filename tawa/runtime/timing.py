@@ -4,7 +4,10 @@ Takes a zero-argument `launch` callable (one launch of one candidate on a given 
 milliseconds. Why events and a flush: host timers would measure the launch path, not the kernel, and a kernel run
 right after itself finds its inputs in the 50+ MiB L2 and looks faster than it will in a model; zeroing a buffer
 twice the size of L2 before every timed run evicts them. The number of runs follows from a first estimate, so a
-10 µs kernel and a 10 ms kernel both take about `warmup_ms + rep_ms` (as `triton.testing.do_bench` does).
+10 µs kernel and a 10 ms kernel both take about `warmup_ms + rep_ms` (as `triton.testing.do_bench` does). The
+warm-up is 100 ms because a large kernel on an H100/H200 runs at the power cap, and the clock settles to what
+the kernel's own draw allows only after about that long: timed sooner, a kernel borrows the headroom the previous
+(cooler) candidate or an idle GPU left, and reads up to 10% faster than it runs in a model.
 
 A timer is any callable `timer(launch, *, stream, device, config) -> milliseconds` with a
 `device_name(device) -> str` method (the tuner stores results per device name); tests inject fakes.
@@ -28,7 +31,7 @@ _MIN_FLUSH_BYTES = 64 * 1024 * 1024
 class CudaEventTimer:
     """Median of CUDA-event timings of `launch` on `stream`, L2 flushed before each run (see the module doc)."""
 
-    def __init__(self, warmup_ms: float = 25.0, rep_ms: float = 100.0, flush_l2: bool = True,
+    def __init__(self, warmup_ms: float = 100.0, rep_ms: float = 100.0, flush_l2: bool = True,
                  min_reps: int = 5, max_reps: int = 1000):
         self.warmup_ms = warmup_ms
         self.rep_ms = rep_ms

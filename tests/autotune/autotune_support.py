@@ -19,6 +19,9 @@ SCALE_DECLARED = "@autotune(key=(M,), configs=product(BLOCK_M=(16, 64), BLOCK_N=
 
 #: Candidate configurations of SCALE used by several tests.
 CONFIGS = [{"BLOCK_M": 16, "BLOCK_N": 32}, {"BLOCK_M": 64, "BLOCK_N": 32}, {"BLOCK_M": 64, "BLOCK_N": 64}]
+#: Timings of one tuning of CONFIGS with FakeTimer's default times (more than 5% apart): one pass, then the
+#: fastest two (the tuner's MIN_FINALISTS) again in each of the 4 confirming rounds.
+TIMINGS_PER_TUNING = len(CONFIGS) + 2 * 4
 
 
 class FakeTimer:
