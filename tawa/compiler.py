@@ -137,6 +137,9 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
                                              cluster_axis(dims) if dims != (1, 1) else None)
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' visits its tiles in runs of {group} along grid "
                      f"axis 0 for each tile along axis 1 ({why})")
+    elif options.group_m:
+        notes.append(f"kernel '{kernel_info.kernel_name(func)}' ignores group_m={options.group_m}: only a persistent "
+                     f"schedule orders its tiles (this kernel runs one program per CTA, in the hardware's order)")
     if options.split_k > 1:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' splits its K loop over {options.split_k} programs "
                      f"per output tile (split_k={options.split_k})")
