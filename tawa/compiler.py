@@ -30,7 +30,7 @@ from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, c
                            launch_order,
                            lazy_rescale, lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles,
                            protocol_check, register_realloc, software_pipeline, split_k, to_nvvm, ws_analysis)
-from tawa.options import CompileOptions, cluster_axis
+from tawa.options import CompileOptions
 
 
 @dataclass(frozen=True)
@@ -131,10 +131,8 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
     if schedule in ("persistent", "pingpong"):
-        dims = tuple(int(x) for x in cluster.split("x"))
         group, why = persistent_tiles.tile_group([ld for p in loop_plans for ld in p.loads], options,
-                                             2 if schedule == "pingpong" else 1,
-                                             cluster_axis(dims) if dims != (1, 1) else None)
+                                                 2 if schedule == "pingpong" else 1)
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' visits its tiles in runs of {group} along grid "
                      f"axis 0 for each tile along axis 1 ({why})")
     elif options.group_m:

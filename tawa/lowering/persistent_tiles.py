@@ -170,23 +170,35 @@ def _accumulator_registers(func_op) -> int:
     return total
 
 
-def tile_group(loads: list, options=None, tiles_per_cta: int = 1, cluster=None) -> tuple:
-    """(G, why) for the grouped order of a persistent kernel whose producer copies `loads` each k-step: G counts
-    the loop's units along grid axis 0 (clusters along it, with 2x1 clusters), per the module's docstring."""
+def tile_group(loads: list, options=None, tiles_per_cta: int = 1) -> tuple:
+    """(G, why) for the grouped order of a persistent kernel whose producer copies `loads` each k-step, with
+    `tiles_per_cta` tiles resident per CTA (2 for ping-pong): G counts the loop's units along grid axis 0
+    (clusters along it, with 2x1 clusters), per the module's docstring."""
     if options is not None and getattr(options, "group_m", None):
         return options.group_m, f"group_m={options.group_m}"
-    row = sum(tile_bytes(LoadOp(ld).result.type) for ld in loads
-              if not _depends_on_program(LoadOp(ld).offsets, 1) and _depends_on_program(LoadOp(ld).offsets, 0))
-    col = sum(tile_bytes(LoadOp(ld).result.type) for ld in loads
-              if not _depends_on_program(LoadOp(ld).offsets, 0) and _depends_on_program(LoadOp(ld).offsets, 1))
+    row, col = _bytes_along(loads, 0), _bytes_along(loads, 1)
     if not row or not col:
         return DEFAULT_GROUP, "its operand tiles do not split into ones along M and ones along N"
     resident = hopper.TYPICAL_SMS * tiles_per_cta
     tiles = math.sqrt(resident * col / row)
+    cluster = _cluster_of(options)
     along = cluster[1] if cluster and cluster[0] == 0 else 1
     group = max(1, 2 ** round(math.log2(max(tiles / along, 1))))
     return group, (f"sqrt({resident} resident tiles x {col} / {row} operand bytes per k-step along N / M) = "
                    f"{tiles:.1f} tiles" + (f", {along} per cluster" if along > 1 else ""))
+
+
+def _bytes_along(loads: list, axis: int) -> int:
+    """Bytes of the tiles in `loads` that change with program_id(axis) only (A's along M, B's along N)."""
+    offsets = [(ld, LoadOp(ld).offsets) for ld in loads]
+    return sum(tile_bytes(LoadOp(ld).result.type) for ld, o in offsets
+               if _depends_on_program(o, axis) and not _depends_on_program(o, 1 - axis))
+
+
+def _cluster_of(options):
+    """(grid axis, CTAs) of the clusters `options` asks for, or None."""
+    dims = options.cluster_dims() if options is not None and getattr(options, "cluster", None) else (1, 1)
+    return cluster_axis(dims) if dims != (1, 1) else None
 
 
 def _grouped_program(t, gx, gy, group: int) -> tuple:
@@ -256,19 +268,16 @@ def run(module: ir.Module, options=None) -> ir.Module:
             groups = warp_groups(func)
             if not groups or attrs.PERSISTENT.get(func):
                 continue
-            dims = options.cluster_dims() if options is not None and getattr(options, "cluster", None) else (1, 1)
-            cluster = cluster_axis(dims) if dims != (1, 1) else None
-            if cluster:
-                attrs.CLUSTER.set(func, list(dims))
-                for region in groups:
-                    if warp_group_role(region) == attrs.PRODUCER:
-                        for op in walk(region):
-                            if op.name == LoadOp.NAME and ws_ir.feeds_puts(op) and multicast_parts(op, *cluster):
-                                attrs.MULTICAST.set(op)
             loads = [op for region in groups if warp_group_role(region) == attrs.PRODUCER for op in walk(region)
                      if op.name == LoadOp.NAME and ws_ir.feeds_puts(op)]
+            cluster = _cluster_of(options)
+            if cluster:
+                attrs.CLUSTER.set(func, list(options.cluster_dims()))
+                for op in loads:
+                    if multicast_parts(op, *cluster):
+                        attrs.MULTICAST.set(op)
             share = max((attrs.TILE_SHARE.get(r) or [0, 1])[1] for r in groups)
-            group, _ = tile_group(loads, options, share, cluster)
+            group, _ = tile_group(loads, options, share)
             for region in groups:
                 wrap_region(region, cluster, group)
             attrs.PERSISTENT.set(func)

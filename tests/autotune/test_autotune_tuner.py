@@ -75,26 +75,24 @@ def test_one_pass_without_rounds_and_only_close_calls_are_timed_again(no_results
         tawa.autotune(SCALE, configs=CONFIGS, confirm_rounds=-1)
 
 
+class Timed:
+    """A timed candidate as `_finalists` sees it: only its time."""
+    def __init__(self, ms):
+        self.ms = ms
+
+
 def test_at_most_four_finalists_fastest_first():
     from tawa.autotune.tuner import FINALISTS, _finalists
-
-    class O:
-        def __init__(self, ms):
-            self.ms = ms
-    outcomes = [O(ms) for ms in (1.04, 1.00, 1.06, 1.01, 1.03, 1.02)]
+    outcomes = [Timed(ms) for ms in (1.04, 1.00, 1.06, 1.01, 1.03, 1.02)]
     assert [o.ms for o in _finalists(outcomes)] == [1.00, 1.01, 1.02, 1.03][:FINALISTS]
 
 
 def test_a_lone_leader_is_timed_again_with_the_runner_up():
     """A first timing 12% ahead of the rest (a candidate timed on a cool GPU) is not trusted alone."""
     from tawa.autotune.tuner import _finalists
-
-    class O:
-        def __init__(self, ms):
-            self.ms = ms
-    outcomes = [O(ms) for ms in (1.13, 1.00, 1.20, 1.12)]
+    outcomes = [Timed(ms) for ms in (1.13, 1.00, 1.20, 1.12)]
     assert [o.ms for o in _finalists(outcomes)] == [1.00, 1.12]
-    assert [o.ms for o in _finalists([O(1.0)])] == [1.0]
+    assert [o.ms for o in _finalists([Timed(1.0)])] == [1.0]
 
 
 def test_an_early_lucky_timing_loses_to_the_sustained_fastest(no_results):
