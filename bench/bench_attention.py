@@ -69,6 +69,17 @@ for _d in HEAD_DIMS:
             VARIANTS[variant_name(_d, _c, _n, "nola")] = (
                 {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
                 {"warp_specialize": None, "consumer_lookahead": False})
+    # Key blocks that are not powers of two: FlashAttention-3's 176 at head dim 128 (two slots each of K and V
+    # fit beside Q, in rings of their own), and 80 at head dim 64 with two CTAs per SM ("two": forced, the
+    # compiler's estimate keeps one).
+    for _c in (0, 1):
+        if _d == 128:
+            VARIANTS[variant_name(_d, _c, 176, True)] = (
+                {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 176, "CAUSAL": _c}, {"warp_specialize": None})
+        else:
+            VARIANTS[variant_name(_d, _c, 80, "two")] = (
+                {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 80, "CAUSAL": _c},
+                {"warp_specialize": None, "ctas_per_sm": 2})
     if _d == 64:
         # Ablation of two CTAs per SM: at head dim 64 with BLOCK_N 64 the compiler keeps two CTAs resident per SM
         # ("ws"); "one" holds the same kernel to one (ctas_per_sm=1).
@@ -85,7 +96,7 @@ RAGGED = [(1, 2, 1000, 128), (1, 3, 77, 64), (2, 1, 1, 128), (1, 1, 129, 64)]
 TAWA_COLS = [("WS n64", 64, True), ("WS n128", 128, True), ("uni n64", 64, False), ("uni n128", 128, False),
              ("WS+pp n64", 64, "pp"), ("WS+pp n128", 128, "pp"),
              ("WS-nola n64", 64, "nola"), ("WS-nola n128", 128, "nola"),
-             ("WS 1 CTA/SM n64", 64, "one")]
+             ("WS 1 CTA/SM n64", 64, "one"), ("WS n176", 176, True), ("WS 2 CTAs/SM n80", 80, "two")]
 ANCHORS = ["cudnn", "fa2", "triton"]
 ANCHOR_LABEL = {"cudnn": "cuDNN", "fa2": "FA2", "triton": "Triton"}
 #: Problems with at most this many score elements (B * H * S * S) get the float64 reference.
@@ -102,7 +113,7 @@ def select(regex):
 
 
 def parse_name(name):
-    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni|pp|nola|one)", name)
+    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni|pp|nola|one|two)", name)
     return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) != "uni"
 
 

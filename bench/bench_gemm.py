@@ -53,6 +53,8 @@ GEMM_VARIANTS = {
     "pers_128x256_c12": ({"BLOCK_N": 256}, {"warp_specialize": True, "schedule": "persistent", "cluster": "1x2"}),
     "pp_128x128_c21": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "pingpong", "cluster": "2x1"}),
     "pp_128x128_c12": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "pingpong", "cluster": "1x2"}),
+    # a tile 192 wide (not a power of two): 1.5x the programs of a 256-wide tile along N
+    "pers_128x192": ({"BLOCK_N": 192}, {"warp_specialize": True, "schedule": "persistent"}),
     "uni_128x128": ({"BLOCK_N": 128}, {"warp_specialize": False, "num_stages": 3}),
     "uni_128x256": ({"BLOCK_N": 256}, {"warp_specialize": False, "num_stages": 3, "num_warps": 8}),
 }
@@ -91,6 +93,10 @@ FUSED_VARIANTS = {
     "linear_pp_m64n256": ("linear_gelu_residual.tawa", {"BLOCK_M": 64, "BLOCK_N": 256}, {"schedule": "pingpong"}),
     "linear_pp_m64n256_c21": ("linear_gelu_residual.tawa", {"BLOCK_M": 64, "BLOCK_N": 256},
                               {"schedule": "pingpong", "cluster": "2x1"}),
+    # tiles 192 wide (not a power of two): SwiGLU's default, and the linear layer's at the same width
+    "swiglu_pers_n192": ("swiglu.tawa", {"BLOCK_N": 192}, {"schedule": "persistent"}),
+    "swiglu_pers_n192_c21": ("swiglu.tawa", {"BLOCK_N": 192}, {"schedule": "persistent", "cluster": "2x1"}),
+    "linear_pers_n192": ("linear_gelu_residual.tawa", {"BLOCK_N": 192}, {"schedule": "persistent"}),
     "fp8_pers_c21": ("gemm_fp8.tawa", {}, {"schedule": "persistent", "cluster": "2x1"}),
     "fp8_pers_c12": ("gemm_fp8.tawa", {}, {"schedule": "persistent", "cluster": "1x2"}),
 }

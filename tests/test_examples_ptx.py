@@ -73,11 +73,12 @@ SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
 
 @pytest.mark.parametrize("ws", [None, False], ids=["auto", "uniform"])
 @pytest.mark.parametrize("causal", [0, 1], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim,block_n", [(64, None), (64, 128), (128, None)])
+@pytest.mark.parametrize("head_dim,block_n", [(64, None), (64, 128), (128, None), (128, 176)])
 def test_attention_wgmma_is_never_serialized(head_dim, block_n, causal, ws):
     """ptxas pipelines every wgmma of attention (no C7519 'wgmma.mma_async instructions are serialized' or any
-    other serialization note), for both head dims (with the default key block, `min(HEAD_DIM, 128)`, and with
-    128 at head dim 64), causal or not, specialized or not; and nothing spills."""
+    other serialization note), for both head dims (with the default key block, `min(HEAD_DIM, 128)`, with
+    128 at head dim 64, and with FlashAttention-3's 176 at head dim 128), causal or not, specialized or not; and
+    nothing spills."""
     blocks = {} if block_n is None else {"BLOCK_N": block_n}
     kernel = tawa.compile(str(EXAMPLES / "flash_attention.tawa"), warp_specialize=ws, cache=False,
                           HEAD_DIM=head_dim, CAUSAL=causal, **blocks)
@@ -95,6 +96,35 @@ def test_register_a_operand_is_not_serialized():
     assert report and not any(SERIALIZED.search(n) for n in report), report
 
 
+def _sync_events(ptx: str) -> str:
+    """The kernel's wgmma commits and waits and its mbarrier waits and arrivals, in PTX order, as words."""
+    found = re.findall(r"wgmma\.(commit_group|wait_group)\.sync\.aligned\s*(\d?)|mbarrier\.(try_wait|arrive)"
+                       r"(\.expect_tx)?", ptx)
+    words = []
+    for kind, n, bar, tx in found:
+        words.append(("wait" + n if kind == "wait_group" else "commit") if kind else
+                     ("expect_tx" if tx else bar))
+    return " ".join(words)
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_attention_k_and_v_rings_of_their_own(causal):
+    """At 176 keys only two K/V slots fit, and the example gets a K ring and a V ring (`aref_insertion`): K's slot k
+    is released right after S_k is awaited (wait 1) and before P V_{k-1} is (wait 0), and V's slot k-1 is waited for
+    just before P V_{k-1} is issued and released after it completes. The consumer's part of the kernel, in order:
+    the peeled first block (wait K_0, S_0, release K_0), the loop (wait K_k, wait V_{k-1}, S_k, P V_{k-1}, wait 1,
+    release K_k, wait 0, release V_{k-1}), and the last P V (wait V, issue, wait 0, release)."""
+    kernel = tawa.compile(str(EXAMPLES / "flash_attention.tawa"), cache=False, BLOCK_N=176, CAUSAL=causal)
+    consumer = ("try_wait commit wait0 arrive "
+                "try_wait try_wait commit commit wait1 arrive wait0 arrive "
+                "try_wait commit wait0 arrive")
+    assert _sync_events(kernel.ptx).endswith(consumer), _sync_events(kernel.ptx)
+    # At 128 keys three slots of both fit: one ring, released once P V_{k-1} completes.
+    whole = tawa.compile(str(EXAMPLES / "flash_attention.tawa"), cache=False, CAUSAL=causal)
+    assert _sync_events(whole.ptx).endswith("try_wait commit wait0 try_wait commit commit wait1 wait0 arrive "
+                                            "commit wait0 arrive"), _sync_events(whole.ptx)
+
+
 @pytest.mark.parametrize("example", ["flash_attention", "gqa_attention"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_attention_softmax_runs_under_the_previous_pv(example, head_dim):
@@ -106,5 +136,27 @@ def test_attention_softmax_runs_under_the_previous_pv(example, head_dim):
     events = re.findall(r"wgmma\.(commit_group|wait_group)\.sync\.aligned\s*(\d?)", kernel.ptx)
     sequence = " ".join(kind if kind == "commit_group" else f"wait{n}" for kind, n in events)
     assert sequence == "commit_group wait0 commit_group commit_group wait1 wait0 commit_group wait0", sequence
+    report = [n for n in kernel.notes if n.startswith("ptxas")]
+    assert report and not any(SERIALIZED.search(n) for n in report), report
+
+
+@pytest.mark.parametrize("name,constants,options,wgmma", [
+    ("gemm", {"BLOCK_N": 192}, {"schedule": "persistent"}, "m64n192k16"),
+    ("gemm", {"BLOCK_N": 192}, {"schedule": "persistent", "cluster": "2x1"}, "m64n192k16"),
+    ("gemm", {"BLOCK_N": 192}, {"warp_specialize": False, "num_warps": 8}, "m64n192k16"),
+    ("gemm", {"BLOCK_N": 192}, {"tma": False}, "m64n192k16"),
+    ("swiglu", {"BLOCK_N": 192}, {"schedule": "persistent"}, "m64n192k16"),
+    ("linear_gelu_residual", {"BLOCK_N": 192}, {"schedule": "persistent"}, "m64n192k16"),
+    ("linear_gelu_residual", {"BLOCK_M": 64, "BLOCK_N": 192}, {"schedule": "pingpong"}, "m64n192k16"),
+    ("gemm_fp8", {"BLOCK_N": 192}, {}, "m64n192k32"),
+    ("flash_attention", {"BLOCK_N": 176}, {}, "m64n176k16"),
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 80}, {"ctas_per_sm": 2}, "m64n80k16"),
+])
+def test_tiles_that_are_not_powers_of_two(name, constants, options, wgmma):
+    """Tile extents that are multiples of 16 but not powers of two (192-wide GEMM tiles with their bias and residual
+    epilogues, FlashAttention-3's 176-key blocks): wgmmas of that N, no spills, nothing serialized."""
+    kernel = tawa.compile(str(EXAMPLES / f"{name}.tawa"), cache=False, **constants, **options)
+    assert f"wgmma.mma_async.sync.aligned.{wgmma}" in kernel.ptx
+    assert spills(kernel) == 0
     report = [n for n in kernel.notes if n.startswith("ptxas")]
     assert report and not any(SERIALIZED.search(n) for n in report), report

@@ -62,7 +62,7 @@ def compile_space(path_or_source, configs=None, jobs: Optional[int] = None, targ
     space.check_names(info, candidates)
     bar = progress.Progress(f"tawa autotune {info['name']} compile", len(candidates),
                             progress.enabled(show_progress, sys.stderr))
-    outcomes = compiling.compile_all(source, filename, candidates, target, jobs, bar, info.get("constants"))
+    outcomes = compiling.compile_all(source, filename, candidates, target, jobs, bar, space.plain_defaults(info))
     bar.close()
     return outcomes
 

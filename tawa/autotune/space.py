@@ -133,6 +133,15 @@ SMALL_M = 64
 MIN_K_PER_SPLIT = 512
 
 
+def plain_defaults(info: dict) -> dict:
+    """The kernel's constants whose default is a value of its own, not computed from other constants: a candidate
+    restating one of these is the same kernel as without it (`Config.without_defaults`). A derived default
+    (`BLOCK_N = min(HEAD_DIM, 128)`) changes with the constants it reads, so a candidate's BLOCK_N=128 next to
+    HEAD_DIM=64 must stay."""
+    derived = set(info.get("derived_constants", ()))
+    return {n: v for n, v in info.get("constants", {}).items() if n not in derived}
+
+
 def has_shape_defaults(info: dict) -> bool:
     """Whether `shape_defaults` can choose anything for this kernel (a GEMM-family kernel with a larger default
     BLOCK_M than small-M calls want)."""

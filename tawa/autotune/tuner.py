@@ -113,7 +113,7 @@ class Autotuner:
         positions = space.symbol_positions(self.info)
         self._where = [positions[s] for s in self.key]
         self._nparams = len(self.info["params"])
-        self._defaults = self.info.get("constants")
+        self._defaults = space.plain_defaults(self.info)
 
     # -- introspection -------------------------------------------------------------------------------------
     @property

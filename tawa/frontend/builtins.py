@@ -11,7 +11,7 @@ from mlir import ir
 from . import syntax as S
 from .dtypes import DTYPES, DType
 from .ops import BOOL, F32, I32, check_tile_size, i32_attr, tawa_op, tile_type
-from .values import (Builtin, Method, TensorArg, describe, dtype_of_value, elem_type, is_pow2, is_scalar,
+from .values import (Builtin, Method, TensorArg, describe, dtype_of_value, elem_type, is_scalar, is_tile_extent,
                      is_static, is_tile, is_value, shape_of)
 
 
@@ -56,8 +56,8 @@ def _tile_shape(L, v, node, what) -> list:
         raise L.diag.error(node, f"{what}: a tile needs at least one dimension")
     for d in dims:
         _static_int(L, d, node, f"{what}: tile dimension")
-        if not is_pow2(d):
-            raise L.diag.error(node, f"{what}: tile dimension {d} is not a power of two")
+        if not is_tile_extent(d):
+            raise L.diag.error(node, f"{what}: tile dimension {d} is not a power of two or a multiple of 16")
     check_tile_size(L.diag, dims, node, what)
     return dims
 
@@ -222,8 +222,8 @@ def _arange(L, call, args, kwargs):
     for i, (what, v) in enumerate((("start", s), ("end", e))):
         if not -2**31 <= v < 2**31:      # the op keeps both bounds as i32 attributes
             raise L.diag.error(_arg_node(call, i), f"arange: {what} {v} does not fit in i32")
-    if not is_pow2(e - s):
-        raise L.diag.error(call, f"arange: length {e - s} is not a power of two")
+    if not is_tile_extent(e - s):
+        raise L.diag.error(call, f"arange: length {e - s} is not a power of two or a multiple of 16")
     check_tile_size(L.diag, [e - s], call, "arange")
     return tawa_op("arange", [tile_type([e - s], I32)], [],
                    {"start": i32_attr(s), "end": i32_attr(e)}).result

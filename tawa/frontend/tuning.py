@@ -192,6 +192,14 @@ def const_values(kernel: S.Kernel, diag) -> dict:
     return constants
 
 
+def derived_constants(kernel: S.Kernel, constants: dict) -> list:
+    """The `const` parameters whose default is computed from other constants (`BLOCK_N = min(HEAD_DIM, 128)`):
+    their default value holds only while those keep theirs, so a candidate that sets one to that value still
+    sets it (`Config.without_defaults`)."""
+    return [p.name for p in kernel.params
+            if p.name in constants and p.default is not None and S.expr_reads(p.default, set()) & set(constants)]
+
+
 def shape_symbols(kernel: S.Kernel, constants: dict) -> dict:
     """Each shape symbol -> (argument index, axis) of the first tensor parameter that declares it. Arguments are
     numbered as the kernel takes them at launch (const parameters are not arguments)."""
@@ -268,6 +276,7 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "name": k.name,
         "params": params,
         "constants": {n: (v.name if isinstance(v, DType) else v) for n, v in constants.items()},
+        "derived_constants": derived_constants(k, constants),
         "dtype_constants": [n for n, v in constants.items() if isinstance(v, DType)],
         "symbols": [[n, arg, axis] for n, (arg, axis) in symbols.items()],      # a list: declaration order
         "tiles": [list(p) for p in grid_tiles(k, constants, symbols)],

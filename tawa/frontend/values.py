@@ -108,3 +108,15 @@ def describe(v) -> str:
 
 def is_pow2(n: int) -> bool:
     return isinstance(n, int) and n > 0 and n & (n - 1) == 0
+
+
+#: Tile extents that are not powers of two must be multiples of this: a wgmma's K step of 16-bit operands, a
+#: multiple of its N granularity (8), and whole 32-byte rows of TMA boxes.
+TILE_EXTENT_MULTIPLE = 16
+
+
+def is_tile_extent(n: int) -> bool:
+    """Whether `n` may be a tile dimension: a power of two (any tile), or a multiple of 16 such as 96, 176 or 192,
+    which the GPU backend takes for tiles in shared memory and dot accumulators (FlashAttention-3's 176-key blocks,
+    192-wide GEMM tiles); a register tile of another kind is refused there, at its op."""
+    return is_pow2(n) or (isinstance(n, int) and n > 0 and n % TILE_EXTENT_MULTIPLE == 0)

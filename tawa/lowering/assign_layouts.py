@@ -306,10 +306,10 @@ def _assign(ops: list, W: int, ctx) -> None:
         layout[op.results[0]] = lay
         attrs.LAYOUT.set(op, lay.desc)
 
-    for op in ops:
+    def visit(op):
         name = op.name
         if not op.results:
-            continue
+            return
         res = op.results[0]
         if name == "scf.for":
             body = op.regions[0].blocks[0]
@@ -322,7 +322,7 @@ def _assign(ops: list, W: int, ctx) -> None:
                 else:
                     descs.append("")
             attrs.LAYOUTS.set(op, descs)
-            continue
+            return
         if name == "scf.if":
             # Before its branches (and the ops after it) are visited: a value the then-branch yields from
             # outside decides (an elided mask yields the unmasked tile), else the branches' own values, later.
@@ -332,11 +332,11 @@ def _assign(ops: list, W: int, ctx) -> None:
                     lay = want.get(res_j) or lay_of(v)
                     if lay is not None:
                         layout[res_j] = lay
-            continue
+            return
         if not _is_tile(res):
-            continue
+            return
         if res in smem:
-            continue
+            return
         if name == "tawa.dot":
             put(op, mma_for(op))
         elif name == "tawa.reduce":
@@ -361,6 +361,10 @@ def _assign(ops: list, W: int, ctx) -> None:
             put(op, w or default(res))
         else:  # load, splat, arange, broadcast, constant
             put(op, default(res))
+
+    for op in ops:
+        with _at(op):     # a tile that no layout can hold is refused at its op
+            visit(op)
 
     for op in ops:
         if op.name == "scf.if" and op.results:

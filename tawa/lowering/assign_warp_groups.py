@@ -54,11 +54,9 @@ def lookahead_dot(loop):
     dots = [op for op in ops_of(body) if op.name == DotOp.NAME]
     # Branches in the body may hold math (an elided mask), not dots or aref ops: those run in straight-line code.
     nested = [o for op in ops_of(body) if op.regions for o in walk(op) if o != op]
-    if len(gets) != 1 or not dots or any(o.name in (DotOp.NAME,) or o.name.startswith("tawa.aref") for o in nested):
+    if not gets or not dots or any(o.name in (DotOp.NAME,) or o.name.startswith("tawa.aref") for o in nested):
         return None
-    get, dot = gets[0], DotOp(dots[0])
-    if ArefCreateOp(defining_op(ArefGetOp(get).aref)).depth < 2:
-        return None
+    dot = DotOp(dots[0])
     a = defining_op(dot.a)
     if a is None or a.name != LoadOp.NAME or is_ancestor(loop, a) or \
             any(u.name != DotOp.NAME for u in users(LoadOp(a).result)):
@@ -66,7 +64,8 @@ def lookahead_dot(loop):
     b = defining_op(dot.b)
     if b is not None and b.name == TransOp.NAME and b.block == body:
         b = defining_op(TransOp(b).src)
-    if b != get or not is_zero_splat(dot.acc):
+    # B comes from a ring of two slots or more (attention's K: a ring of its own, `aref_insertion.release_groups`).
+    if b not in gets or not is_zero_splat(dot.acc) or ArefCreateOp(defining_op(ArefGetOp(b).aref)).depth < 2:
         return None
     if all(u.name in ("scf.yield", DotOp.NAME) for u in users(dot.result)):
         return None     # only accumulates: the GEMM schedule keeps such dots in flight instead
@@ -84,7 +83,8 @@ def _owner(use):
 def pipelined_second_dot(for_op, first_dot):
     """(D2, index of its accumulating iteration argument, chain ops in program order) when the loop's second dot
     can run one iteration late in the softmax-pipelined schedule (`to_nvvm/ws_softmax_pipeline_loop.py`): its A
-    is computed in registers (attention's P), its B is a tile of the loop's one aref slot (V), its result only
+    is computed in registers (attention's P), its B is a tile of an aref slot (V: the first dot's ring or one of
+    its own), its result only
     flows into the next iteration as iteration argument `acc`, which the body reads only to compute D2's
     accumulator input (the chain: attention's `acc * alpha`); else None."""
     loop = ForOp(for_op)
@@ -92,7 +92,7 @@ def pipelined_second_dot(for_op, first_dot):
     ops = ops_of(body)
     dots = [o for o in ops if o.name == DotOp.NAME]
     gets = [o for o in ops if o.name == ArefGetOp.NAME]
-    if len(dots) != 2 or dots[0] != first_dot or len(gets) != 1:
+    if len(dots) != 2 or dots[0] != first_dot or not gets:
         return None
     d2 = DotOp(dots[1])
     a_def = defining_op(d2.a)
@@ -101,7 +101,7 @@ def pipelined_second_dot(for_op, first_dot):
     b = defining_op(d2.b)
     if b is not None and b.name == TransOp.NAME:
         b = defining_op(TransOp(b).src)
-    if b != gets[0]:
+    if b not in gets:
         return None
     uses = list(d2.result.uses)
     if len(uses) != 1 or _owner(uses[0]) != loop.yield_op:

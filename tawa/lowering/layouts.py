@@ -52,8 +52,10 @@ def _zero(rank):
 
 def _log2(x: int) -> int:
     if x <= 0 or x & (x - 1):
-        raise CompilationError(f"tile extent {x} is not a power of two",
-                               note="tile dimensions must be powers of two (e.g. 64, 128, 256)")
+        raise CompilationError(f"tile extent {x} is not a power of two, which this register tile needs",
+                               note="a tile dimension that is not a power of two (a multiple of 16 such as 96 or "
+                                    "192) is for tiles in shared memory and dot accumulators and their row and "
+                                    "column slices; make this tile's dimensions powers of two (e.g. 64, 128, 256)")
     return x.bit_length() - 1
 
 

@@ -79,3 +79,24 @@ def test_jobs_come_from_the_environment(monkeypatch):
         compiling.default_jobs()
     monkeypatch.delenv("TAWA_AUTOTUNE_JOBS")
     assert compiling.default_jobs() >= 1
+
+
+DERIVED = """\
+@autotune(configs=(config(BLOCK_N=16), config(BLOCK_N=32)))
+@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))
+def derived(X: f32[M, N], Y: f32[M, N], BLOCK_M: const = 32, BLOCK_N: const = min(BLOCK_M, 32)):
+    x = load(X, (program_id(0), program_id(1)), (BLOCK_M, BLOCK_N))
+    store(Y, (program_id(0), program_id(1)), x * 2.0)
+"""
+
+
+def test_a_candidate_restating_a_derived_default_keeps_it(own_cache):
+    """BLOCK_N's default is computed from BLOCK_M: with BLOCK_M=16 fixed, the candidate BLOCK_N=32 (the default
+    only while BLOCK_M keeps its own) must compile with 32 keys, not fall back to min(16, 32)."""
+    import tawa
+    outcomes = tawa.autotune.compile_space(DERIVED, show_progress=False, BLOCK_M=16)
+    assert [o.kernel.constants["BLOCK_N"] for o in outcomes] == [16, 32]
+    # A plain default is still dropped, so that the candidate shares the entry of `tawa.compile`.
+    assert compiling.compile_one(DERIVED, "derived.tawa", Config({"BLOCK_M": 32}),
+                                 defaults={"BLOCK_M": 32}).cache_key == \
+        compiling.compile_one(DERIVED, "derived.tawa", Config({})).cache_key

@@ -26,6 +26,32 @@ def test_gemm(shape, dtype, ws):
     check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape), dtype=tdt), dtype=tdt)
 
 
+# Tiles 192 wide (not a power of two): persistent, with 2x1 clusters, one program per CTA and uniform.
+WIDE_SCHEDULES = [pytest.param({"schedule": "persistent"}, id="persistent"),
+                  pytest.param({"schedule": "persistent", "cluster": "2x1"}, id="cluster-2x1"),
+                  pytest.param({"schedule": "tile"}, id="ws-tile"),
+                  pytest.param({"warp_specialize": False, "num_warps": 8}, id="uniform")]
+
+
+@pytest.mark.parametrize("ws", WIDE_SCHEDULES)
+@pytest.mark.parametrize("shape", [(1000, 6000, 712), (129, 200, 88), (64, 200, 8), (100, 120, 40), (2176, 2304, 256)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gemm_192_wide(shape, ws):
+    kernel = compiled("gemm.tawa", BLOCK_N=192, **ws)
+    import torch
+    check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape) + 192))
+
+
+@pytest.mark.parametrize("ws", WIDE_SCHEDULES[:2])
+@pytest.mark.parametrize("shape", [(1300, 696, 264), (64, 200, 40)], ids=lambda s: "x".join(map(str, s)))
+def test_fused_192_wide(shape, ws):
+    swiglu = compiled("swiglu.tawa", BLOCK_N=192, **ws)
+    linear = compiled("linear_gelu_residual.tawa", BLOCK_N=192, **ws)
+    import torch
+    check_launch(torch, swiglu, *swiglu_case(torch, *shape, seed=sum(shape)))
+    check_launch(torch, linear, *linear_case(torch, *shape, seed=sum(shape) + 1))
+
+
 @pytest.mark.parametrize("ws", SCHEDULES)
 def test_gemm_bias_act(ws):
     kernel = compiled("gemm_bias_act.tawa", **ws)
@@ -71,6 +97,9 @@ ATTENTION_SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"consumer_ping
                        pytest.param({"consumer_lookahead": False}, id="ws-no-lookahead"),
                        # the key block the example's default (min(HEAD_DIM, 128)) does not take at this head dim
                        pytest.param({"other_block_n": True}, id="auto-other-n"),
+                       # key blocks that are not powers of two: 176 at head dim 128 (K and V in rings of their own,
+                       # two slots each), 80 at head dim 64 (two CTAs per SM)
+                       pytest.param({"odd_block_n": True}, id="auto-n176-n80"),
                        pytest.param({"warp_specialize": False}, id="uniform")]
 # (batch, heads, S, head dim): S ragged against every block, smaller than one block, and 1.
 ATTENTION_SHAPES = [(2, 4, 1000, 128), (1, 2, 256, 128), (1, 3, 77, 64), (2, 2, 1, 128), (1, 2, 129, 64),
@@ -84,6 +113,8 @@ def test_flash_attention(shape, causal, options):
     options = dict(options)
     if options.pop("other_block_n", False):
         options["BLOCK_N"] = 128 if shape[-1] == 64 else 64
+    if options.pop("odd_block_n", False):
+        options.update({"BLOCK_N": 176} if shape[-1] == 128 else {"BLOCK_N": 80, "ctas_per_sm": 2})
     kernel = compiled("flash_attention.tawa", CAUSAL=causal, HEAD_DIM=shape[-1], **options)
     import torch
     check_attention(torch, kernel, shape, causal, seed=5 + sum(shape))

@@ -93,9 +93,21 @@ def test_constant_override_type_is_checked():
 
 
 def test_override_to_non_power_of_two_is_reported_at_the_use():
-    with pytest.raises(CompilationError, match="not a power of two") as info:
-        parse_and_lower(SCALE, constants={"BLOCK": 96})
+    with pytest.raises(CompilationError, match="not a power of two or a multiple of 16") as info:
+        parse_and_lower(SCALE, constants={"BLOCK": 100})
     assert info.value.location.line == 5
+
+
+@pytest.mark.parametrize("block", [48, 96, 176, 192])
+def test_multiples_of_16_are_tile_extents(block):
+    # The language takes them; the GPU backend decides which tiles may hold them (shared and dot tiles).
+    assert f"tensor<{block}xf32>" in str(parse_and_lower(SCALE, constants={"BLOCK": block}))
+
+
+@pytest.mark.parametrize("block", [3, 24, 100, 200])
+def test_other_extents_are_refused(block):
+    with pytest.raises(CompilationError, match=f"tile dimension {block} is not a power of two or a multiple of 16"):
+        parse_and_lower(SCALE, constants={"BLOCK": block})
 
 
 def test_missing_grid_gives_empty_grid_and_num_warps():

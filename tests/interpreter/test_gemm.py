@@ -68,3 +68,11 @@ def test_warp_specialized_fp8():
     c = np.zeros((40, 33), np.float32)
     run_kernel(parse(gemm_ws("f8E4M3FN", depth=2)), [a, b, c], (2, 2), seed=5)
     np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_gemm_tiles_that_are_not_powers_of_two():
+    """48 x 80 tiles with a 16-deep K step (multiples of 16): the clipped edges of ragged shapes included."""
+    a, b, ref = operands(100, 170, 50, "bf16", seed=5)
+    c = np.full((100, 170), np.nan, np.float32)
+    run_kernel(parse(gemm("bf16", 48, 80, 16)), [a, b, c], (math.ceil(100 / 48), math.ceil(170 / 80)))
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-4)

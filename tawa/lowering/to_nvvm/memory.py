@@ -121,7 +121,7 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
     rows, cols = tile_shape(t)
     elem = elem_type(t)
     es = elem_bytes(elem)
-    if (cols * es) % SWIZZLE_BYTES or cols & (cols - 1):
+    if (cols * es) % SWIZZLE_BYTES:
         raise CompilationError(
             f"a tile read by a dot without TMA needs rows of a multiple of {SWIZZLE_BYTES} bytes, got {cols} "
             f"{elem} elements", source_location(op),
@@ -148,8 +148,10 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
         chunk = [b.add(first, j * threads) for j in range(chunk_len)]
         loaded = []
         for e in chunk:
-            r = b.shr(e, cols.bit_length() - 1)
-            c = b.and_(e, cols - 1)
+            if cols & (cols - 1):       # rows of 192 elements, say
+                r, c = b.divu(e, cols), b.remu(e, cols)
+            else:
+                r, c = b.shr(e, cols.bit_length() - 1), b.and_(e, cols - 1)
             pred = b.cmpi("slt", e, total) if total % threads else None
             if lead is not None:
                 pred = lead if pred is None else b.and_(pred, lead)

@@ -20,11 +20,11 @@ from __future__ import annotations
 from tawa.errors import InternalCompilerError
 from tawa.ir import attrs
 from tawa.ir.ops import ArefGetOp, DotOp, ForOp, TransOp, aref_of
-from tawa.ir.traversal import defining_op, ops_of
+from tawa.ir.traversal import defining_op, ops_of, users
 
 from .. import layouts as L
 from . import sync
-from .arefs import barrier_ptr, slot_tile, stage_of
+from .arefs import barrier_ptr, release, slot_tile, stage_of
 from .context import SmemTile, Tile
 from .dot import issue_shared
 from .schedule import trip_count
@@ -41,16 +41,20 @@ class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
     def __init__(self, ctx, for_op):
         super().__init__(ctx, for_op)
         body = ForOp(for_op).body
-        self.get = next(o for o in ops_of(body) if o.name == ArefGetOp.NAME)
         self.dot = next(o for o in ops_of(body) if o.name == DotOp.NAME)
         dot = DotOp(self.dot)
         b = defining_op(dot.b)
         self.transposed = b is not None and b.name == TransOp.NAME
         src = TransOp(b).src if self.transposed else dot.b
+        self.get = defining_op(src)
         values = ArefGetOp(self.get).values
         self.index = next(i for i, v in enumerate(values) if v == src)
         self.b_type = values[self.index].type
         self.ring = ctx.get(aref_of(self.get))
+        # The ring holds nothing but what the early dot reads (attention's K in a ring of its own,
+        # `aref_insertion.release_groups`): its slot j is free once S_j is computed, without waiting for the
+        # iteration's other wgmmas (S_{j+1} is in flight by then).
+        self.own_ring = all(self._only_early_dot(v) for v in values)
         self.a = ctx.get(dot.a)
         if not isinstance(self.a, SmemTile):
             raise InternalCompilerError("the lookahead dot's A operand is not in shared memory", op=dot.op.name)
@@ -59,6 +63,15 @@ class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
         self.pingpong = self.pingpong_dot is not None
         self.pingpong_dot = None
         self.trips = self.s_cur = self.s_next = None
+
+    def _only_early_dot(self, value) -> bool:
+        for u in users(value):
+            if u.name == TransOp.NAME:
+                if not self._only_early_dot(u.results[0]):
+                    return False
+            elif u != self.dot:
+                return False
+        return True
 
     # ---- the early issue ------------------------------------------------------------------------------------
     def _issue(self, ctx, stage) -> list:
@@ -122,3 +135,12 @@ class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
 
     def slot_acquired(self, get_op) -> bool:
         return get_op == self.get
+
+    def release_slot(self, ctx, consumed_op, ring) -> bool:
+        """Slot j of a ring of the early dot's own is released where the iteration is done with it, right after
+        S_j's place in the body: S_j is complete since the top of iteration j (the other dots of iteration j-1
+        waited for every wgmma group), so no wait is needed, and none may be (S_{j+1} is in flight)."""
+        if not (self.own_ring and ring is self.ring):
+            return super().release_slot(ctx, consumed_op, ring)
+        release(ctx, ring, stage_of(ctx, ring, self.k)[0])
+        return True

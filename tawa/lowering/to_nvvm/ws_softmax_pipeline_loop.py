@@ -24,7 +24,10 @@ reads or writes is left alone until a wait covers it. What D2_{k-1} needs in ite
 wgmma A fragments, V_{k-1}'s shared address, and the values of iteration k-1 the chain reads (alpha) -- is
 carried as loop arguments. With n = 0 the prologue computes on a slot nobody filled, and its results are
 discarded (the loop's results are selected from the initial values). The consumer holds two slots at once
-(k-1 under D2, k under S), which a ring of two or more slots allows.
+(k-1 under D2, k under S), which a ring of two or more slots allows; with two, the producer has no slot to fill
+meanwhile, so `aref_insertion` then gives V a ring of its own: K's slot k is released once S_k is done (right
+after S_k's place in the body), and V's slot k-1 is waited for just before D2_{k-1} is issued and released once it
+completes, so each ring's producer runs a slot ahead (FlashAttention-3's separate K and V pipelines).
 
 With the consumer ping-pong the two groups take turns issuing S_k and D2_{k-1} (FlashAttention-3's warp
 scheduler barrier), so one group's softmax runs while the other's products occupy the tensor cores.
@@ -32,13 +35,13 @@ scheduler barrier), so one group's softmax runs while the other's products occup
 from __future__ import annotations
 
 from tawa.ir import attrs
-from tawa.ir.ops import DotOp, ForOp
+from tawa.ir.ops import DotOp, ForOp, TransOp, aref_of
 from tawa.ir.traversal import defining_op, ops_of
 
 from .. import layouts as L
 from ..assign_warp_groups import pipelined_second_dot
 from . import sync
-from .arefs import release, stage_of
+from .arefs import barrier_ptr, release, stage_of
 from .context import SmemTile, Tile
 from .dot import a_fragments, check_operands, issue_register_a
 from .loop_values import flatten, iter_layouts, unflatten
@@ -70,6 +73,14 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
                 if src in inside and src not in self.chain and v not in self.carried:
                     self.carried.append(v)
         self.d2_layout = L.parse(attrs.LAYOUT.get(second))
+        # V's ring: the early dot's own (one slot per iteration for K and V), or a ring of its own
+        # (`aref_insertion.release_groups`), whose slot k-1 is waited for only where D2_{k-1} is issued.
+        v = defining_op(self.d2.b)
+        if v is not None and v.name == TransOp.NAME:
+            v = defining_op(TransOp(v).src)
+        self.v_get = v
+        self.v_ring = ctx.get(aref_of(v))
+        self.split = self.v_ring is not self.ring
         self.prologue_done = False
         self.pending = None     # (P's packed fragments, V's shared offset, carried values) of the D2 to issue
 
@@ -136,6 +147,8 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
         b = ctx.b
         frags, v_offset, carried = self._unpack(extra)
         stage = self._wait_full(ctx, self.k)
+        if self.split:
+            self._wait_v(ctx, b.sub(self.k, 1))
         if self.pingpong:
             pingpong_take_turn(ctx, self.k, first=1)     # the loop starts at k = 1 (iteration 0 is peeled)
         s_regs = self._issue(ctx, stage)
@@ -156,13 +169,16 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
         layouts = iter_layouts(self.for_op)
         values = unflatten(results, list(self.for_op.results), layouts)
         ctx.set(loop.iter_args[self.acc_index], values[self.acc_index])
+        ran = b.cmpi("sgt", self.trips, 0)
+        if self.split:
+            with b.if_(ran):
+                self._wait_v(ctx, b.sub(self.trips, 1))
         regs = self._issue_pending(ctx, *self._unpack(self.extra_results))
         sync.wgmma_wait(b, 0)
         values[self.acc_index] = Tile(sync.fence_registers(b, regs), self.d2_layout, "f32")
-        ran = b.cmpi("sgt", self.trips, 0)
         with b.if_(ran):
-            stage, _ = stage_of(ctx, self.ring, b.sub(self.trips, 1))
-            release(ctx, self.ring, stage)
+            stage, _ = stage_of(ctx, self.v_ring, b.sub(self.trips, 1))
+            release(ctx, self.v_ring, stage)
         if self.pingpong:
             pingpong_last_turn(ctx, b.cmpi("sgt", self.trips, 1))
         self.mark_drained_rings(ctx)
@@ -200,16 +216,35 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
         return acc
 
     def release_slot(self, ctx, consumed_op, ring) -> bool:
+        b = ctx.b
+        if self.split and ring is self.ring:
+            # K_k is done with once S_k is: it was waited for before the softmax (wait_group 1 in the loop, 0 in
+            # the prologue, which may have run on a slot nobody filled).
+            if self.prologue_done:
+                release(ctx, ring, stage_of(ctx, ring, self.k)[0])
+            else:
+                with b.if_(b.cmpi("sgt", self.trips, 0)):
+                    release(ctx, ring, stage_of(ctx, ring, self.k)[0])
+            return True
         if not self.prologue_done:
             return True        # slot 0 is released once D2_0 completes, in iteration 1
-        stage, _ = stage_of(ctx, ring, ctx.b.sub(self.k, 1))
+        stage, _ = stage_of(ctx, ring, b.sub(self.k, 1))
         release(ctx, ring, stage)
         return True
+
+    def slot_acquired(self, get_op) -> bool:
+        # V's slot of a ring of its own is waited for where its product is issued, an iteration later.
+        return super().slot_acquired(get_op) or (self.split and get_op == self.v_get)
 
     def keeps_dot_async(self, op) -> bool:
         return False
 
     # ---- helpers ------------------------------------------------------------------------------------------
+    def _wait_v(self, ctx, k) -> None:
+        """Wait until V's slot of iteration `k` is full (a ring of its own)."""
+        stage, phase = stage_of(ctx, self.v_ring, k)
+        sync.mbarrier_wait(ctx.b, barrier_ptr(ctx, self.v_ring.full, stage), phase)
+
     def _convert(self, ctx, acc):
         from .shape import convert
         return convert(ctx, acc, self.d2_layout)
