@@ -5,7 +5,9 @@ Two steps, so that compilation (which needs MLIR) and execution (which needs a H
 machines:
 
     python bench/bench_attention.py build [--out DIR] [--variants REGEX]
-        compile the variants of examples/flash_attention.tawa, write DIR/<name>.json + .cubin
+        compile the variants of examples/flash_attention.tawa, write DIR/<name>.json + .cubin, and (unless REGEX
+        does not match "tuned") the example's declared tuning space per head dim and causal setting into
+        DIR/tuned-cache
     python bench/bench_attention.py run   [--out DIR] [--variants REGEX] [--quick] [--json OUT] [--plot PATH]
         load them, check against torch, time them next to the anchors, print Markdown tables
 
@@ -16,6 +18,9 @@ Variants (VARIANTS, named fa_d{HEAD_DIM}_c{CAUSAL}_n{BLOCK_N}_{ws|uni|...}, BLOC
 and 128, causal 0 and 1, BLOCK_N 64 and 128, warp specialization auto ("ws": the compiler specializes where it
 applies; the build prints the thread count, 384 = producer + 2 consumer warp groups) and off ("uni": the
 uniform-warp software pipeline, two warp groups).
+
+The "tuned" column is `tawa.autotune` over the example's declared space, tuned on each timed shape in the same
+process (from DIR/tuned-cache, so the run step needs no compiler).
 
 Correctness comes before timing: every variant on the ragged shapes (RAGGED) of its head dim and causal setting
 and on every timed shape (SHAPES) it serves, with fresh bf16 torch.randn inputs and a NaN-poisoned output; the
@@ -146,6 +151,30 @@ def build(out: str, regex=None) -> None:
                 print(f"  WARNING {name}: ptxas performance note (wgmma serialization?): {n}")
     print(f"built {len(select(regex)) - len(failed)} attention kernels in {time.time() - total:.1f}s"
           + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    if regex is None or re.search(regex, "tuned"):
+        # The example's declared space per head dim and causal setting, for the "tuned" column of `run`.
+        os.environ["TAWA_CACHE_DIR"] = _tuned_cache(out)
+        import tawa
+        for d in HEAD_DIMS:
+            for c in (0, 1):
+                outcomes = tawa.autotune.compile_space(SOURCE, show_progress=False, HEAD_DIM=d, CAUSAL=c)
+                print(f"tuned d{d} c{c}: {sum(o.kernel is not None for o in outcomes)} of {len(outcomes)} "
+                      f"candidates compiled")
+
+
+def _tuned_cache(out: str) -> str:
+    return os.path.join(out, "tuned-cache")
+
+
+def _tuner(out: str, head_dim: int, causal: int):
+    """`tawa.autotune` over the example's declared space from the cache `build` filled (None where it did not):
+    the "tuned" column, tuned on each shape in this process (`TAWA_AUTOTUNE=force`)."""
+    if not os.path.isdir(_tuned_cache(out)):
+        return None
+    os.environ["TAWA_CACHE_DIR"] = _tuned_cache(out)
+    os.environ["TAWA_AUTOTUNE"] = "force"
+    import tawa
+    return tawa.autotune(SOURCE, show_progress=False, HEAD_DIM=head_dim, CAUSAL=causal)
 
 
 # -- references and checks (torch; CPU-testable) --------------------------------------------------------------------
@@ -439,6 +468,18 @@ def run_on(dev, gpu, out, regex=None, quick=False, json_out=None, plot=None) -> 
                 else:
                     failed[n] = f"wrong on {shape_str(shape, causal)}"
             impls = _impls_for_shape(q, k, v, causal, scale, tawa)
+            tuner = _tuner(out, D, causal)
+            if tuner is not None:
+                o_t = torch.full_like(q, float("nan"))
+                try:
+                    choice = tuner.tune(q, k, v, o_t, scale)
+                    print("  tuned: " + " ".join(f"{a}={b}" for a, b in choice.config.items()))
+                    tuner(q, k, v, o_t, scale)
+                    _sync()
+                    if check(f"tuned {shape_str(shape, causal)}", o_t, ref):
+                        impls["tuned"] = ((lambda t, o: lambda: (t(q, k, v, o, scale), o)[1])(tuner, o_t), None)
+                except Exception as e:  # a tuner that cannot run must not hide the other columns
+                    print(f"  tuned {shape_str(shape, causal)}: FAILED {str(e)[:300]}")
             live = {}
             excluded[key] = {} if triton_attention is not None else {"triton": _TRITON_ERROR}
             for name, (fn, ctx) in impls.items():
@@ -520,6 +561,7 @@ def _row(results, key):
     row["best WS"] = max(ws_vals) if ws_vals else None
     row["best uni"] = max(uni_vals) if uni_vals else None
     row["Tawa best"] = max(ws_vals + uni_vals) if ws_vals + uni_vals else None
+    row["tuned"] = r.get("tuned")
     for a in ANCHORS:
         row[ANCHOR_LABEL[a]] = r.get(a)
     return row
@@ -545,14 +587,15 @@ def markdown_tables(results, failed=None, excluded=None, rounds=None, reps=None)
         lines += [f"Median of {rounds} alternating rounds of {reps} launches each (CUDA events). Tawa columns: "
                   f"fa_d{{D}}_c{{causal}}_n{{BLOCK_N}}_{{ws|uni}} of the row's D and causal setting; WS = warp "
                   f"specialization auto, uni = forced off.", ""]
-    cols = [c for c, _, _ in TAWA_COLS] + ["best WS", "best uni", "Tawa best", "cuDNN", "FA2", "Triton"]
-    rcols = ["best/cuDNN", "best/FA2", "best/Triton"]
+    cols = [c for c, _, _ in TAWA_COLS] + ["best WS", "best uni", "Tawa best", "tuned", "cuDNN", "FA2", "Triton"]
+    rcols = ["best/cuDNN", "best/FA2", "best/Triton", "tuned/cuDNN", "tuned/FA2"]
     lines.append("| B×H×S×D | causal | " + " | ".join(cols + rcols) + " |")
     lines.append("|---|---|" + "---:|" * (len(cols) + len(rcols)))
     ratios = {c: [] for c in rcols}
     for key in keys:
         row = _row(results, key)
         rs = {f"best/{a}": _ratio(row["Tawa best"], row[a]) for a in ("cuDNN", "FA2", "Triton")}
+        rs.update({f"tuned/{a}": _ratio(row["tuned"], row[a]) for a in ("cuDNN", "FA2")})
         for c in rcols:
             ratios[c].append(rs[c])
         lines.append(f"| {'×'.join(map(str, key[0]))} | {key[1]} | " + " | ".join(_fmt(row[c]) for c in cols)
@@ -600,7 +643,7 @@ def write_plot(results, path) -> None:
         print("no plot (no results)")
         return
     # The default schedule and its ablations, the uniform-warp schedule, and the anchors.
-    series = ["WS n128", "WS+pp n128", "WS-nola n128", "WS n64", "uni n64", "FA2", "Triton", "cuDNN"]
+    series = ["tuned", "WS n128", "WS+pp n128", "WS-nola n128", "WS n64", "uni n64", "FA2", "Triton", "cuDNN"]
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(max(11, 1.9 * len(keys)), 5))
     for i, s in enumerate(series):

@@ -63,6 +63,8 @@ def _verify_each():
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Each test session compiles into its own cache directory unless TAWA_CACHE_DIR is set by the caller."""
+    """Each test session compiles into its own cache directory, unless TAWA_TEST_KEEP_CACHE is set (then the
+    caller's TAWA_CACHE_DIR, e.g. a cache prefilled with TAWA_PREFILL=1 on a machine with the compiler) or while
+    prefilling."""
     if "TAWA_TEST_KEEP_CACHE" not in os.environ and "TAWA_PREFILL" not in os.environ:
         monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "tawa-cache"))

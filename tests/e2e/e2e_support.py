@@ -2,8 +2,8 @@
 
 The GPU tests compile through `tawa.compile`, so on a GPU machine without MLIR they run from the kernel cache.
 `TAWA_PREFILL=1 TAWA_CACHE_DIR=DIR pytest tests/e2e` on a machine that has the compiler but no GPU fills DIR
-with every kernel these tests use and then skips each test (nothing is checked there); pointing TAWA_CACHE_DIR at
-DIR on the GPU machine then runs them all from the cache.
+with every kernel these tests use and then skips each test (nothing is checked there); on the GPU machine,
+`TAWA_TEST_KEEP_CACHE=1 TAWA_CACHE_DIR=DIR pytest -m gpu tests/e2e` then runs them all from the cache.
 """
 import json
 import math

@@ -44,12 +44,12 @@ def test_gemm_192_wide(shape, ws):
 
 @pytest.mark.parametrize("ws", WIDE_SCHEDULES[:2])
 @pytest.mark.parametrize("shape", [(1300, 696, 264), (64, 200, 40)], ids=lambda s: "x".join(map(str, s)))
-def test_fused_192_wide(shape, ws):
-    swiglu = compiled("swiglu.tawa", BLOCK_N=192, **ws)
-    linear = compiled("linear_gelu_residual.tawa", BLOCK_N=192, **ws)
+@pytest.mark.parametrize("example", ["swiglu", "linear_gelu_residual"])
+def test_fused_192_wide(example, shape, ws):
+    kernel = compiled(f"{example}.tawa", BLOCK_N=192, **ws)
     import torch
-    check_launch(torch, swiglu, *swiglu_case(torch, *shape, seed=sum(shape)))
-    check_launch(torch, linear, *linear_case(torch, *shape, seed=sum(shape) + 1))
+    case = swiglu_case if example == "swiglu" else linear_case
+    check_launch(torch, kernel, *case(torch, *shape, seed=sum(shape)))
 
 
 @pytest.mark.parametrize("ws", SCHEDULES)
