@@ -88,9 +88,13 @@ def mma(m: int, n: int, num_warps: int) -> Layout:
         raise CompilationError(f"a dot needs a multiple of 4 warps, got {num_warps}",
                                note="a dot runs on whole warp groups of 4 warps: use @num_warps(4) or @num_warps(8)")
     _warp_bits(num_warps)
-    if m < MIN_DOT_M or m & (m - 1) or (m > WGMMA_M * groups and m % (WGMMA_M * groups)):
+    if m < MIN_DOT_M:
         raise CompilationError(f"dot tile M={m} is not supported: the tensor cores compute at least "
                                f"{MIN_DOT_M} rows", note=f"choose BLOCK_M as a power of two of at least {MIN_DOT_M}")
+    if m & (m - 1) or (m > WGMMA_M * groups and m % (WGMMA_M * groups)):
+        raise CompilationError(f"dot tile M={m} is not supported: the warp groups split a dot's rows in slabs of "
+                               f"{WGMMA_M} and need a power of two of them (N and K need not be powers of two)",
+                               note=f"choose BLOCK_M as a power of two of at least {MIN_DOT_M}")
     regs = []
     for s in range(max(m // (WGMMA_M * groups), 1)):
         for i in range(n // 2):

@@ -5,7 +5,7 @@
 // Two accumulators carried by one loop; the A tile is loaded once (from the loop on) and feeds both dots. The
 // epilogue is silu(gate) * up.
 
-// CHECK:       scf.for {{.*}} -> (tensor<128x128xf32>, tensor<128x128xf32>)
+// CHECK:       scf.for {{.*}} -> (tensor<128x192xf32>, tensor<128x192xf32>)
 // CHECK:         scf.yield
 // CHECK:       math.exp
 // CHECK:       arith.mulf
