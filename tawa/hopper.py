@@ -59,3 +59,13 @@ def entry_registers(num_threads: int, ctas_per_sm: int = 1) -> int:
     """Registers per thread at kernel entry when `ctas_per_sm` blocks of `num_threads` share the register file
     (what `.maxntid` with `.minnctapersm` fixes; a multiple of 8)."""
     return min(MAX_REGISTERS_PER_THREAD, REGISTER_FILE // ctas_per_sm // num_threads // 8 * 8)
+
+
+def register_pool(num_threads: int, ctas_per_sm: int = 1) -> int:
+    """The registers a block of `num_threads` starts with, which `setmaxnreg` only moves between its warps: a
+    warp group's `setmaxnreg.inc` waits until others have released enough, forever if the budgets add up to
+    more. 384 threads start with 168 each, 64512 in all: 40 + 2 x 232 warp-group budgets fit, 32 + 2 x 240
+    (65536, the register file) hangs the GPU. (Warps hold registers in steps of 8 per thread: the 255 a thread
+    of a 256-thread block may use are 256 held.)"""
+    step = SETMAXNREG_STEP
+    return (entry_registers(num_threads, ctas_per_sm) + step - 1) // step * step * num_threads

@@ -213,16 +213,19 @@ class CompileOptions:
         if self.num_consumer_groups is not None:
             # With the consumer count known, the register file check can be made here; otherwise the
             # register-realloc pass makes it once partitioning has chosen the count.
+            # setmaxnreg only moves the registers the block starts with between its warp groups.
+            threads = hopper.THREADS_PER_WARP_GROUP * (1 + self.num_consumer_groups)
+            pool = hopper.register_pool(threads)
             need = hopper.THREADS_PER_WARP_GROUP * (self.producer_registers
                                                     + self.num_consumer_groups * self.consumer_registers)
-            if need > hopper.REGISTER_FILE:
-                most = ((hopper.REGISTER_FILE // hopper.THREADS_PER_WARP_GROUP - self.producer_registers)
+            if need > pool:
+                most = ((pool // hopper.THREADS_PER_WARP_GROUP - self.producer_registers)
                         // self.num_consumer_groups // hopper.SETMAXNREG_STEP * hopper.SETMAXNREG_STEP)
                 bad("consumer_registers", self.consumer_registers,
                     f"at most {most} with producer_registers={self.producer_registers} and "
                     f"num_consumer_groups={self.num_consumer_groups} (128 x ({self.producer_registers} + "
-                    f"{self.num_consumer_groups} x {self.consumer_registers}) = {need} registers > the "
-                    f"register file's {hopper.REGISTER_FILE})")
+                    f"{self.num_consumer_groups} x {self.consumer_registers}) = {need} registers > the {pool} "
+                    f"its {threads} threads start with)")
         if not isinstance(self.constants, dict) or not all(isinstance(k, str) for k in self.constants):
             bad("constants", self.constants, "a dict from constant names to values")
         for name in ("dump_ir_after_all", "verify_each"):

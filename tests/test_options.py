@@ -65,6 +65,11 @@ def test_register_file_checked_when_the_consumer_count_is_known():
     with pytest.raises(CompilationError, match=r"consumer_registers=256.*at most 232"):
         CompileOptions(num_consumer_groups=2, consumer_registers=256).validate()
     CompileOptions(num_consumer_groups=1, producer_registers=256, consumer_registers=256).validate()
+    # The budgets must fit what the block starts with (168 x 384 = 64512), not only the register file: with these
+    # setmaxnreg.inc waits forever (the kernel hung on an H200).
+    with pytest.raises(CompilationError, match=r"consumer_registers=240.*at most 232.*64512"):
+        CompileOptions(num_consumer_groups=2, producer_registers=32, consumer_registers=240).validate()
+    CompileOptions(num_consumer_groups=2, producer_registers=24, consumer_registers=240).validate()
 
 
 def test_unknown_option_name_is_a_compilation_error():

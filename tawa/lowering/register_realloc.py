@@ -39,12 +39,15 @@ def budgets(options, num_consumer_groups: int, func=None) -> tuple:
         p = min(p, hopper.SETMAXNREG_MIN)
         step = hopper.SETMAXNREG_STEP
         return p, min(c, (held // per_group - p) // num_consumer_groups // step * step)
+    threads = per_group * (1 + num_consumer_groups)
+    pool = hopper.register_pool(threads)
     total = per_group * (p + num_consumer_groups * c)
-    if total > hopper.REGISTER_FILE:
-        best = (hopper.REGISTER_FILE // per_group - p) // num_consumer_groups // 8 * 8
+    if total > pool:
+        best = (pool // per_group - p) // num_consumer_groups // 8 * 8
         raise CompilationError(
-            f"register budgets exceed the register file: {per_group} x ({p} + {num_consumer_groups} x {c}) = "
-            f"{total} > {hopper.REGISTER_FILE}",
+            f"register budgets exceed the registers the block starts with: {per_group} x ({p} + "
+            f"{num_consumer_groups} x {c}) = {total} > {pool} ({threads} threads x {pool // threads}), and "
+            f"setmaxnreg only moves registers between its warps",
             source_location(func) if func is not None else None,
             note=f"lower consumer_registers to at most {best}, or use fewer consumer warp groups")
     return p, c

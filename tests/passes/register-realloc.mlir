@@ -2,10 +2,15 @@
 // RUN: tawa-opt %s --passes register-realloc --producer-registers 24 --consumer-registers 240 \
 // RUN:   | FileCheck %s --check-prefix=CUSTOM
 // RUN: not tawa-opt %s --passes register-realloc --consumer-registers 240 2>&1 | FileCheck %s --check-prefix=TOO-MANY
+// RUN: not tawa-opt %s --passes register-realloc --producer-registers 32 --consumer-registers 240 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=POOL
 
 // Each warp group gets its setmaxnreg budget: the producer few (default 40), the consumers many (default 232).
-// The budgets are checked against the register file (consumer warp groups counted from the region's
-// tawa.num_warp_groups): 128 x (24 + 2 x 240) fits in 65536 registers, 128 x (40 + 2 x 240) does not.
+// The budgets are checked against the registers the block starts with, 168 for each of its 384 threads (consumer
+// warp groups counted from the region's tawa.num_warp_groups): setmaxnreg only moves those between warp groups,
+// and a consumer's setmaxnreg.inc waits for them forever if they do not suffice. 128 x (24 + 2 x 240) = 64512
+// fits; 128 x (40 + 2 x 240) does not, nor 128 x (32 + 2 x 240) = 65536, which fits the register file and hung
+// the GPU.
 
 // CHECK-LABEL: func.func @ws
 // CHECK:         } {tawa.max_registers = 40 : i32, tawa.warp_group = "producer"}
@@ -15,9 +20,12 @@
 // CUSTOM:         } {tawa.max_registers = 24 : i32, tawa.warp_group = "producer"}
 // CUSTOM:         } {tawa.max_registers = 240 : i32, tawa.num_warp_groups = 2 : i32, tawa.warp_group = "consumer"}
 
-// TOO-MANY: error: register budgets exceed the register file: 128 x (40 + 2 x 240) = 66560 > 65536
+// TOO-MANY: error: register budgets exceed the registers the block starts with: 128 x (40 + 2 x 240) = 66560 > 64512 (384 threads x 168)
 // TOO-MANY: lower consumer_registers to at most 232
 // TOO-MANY-NOT: func.func
+
+// POOL: error: register budgets exceed the registers the block starts with: 128 x (32 + 2 x 240) = 65536 > 64512
+// POOL: lower consumer_registers to at most 232
 
 !R = !tawa.aref<[tensor<128x64xbf16>], 2 : i32>
 
