@@ -211,9 +211,9 @@ class CompileOptions:
                     or not hopper.SETMAXNREG_MIN <= v <= hopper.SETMAXNREG_MAX):
                 bad(name, v, f"{_REGISTERS} (what setmaxnreg accepts)")
         if self.num_consumer_groups is not None:
-            # With the consumer count known, the register file check can be made here; otherwise the
-            # register-realloc pass makes it once partitioning has chosen the count.
-            # setmaxnreg only moves the registers the block starts with between its warp groups.
+            # With the consumer count known, the budgets can be checked here against the registers the block
+            # starts with (setmaxnreg only moves those between its warp groups); otherwise the register-realloc
+            # pass checks them once partitioning has chosen the count.
             threads = hopper.THREADS_PER_WARP_GROUP * (1 + self.num_consumer_groups)
             pool = hopper.register_pool(threads)
             need = hopper.THREADS_PER_WARP_GROUP * (self.producer_registers

@@ -160,3 +160,27 @@ def test_tiles_that_are_not_powers_of_two(name, constants, options, wgmma):
     assert spills(kernel) == 0
     report = [n for n in kernel.notes if n.startswith("ptxas")]
     assert report and not any(SERIALIZED.search(n) for n in report), report
+
+
+ROW_MAX = """\
+def rowmax(Q: bf16[S, 64], K: bf16[S, 64], O: f32[S], BLOCK: const = 64):
+    q = load(Q, (program_id(0), 0), (BLOCK, 64))
+    m_i = full((BLOCK,), -inf, f32)
+    for j in range(cdiv(S, BLOCK)):
+        k = load(K, (j, 0), (BLOCK, 64))
+        s = dot(q, k.T)
+        m_i = maximum(m_i, max(s, axis=1))
+    store(O, (program_id(0),), m_i)
+"""
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_single_dot_lookahead_waits_before_releasing(depth):
+    """A lookahead loop whose only dot feeds math (no later dot completes its wgmmas): the ring's release waits for
+    the wgmma groups (S_k, and S_{k+1} issued early) before the slot is freed and before the back edge, so no
+    group is in flight where its registers are read (ptxas would serialize every wgmma, C7514)."""
+    kernel = tawa.compile(ROW_MAX, cache=False, num_buffers=depth)
+    events = _sync_events(kernel.ptx)
+    assert events.endswith("commit wait0 commit wait0 try_wait arrive wait0"), events
+    report = [n for n in kernel.notes if n.startswith("ptxas")]
+    assert report and not any(SERIALIZED.search(n) for n in report), report

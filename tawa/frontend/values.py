@@ -110,8 +110,9 @@ def is_pow2(n: int) -> bool:
     return isinstance(n, int) and n > 0 and n & (n - 1) == 0
 
 
-#: Tile extents that are not powers of two must be multiples of this: a wgmma's K step of 16-bit operands, a
-#: multiple of its N granularity (8), and whole 32-byte rows of TMA boxes.
+#: Tile extents that are not powers of two must be multiples of this: a wgmma's K step of 16-bit operands and a
+#: multiple of its N granularity (8). (A tile's last dimension must also fill 32, 64 or a multiple of 128 bytes
+#: to be swizzled for a dot, which the backend checks: 192 bf16 elements do, 96 do not.)
 TILE_EXTENT_MULTIPLE = 16
 
 

@@ -153,10 +153,12 @@ def _feeds_math(dot) -> bool:
 SPLIT_BELOW_DEPTH = 3
 
 
-def release_groups(loop, loads, depth: int) -> list:
-    """The loop's heavy loads, in one group per ring. A ring of fewer than `SPLIT_BELOW_DEPTH` slots is split where
-    some loads are released long before the others: the tiles whose last reader is a dot feeding math (attention's
-    K, read by Q K^T before the softmax) get a ring of their own, the rest (V, read by P V after it) another.
+def release_groups(loop, loads, depth: int, lookahead: bool = True) -> list:
+    """The loop's heavy loads, in one group per ring. A ring of two slots (fewer than `SPLIT_BELOW_DEPTH`, enough
+    for the lookahead) in a loop the consumer may run ahead in (`lookahead`: unless `consumer_lookahead=False`) is
+    split where some loads are released long before the others: the tiles whose last reader is a dot feeding math
+    (attention's K, read by Q K^T before the softmax) get a ring of their own, the rest (V, read by P V after it)
+    another.
 
     Why: one slot per iteration for all of them holds K_j until P_j V_j is done, and the softmax-pipelined consumer
     holds two slots at once (j under Q K_j^T, j-1 under its P V), so with two slots (176-key blocks at head dim
@@ -165,8 +167,9 @@ def release_groups(loop, loads, depth: int) -> list:
     computed and V_j is waited for only where its product is issued, FlashAttention-3's separate K and V
     pipelines. Deeper rings stay whole: split, the 128-key blocks (three slots) ran 1-4% slower (twice the
     barriers per iteration). Loads released at the same op (a GEMM's A and B, SwiGLU's operands: their dots only
-    accumulate) always share a ring."""
-    if depth >= SPLIT_BELOW_DEPTH:
+    accumulate) always share a ring, and so do all loads of a consumer that completes each iteration before the
+    next (no lookahead, or a one-slot ring): it holds one slot at a time, so splitting would only add barriers."""
+    if depth >= SPLIT_BELOW_DEPTH or depth < 2 or not lookahead:
         return [list(loads)]
     block = loop.regions[0].blocks[0]
     last = {ld: _last_user([LoadOp(ld).result], block, ld) for ld in loads}
@@ -181,11 +184,11 @@ def release_groups(loop, loads, depth: int) -> list:
     return [sorted(g, key=loads.index) for g in groups]
 
 
-def insert_for_loop(p: ws_analysis.LoopPlan, depth: int) -> list:
+def insert_for_loop(p: ws_analysis.LoopPlan, depth: int, lookahead: bool = True) -> list:
     """Rewrite one loop; returns the new aref_create ops (one per ring, see `release_groups`)."""
     loop, loads = p.loop, p.loads
     block = loop.regions[0].blocks[0]
-    groups = release_groups(loop, loads, depth)
+    groups = release_groups(loop, loads, depth, lookahead)
 
     # Hoist the loads and their index math to the top of the body, so that each put can hand over its whole slot
     # before any use of any of the loaded tiles.
@@ -248,6 +251,7 @@ def run(module: ir.Module, options) -> ir.Module:
             depth = choose_depth(slot, func, options, heavy)
             if plans:
                 check_depth(depth, slot, options, plans[0].loop)
+            lookahead = getattr(options, "consumer_lookahead", None) is not False
             for p in plans:
-                insert_for_loop(p, depth)
+                insert_for_loop(p, depth, lookahead)
     return module

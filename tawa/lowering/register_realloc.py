@@ -9,8 +9,10 @@ Why: a TMA producer needs a few dozen registers while a consumer holding a 64xN 
 needs up to 240; without reallocation every thread gets the same share (65536 / threads) and wide tiles spill
 (the register-pressure failures of BLOCK_N = 256 in peers). Each count is validated with the other options
 (a multiple of 8 in [24, 256], what `setmaxnreg` accepts); here, where the number of consumer warp groups is
-known, the total is checked against the register file: 128 * (producer + consumers * consumer) <= 65536 (an
-increase that cannot be met blocks forever). `setmaxnreg` only takes effect when the kernel's register count at
+known, the total is checked against the registers the block starts with (`hopper.register_pool`: 168 for each of
+384 threads, 64512): 128 * (producer + consumers * consumer) must fit, since `setmaxnreg` only moves those
+between warp groups and an increase that cannot be met blocks forever (producer 32 + 2 x 240 = 65536 fits the
+register file and hung the GPU). `setmaxnreg` only takes effect when the kernel's register count at
 entry is fixed; the conversion marks the kernel with `nvvm.minctasm = 1` and `nvvm.maxntid` (ptxas otherwise
 ignores it: note C7508).
 """
@@ -27,7 +29,7 @@ from tawa.ir.ops import consumer_warp_groups, warp_group_role, warp_groups
 
 
 def budgets(options, num_consumer_groups: int, func=None) -> tuple:
-    """(producer, consumer) register counts, checked against the register file. At two CTAs per SM
+    """(producer, consumer) register counts, checked against the registers the block starts with. At two CTAs per SM
     (`ctas_per_sm`) the CTA holds half the register file from its start: the producer gets the least setmaxnreg
     allows and the consumers share what is left, at most `consumer_registers` each."""
     p, c = options.producer_registers, options.consumer_registers

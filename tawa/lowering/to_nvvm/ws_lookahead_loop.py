@@ -5,11 +5,12 @@ before the loop (A) and an aref slot's tile or its transpose (B) into a zero acc
 math on the result (attention: S = Q K^T, then the softmax). Iteration j then runs
 
     wait full[j+1] (if j+1 < n); issue S_{j+1} = A @ B(slot j+1)      -- a wgmma group left in flight
-    wgmma.wait_group 1                                                -- S_j (issued one iteration earlier) is done
     <the body, with S_j for the first dot and slot j already acquired>   -- the softmax runs under S_{j+1}
     ...the other dots wait for completion as usual (which also completes S_{j+1})
 
-with S_0 issued before the loop, and the S registers carried to the next iteration as loop arguments. This is
+with S_0 issued (and completed) before the loop, and the S registers carried to the next iteration as loop
+arguments. S_j is complete at the top of iteration j because a wait of iteration j-1 completed every group: the
+other dots' (attention's P V), or, in a loop with no other dot, the wait of the ring's release. This is
 FlashAttention-3's intra-warpgroup overlap: the tensor cores compute the next block's scores while the warp group
 does the exponentials of the current one. At j = n - 1 the early issue reads a slot nobody fills any more and its
 result is discarded; the loop waits for it before its registers can be reused. With the consumer ping-pong, the
@@ -52,9 +53,12 @@ class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
         self.b_type = values[self.index].type
         self.ring = ctx.get(aref_of(self.get))
         # The ring holds nothing but what the early dot reads (attention's K in a ring of its own,
-        # `aref_insertion.release_groups`): its slot j is free once S_j is computed, without waiting for the
-        # iteration's other wgmmas (S_{j+1} is in flight by then).
-        self.own_ring = all(self._only_early_dot(v) for v in values)
+        # `aref_insertion.release_groups`), and a later dot of the body completes every wgmma group before the
+        # next iteration: then S_j is complete at the top of iteration j and its slot is released right after
+        # S_j's place, without a wait (S_{j+1} is in flight by then). A loop with no later dot keeps the ring's
+        # usual release, whose wait is also the one that completes S_{j+1} before the back edge.
+        dots = [o for o in ops_of(body) if o.name == DotOp.NAME]
+        self.own_ring = len(dots) > 1 and all(self._only_early_dot(v) for v in values)
         self.a = ctx.get(dot.a)
         if not isinstance(self.a, SmemTile):
             raise InternalCompilerError("the lookahead dot's A operand is not in shared memory", op=dot.op.name)
