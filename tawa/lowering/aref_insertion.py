@@ -173,8 +173,9 @@ def release_groups(loop, loads, depth: int, lookahead: bool = True) -> list:
         return [list(loads)]
     block = loop.regions[0].blocks[0]
     last = {ld: _last_user([LoadOp(ld).result], block, ld) for ld in loads}
+    position = {op: i for i, op in enumerate(ops_of(block))}
     groups, current = [], []
-    for ld in sorted(loads, key=lambda op: ops_of(block).index(last[op])):
+    for ld in sorted(loads, key=lambda op: position[last[op]]):
         if current and last[current[-1]] != last[ld] and _feeds_math(last[current[-1]]):
             groups.append(current)
             current = []
