@@ -215,12 +215,10 @@ class CompileOptions:
             # starts with (setmaxnreg only moves those between its warp groups); otherwise the register-realloc
             # pass checks them once partitioning has chosen the count.
             threads = hopper.THREADS_PER_WARP_GROUP * (1 + self.num_consumer_groups)
-            pool = hopper.register_pool(threads)
+            pool, most = hopper.consumer_register_limit(self.producer_registers, self.num_consumer_groups)
             need = hopper.THREADS_PER_WARP_GROUP * (self.producer_registers
                                                     + self.num_consumer_groups * self.consumer_registers)
-            if need > pool:
-                most = ((pool // hopper.THREADS_PER_WARP_GROUP - self.producer_registers)
-                        // self.num_consumer_groups // hopper.SETMAXNREG_STEP * hopper.SETMAXNREG_STEP)
+            if self.consumer_registers > most:
                 bad("consumer_registers", self.consumer_registers,
                     f"at most {most} with producer_registers={self.producer_registers} and "
                     f"num_consumer_groups={self.num_consumer_groups} (128 x ({self.producer_registers} + "

@@ -152,6 +152,26 @@ class TransOp(OpView):
     src = property(lambda self: self.op.operands[0])
 
 
+def readers_through_transposes(value) -> list:
+    """The ops reading `value` (one entry per use), looking through `tawa.trans` ops: a transpose of a shared tile
+    is a view of the same memory, so its readers read the tile."""
+    out = []
+    for user in (as_op(u.owner) for u in value.uses):
+        if user.name == TransOp.NAME:
+            out.extend(readers_through_transposes(user.results[0]))
+        else:
+            out.append(user)
+    return out
+
+
+def untransposed(value):
+    """(the value a dot operand is a transpose of, True), or (`value`, False) when it is not a transpose."""
+    op = defining_op(value)
+    if op is not None and op.name == TransOp.NAME:
+        return TransOp(op).src, True
+    return value, False
+
+
 class ReduceOp(OpView):
     NAME = "tawa.reduce"
     src = property(lambda self: self.op.operands[0])

@@ -31,8 +31,8 @@ from tawa import hopper
 from tawa.errors import CompilationError
 from tawa.ir.kernel_info import kernels
 from tawa.ir.location import source_location
-from tawa.ir.ops import (ArefCreateOp, DotOp, ForOp, LoadOp, StoreOp, TransOp, create_aref, create_consumed,
-                         create_get, create_put)
+from tawa.ir.ops import (ArefCreateOp, DotOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get,
+                         create_put, readers_through_transposes)
 from tawa.ir.traversal import ancestor_in_block, backward_slice, enclosing, ops_of, users, walk
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 from tawa.lowering import epilogue, ws_analysis
@@ -133,14 +133,11 @@ def _load_names(loads):
 def _last_user(values, block, after):
     """The last op directly in `block` (at or after `after`) that reads one of `values`, itself or nested, or
     through a transpose (a view of the same shared tile)."""
-    last, work = after, list(values)
-    while work:
-        for user in users(work.pop()):
-            if user.name == TransOp.NAME:
-                work.append(user.results[0])
-            top = ancestor_in_block(user, block)
-            if top is not None and last.is_before_in_block(top):
-                last = top
+    last = after
+    for user in (u for v in values for u in readers_through_transposes(v)):
+        top = ancestor_in_block(user, block)
+        if top is not None and last.is_before_in_block(top):
+            last = top
     return last
 
 

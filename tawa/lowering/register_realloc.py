@@ -42,10 +42,9 @@ def budgets(options, num_consumer_groups: int, func=None) -> tuple:
         step = hopper.SETMAXNREG_STEP
         return p, min(c, (held // per_group - p) // num_consumer_groups // step * step)
     threads = per_group * (1 + num_consumer_groups)
-    pool = hopper.register_pool(threads)
+    pool, best = hopper.consumer_register_limit(p, num_consumer_groups)
     total = per_group * (p + num_consumer_groups * c)
-    if total > pool:
-        best = (pool // per_group - p) // num_consumer_groups // 8 * 8
+    if c > best:
         raise CompilationError(
             f"register budgets exceed the registers the block starts with: {per_group} x ({p} + "
             f"{num_consumer_groups} x {c}) = {total} > {pool} ({threads} threads x {pool // threads}), and "

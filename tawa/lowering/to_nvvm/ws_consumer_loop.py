@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from tawa import hopper
 from tawa.ir import attrs
-from tawa.ir.ops import ArefGetOp, ArefPutOp, DotOp, ForOp, TransOp, aref_of, enclosing_warp_group
+from tawa.ir.ops import (ArefGetOp, ArefPutOp, DotOp, ForOp, aref_of, enclosing_warp_group,
+                         readers_through_transposes)
 from tawa.ir.traversal import is_ancestor, ops_of, parent_op, users
 
 from . import sync
@@ -102,13 +103,7 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
         self.trips = None
 
     def _feeds_async_dots(self, value) -> bool:
-        for u in users(value):
-            if u.name == TransOp.NAME:
-                if not self._feeds_async_dots(u.results[0]):
-                    return False
-            elif u.name != DotOp.NAME or u not in self.async_dots:
-                return False
-        return True
+        return all(u.name == DotOp.NAME and u in self.async_dots for u in readers_through_transposes(value))
 
     # ---- hooks --------------------------------------------------------------------------------------------
     @property

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from tawa.errors import InternalCompilerError
 from tawa.ir import attrs
-from tawa.ir.ops import ArefGetOp, DotOp, ForOp, TransOp, aref_of
-from tawa.ir.traversal import defining_op, ops_of, users
+from tawa.ir.ops import ArefGetOp, DotOp, ForOp, aref_of, readers_through_transposes, untransposed
+from tawa.ir.traversal import defining_op, ops_of
 
 from .. import layouts as L
 from . import sync
@@ -44,9 +44,7 @@ class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
         body = ForOp(for_op).body
         self.dot = next(o for o in ops_of(body) if o.name == DotOp.NAME)
         dot = DotOp(self.dot)
-        b = defining_op(dot.b)
-        self.transposed = b is not None and b.name == TransOp.NAME
-        src = TransOp(b).src if self.transposed else dot.b
+        src, self.transposed = untransposed(dot.b)
         self.get = defining_op(src)
         values = ArefGetOp(self.get).values
         self.index = next(i for i, v in enumerate(values) if v == src)
@@ -58,7 +56,8 @@ class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
         # S_j's place, without a wait (S_{j+1} is in flight by then). A loop with no later dot keeps the ring's
         # usual release, whose wait is also the one that completes S_{j+1} before the back edge.
         dots = [o for o in ops_of(body) if o.name == DotOp.NAME]
-        self.own_ring = len(dots) > 1 and all(self._only_early_dot(v) for v in values)
+        self.own_ring = len(dots) > 1 and all(u == self.dot for v in values
+                                              for u in readers_through_transposes(v))
         self.a = ctx.get(dot.a)
         if not isinstance(self.a, SmemTile):
             raise InternalCompilerError("the lookahead dot's A operand is not in shared memory", op=dot.op.name)
@@ -67,15 +66,6 @@ class LookaheadConsumerLoop(WarpSpecializedConsumerLoop):
         self.pingpong = self.pingpong_dot is not None
         self.pingpong_dot = None
         self.trips = self.s_cur = self.s_next = None
-
-    def _only_early_dot(self, value) -> bool:
-        for u in users(value):
-            if u.name == TransOp.NAME:
-                if not self._only_early_dot(u.results[0]):
-                    return False
-            elif u != self.dot:
-                return False
-        return True
 
     # ---- the early issue ------------------------------------------------------------------------------------
     def _issue(self, ctx, stage) -> list:

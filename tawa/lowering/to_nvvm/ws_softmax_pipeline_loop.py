@@ -35,7 +35,7 @@ scheduler barrier), so one group's softmax runs while the other's products occup
 from __future__ import annotations
 
 from tawa.ir import attrs
-from tawa.ir.ops import DotOp, ForOp, TransOp, aref_of
+from tawa.ir.ops import DotOp, ForOp, aref_of, untransposed
 from tawa.ir.traversal import defining_op, ops_of
 
 from .. import layouts as L
@@ -75,11 +75,8 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
         self.d2_layout = L.parse(attrs.LAYOUT.get(second))
         # V's ring: the early dot's own (one slot per iteration for K and V), or a ring of its own
         # (`aref_insertion.release_groups`), whose slot k-1 is waited for only where D2_{k-1} is issued.
-        v = defining_op(self.d2.b)
-        if v is not None and v.name == TransOp.NAME:
-            v = defining_op(TransOp(v).src)
-        self.v_get = v
-        self.v_ring = ctx.get(aref_of(v))
+        self.v_get = defining_op(untransposed(self.d2.b)[0])
+        self.v_ring = ctx.get(aref_of(self.v_get))
         self.split = self.v_ring is not self.ring
         self.prologue_done = False
         self.pending = None     # (P's packed fragments, V's shared offset, carried values) of the D2 to issue
