@@ -55,6 +55,9 @@ GEMM_VARIANTS = {
     "pp_128x128_c12": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "pingpong", "cluster": "1x2"}),
     # a tile 192 wide (not a power of two): 1.5x the programs of a 256-wide tile along N
     "pers_128x192": ({"BLOCK_N": 192}, {"warp_specialize": True, "schedule": "persistent"}),
+    # ping-pong with a 128x192 tile per consumer group (192 accumulator registers each)
+    "pp_128x192": ({"BLOCK_N": 192}, {"warp_specialize": True, "schedule": "pingpong"}),
+    "pp_128x192_c21": ({"BLOCK_N": 192}, {"warp_specialize": True, "schedule": "pingpong", "cluster": "2x1"}),
     "uni_128x128": ({"BLOCK_N": 128}, {"warp_specialize": False, "num_stages": 3}),
     "uni_128x256": ({"BLOCK_N": 256}, {"warp_specialize": False, "num_stages": 3, "num_warps": 8}),
 }
@@ -97,6 +100,10 @@ FUSED_VARIANTS = {
     "swiglu_pers_n192": ("swiglu.tawa", {"BLOCK_N": 192}, {"schedule": "persistent"}),
     "swiglu_pers_n192_c21": ("swiglu.tawa", {"BLOCK_N": 192}, {"schedule": "persistent", "cluster": "2x1"}),
     "linear_pers_n192": ("linear_gelu_residual.tawa", {"BLOCK_N": 192}, {"schedule": "persistent"}),
+    "linear_pp_n192": ("linear_gelu_residual.tawa", {"BLOCK_N": 192}, {"schedule": "pingpong"}),
+    "linear_pp_n192_c21": ("linear_gelu_residual.tawa", {"BLOCK_N": 192}, {"schedule": "pingpong",
+                                                                          "cluster": "2x1"}),
+    "swiglu_pp_m64n192": ("swiglu.tawa", {"BLOCK_M": 64, "BLOCK_N": 192}, {"schedule": "pingpong"}),
     "fp8_pers_c21": ("gemm_fp8.tawa", {}, {"schedule": "persistent", "cluster": "2x1"}),
     "fp8_pers_c12": ("gemm_fp8.tawa", {}, {"schedule": "persistent", "cluster": "1x2"}),
 }

@@ -135,8 +135,8 @@ def _configs(kw: S.Keyword, constants: dict, diag) -> list:
 
 
 def _value(kw: S.Keyword, e, constants: dict, diag):
-    """The JSON value of `NAME=VALUE` in a config: a number, True/False, None (an option's auto), a dtype name or,
-    for an option, a tuple of numbers (a list). Checked against the constant's kind, or, for an option, left to `_check_options`."""
+    """The JSON value of `NAME=VALUE` in a config: a number, True/False, None (an option's auto), a dtype name, an
+    option's word (`schedule=pingpong`) or, for an option, a tuple of numbers (a list). Checked against the constant's kind, or, for an option, left to `_check_options`."""
     options = tunable_options()
     if kw.name not in constants and kw.name not in options:
         pool = list(constants) + options
@@ -149,6 +149,11 @@ def _value(kw: S.Keyword, e, constants: dict, diag):
         v = None
     elif isinstance(e, S.Name) and e.id in DTYPE_ALIASES:
         v = DTYPE_ALIASES[e.id]
+    elif isinstance(e, S.Name) and _word_choices(kw.name):                # schedule=pingpong
+        if e.id not in _word_choices(kw.name):
+            raise diag.error(e, f"@autotune: option '{kw.name}' takes one of {', '.join(_word_choices(kw.name))}, "
+                                f"got '{e.id}'")
+        v = e.id
     elif isinstance(e, S.Tuple) and kw.name not in constants:      # an option taking a pair: cluster=(2, 1)
         v = [evaluate(item, {}, diag, f"@autotune: value of '{kw.name}'") for item in e.items]
     else:
@@ -159,6 +164,14 @@ def _value(kw: S.Keyword, e, constants: dict, diag):
             want = "a dtype" if isinstance(current, DType) else "an int, float or bool"
             raise diag.error(e, f"@autotune: constant '{kw.name}' takes {want}, got {_show(v)}")
     return v.name if isinstance(v, DType) else v
+
+
+def _word_choices(option: str) -> tuple:
+    """The values of an option that are words (`schedule`: tile, persistent, pingpong), written bare in a config
+    as dtype names are; () for other names."""
+    fields = {f.name: f for f in dataclasses.fields(CompileOptions)}
+    choices = fields[option].metadata.get("choices", ()) if option in fields else ()
+    return tuple(c for c in choices if isinstance(c, str) and c.isidentifier())
 
 
 def _show(v) -> str:

@@ -47,6 +47,14 @@ def test_dtype_constants_take_dtype_names():
     assert space_info(src)["dtype_constants"] == ["DTYPE"]
 
 
+def test_option_words_are_written_bare():
+    """An option whose values are words takes them as names, as dtype constants take dtype names."""
+    src = "@autotune(configs=product(schedule=(pingpong, persistent, tile), cluster=((2, 1),)))\n" + SCALE
+    assert space_info(src)["declared"]["configs"] == [
+        {"schedule": "pingpong", "cluster": [2, 1]}, {"schedule": "persistent", "cluster": [2, 1]},
+        {"schedule": "tile", "cluster": [2, 1]}]
+
+
 def test_compiling_a_file_with_a_declared_space_gives_the_defaults_as_before():
     declared = "@autotune(key=(M,), configs=product(BLOCK_M=(64, 128), FACTOR=(3, 4)))\n" + SCALE
     plain, tuned = tawa.compile(SCALE, cache=False), tawa.compile(declared, cache=False)

@@ -29,7 +29,8 @@ def _pairs(shape, tile, dims) -> int:
     return 2 if tiles[axis] % 2 == 0 and tiles[0] * tiles[1] >= 2 else 1
 
 
-@pytest.mark.parametrize("schedule,tile", [("persistent", (128, 256)), ("pingpong", (128, 128))])
+@pytest.mark.parametrize("schedule,tile", [("persistent", (128, 256)), ("pingpong", (128, 128)),
+                                           ("pingpong", (128, 192))])
 @pytest.mark.parametrize("dims", ["2x1", "1x2"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gemm(shape, dims, schedule, tile, clusters):
@@ -42,7 +43,9 @@ def test_gemm(shape, dims, schedule, tile, clusters):
 @pytest.mark.parametrize("shape", [(333, 520, 200), (1000, 3000, 712), (2048, 4096, 1024)],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("options", [{"BLOCK_N": 256, "schedule": "persistent"},
-                                     {"BLOCK_N": 128, "schedule": "pingpong"}], ids=["persistent", "pingpong"])
+                                     {"BLOCK_N": 128, "schedule": "pingpong"},
+                                     {"BLOCK_N": 192, "schedule": "pingpong"}],
+                         ids=["persistent", "pingpong", "pingpong_n192"])
 def test_linear_gelu_residual(shape, options, clusters):
     kernel = compiled("linear_gelu_residual.tawa", cluster="2x1", **options)
     import torch

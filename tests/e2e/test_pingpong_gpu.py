@@ -29,6 +29,25 @@ def test_linear_gelu_residual(shape):
     check_launch(torch, kernel, *linear_case(torch, *shape, seed=sum(shape)))
 
 
+@pytest.mark.parametrize("shape", GEMM_SHAPES + [(8448, 2304, 520), (300, 1104, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gemm_128x192(shape):
+    """128x192 tiles (192 accumulator registers per consumer group, a tile width that is not a power of two)."""
+    kernel = compiled("gemm.tawa", DTYPE="bf16", BLOCK_N=192, **PINGPONG)
+    import torch
+    check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape) + 2), launches=2)
+
+
+@pytest.mark.parametrize("shape", [(333, 520, 200), (1000, 3000, 712), (64, 72, 40), (2048, 4096, 1024),
+                                   (129, 200, 8)], ids=lambda s: "x".join(map(str, s)))
+def test_linear_gelu_residual_128x192(shape):
+    """The residual's third 64-column box waits for a staging buffer here (no room for it in registers), and
+    the staged reads interleave with the results' writes."""
+    kernel = compiled("linear_gelu_residual.tawa", BLOCK_N=192, **PINGPONG)
+    import torch
+    check_launch(torch, kernel, *linear_case(torch, *shape, seed=sum(shape) + 4), launches=2)
+
+
 def test_gemm_bias_act():
     kernel = compiled("gemm_bias_act.tawa", BLOCK_N=128, **PINGPONG)
     import torch

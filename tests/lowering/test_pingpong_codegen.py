@@ -14,7 +14,8 @@ from tawa.errors import CompilationError
 
 @pytest.mark.parametrize("example,constants", [("gemm", {"BLOCK_N": 128}), ("linear_gelu_residual", {}),
                                                ("gemm_bias_act", {"BLOCK_N": 128}), ("swiglu", {"BLOCK_N": 64}),
-                                               ("gemm_fp8", {"BLOCK_N": 128})])
+                                               ("gemm_fp8", {"BLOCK_N": 128}), ("gemm", {"BLOCK_N": 192}),
+                                               ("linear_gelu_residual", {"BLOCK_N": 192})])
 def test_pingpong_kernels_take_turns_without_spills(example, constants):
     k = compile_example(example, schedule="pingpong", **constants)
     ptx, notes = k.ptx, "\n".join(k.compiled.notes)
@@ -33,6 +34,32 @@ def test_fused_epilogue_of_128x256_tiles_has_no_spills():
     k = compile_example("linear_gelu_residual", BLOCK_N=256, schedule="persistent")
     assert spill_bytes(k) == 0
     assert spill_bytes(compile_example("linear_gelu_residual", BLOCK_N=256, schedule="tile")) == 0
+
+
+def test_pingpong_128x192_only_when_asked():
+    """Up to 128 accumulator registers per group the compiler picks ping-pong itself; a 128x192 tile (192) runs
+    ping-pong when asked and stays cooperative otherwise."""
+    assert compile_example("gemm", BLOCK_N=128).compiled.num_threads == 384
+    assert "uses the pingpong schedule" in "\n".join(compile_example("gemm", BLOCK_N=128).compiled.notes)
+    auto = "\n".join(compile_example("gemm", BLOCK_N=192).compiled.notes)
+    assert "uses the persistent schedule" in auto and "pingpong" not in auto
+    asked = "\n".join(compile_example("gemm", BLOCK_N=192, schedule="pingpong").compiled.notes)
+    assert "uses the pingpong schedule" in asked
+
+
+def test_fused_128x192_epilogue_reads_its_residual_boxes_as_it_writes():
+    """Ping-pong 128x192 with bias + GELU + residual: 192 accumulators leave no room for the residual's third box
+    in registers across the main loop, for all 32 words of a staged box read ahead of the results, or for an
+    address register per word (each spilled: 780, 356 and 120 bytes). Each staged word is read from shared
+    memory right before its result is written (interleaved ld/st.shared), with few distinct address registers."""
+    import re
+    k = compile_example("linear_gelu_residual", BLOCK_N=192, schedule="pingpong")
+    assert spill_bytes(k) == 0
+    # the staged residual's reads (two bf16 per ld) and the results' writes (two bf16 per st)
+    kinds = "".join(op[0] for op in re.findall(r"\b(l)d\.shared\.v2\.b16|\b(s)t\.shared\.b32", k.ptx)
+                    for op in [op[0] or op[1]])
+    assert kinds.count("l") >= 96 and kinds.count("s") >= 96   # both groups' three boxes of 32 words
+    assert "llll" not in kinds                                  # no run of staged reads ahead of the writes
 
 
 @pytest.mark.parametrize("example,constants,reason", [

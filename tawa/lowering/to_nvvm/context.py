@@ -51,6 +51,23 @@ def swizzled(b, r: V, byte: V) -> V:
     return b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
 
 
+def swizzled_register(b, base: list, ro: int, co: int, es: int) -> V:
+    """Byte offset inside its 128-byte column box (128-byte swizzle, as `swizzled`) of the register at (`ro`, `co`)
+    of a thread whose coordinates start at `base` (`Ctx.base_coords`), elements of `es` bytes.
+
+    Where the register's row is a multiple of 8 past the thread's (an mma layout), it has the thread's swizzle
+    (`base` row % 8), so the offset is computed as thread row x 128 + a column part that depends only on `co`,
+    plus the constant `ro` x 128: the column parts are shared by the thread's rows and the rest folds into the
+    load's or store's immediate. Computed from the register's own row, the 32 words of a 128x64 box each kept an
+    address register, live across the main loop (a ping-pong 128x192 epilogue with a residual spilled 780 bytes)."""
+    if ro % 8:
+        return swizzled(b, b.add(base[0], ro), b.mul(b.add(base[1], co), es))
+    inrow = b.and_(b.add(b.mul(base[1], es), (co * es) % SWIZZLE_BYTES), SWIZZLE_BYTES - 1)
+    chunk = b.xor(b.shr(inrow, 4), b.and_(base[0], 7))
+    column = b.add(b.shl(chunk, 4), b.and_(inrow, 15))
+    return b.add(b.add(b.mul(base[0], SWIZZLE_BYTES), column), ro * SWIZZLE_BYTES)
+
+
 def staging_registers(layout: L.Layout, es: int) -> list:
     """(register, its pair or None, column box) for each staging access of a thread, in register order: with
     16-bit data a register and the one of the next column, when the thread holds both, go in one 4-byte access

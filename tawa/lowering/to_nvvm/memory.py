@@ -24,7 +24,7 @@ from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .global_access import element_address, leading_in_bounds, predicated_load
-from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled
+from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled, swizzled_register
 from .staged_operand import (StagedOperand, candidate, drain_prefetched, persistent_staging, staging_key,
                              take_prefetched)
 from ..epilogue import stored_by_kernel
@@ -376,11 +376,9 @@ def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | No
         if box is not None and in_box != box:
             continue
         ro, co = tile.layout.regs[i]
-        r = b.add(base[0], ro)
-        c = b.add(base[1], co)
-        byte = b.mul(c, es)
-        within = swizzled(b, r, byte)
-        addr = within if box is not None else b.add(b.mul(b.shr(byte, 7), box_bytes), within)
+        within = swizzled_register(b, base, ro, co, es)
+        addr = within if box is not None else b.add(b.mul(b.shr(b.mul(b.add(base[1], co), es), 7), box_bytes),
+                                                    within)
         ptr = ctx.smem_ptr(b.add(addr, off))
         if pair is not None:
             vec = f"vector<2x{tile.elem}>"

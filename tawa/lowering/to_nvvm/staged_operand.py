@@ -35,7 +35,7 @@ from tawa.lowering.epilogue import STORE_BUFFERS, stored_by_kernel
 from .. import layouts as L
 from . import sync
 from .builder import V
-from .context import Ctx, LazyTile, SWIZZLE_BYTES, staging_registers, swizzled
+from .context import Ctx, LazyTile, SWIZZLE_BYTES, staging_registers, swizzled, swizzled_register
 from .global_access import element_address, load_b32, predicated_load
 
 
@@ -78,14 +78,13 @@ class StagedOperand(OperandBoxes):
         self._box_of.update({pair: box for _, pair, box in accesses if pair is not None})
 
     def read_box(self, box: int, off: int, bar: V) -> None:
-        """Wait for box `box` at staging offset `off`, then read all of this thread's elements of it (before any
-        of them is overwritten by the result)."""
-        b = self.ctx.b
-        sync.mbarrier_wait(b, bar, b.i32(0))
+        """Wait for box `box` at staging offset `off`; from here until `finish_box` this thread's elements of it
+        are read from there as the result's registers ask for them. Each result overwrites only the position of
+        the element (pair) it was computed from, which the thread has read just before, so reads and writes may
+        interleave: reading the whole box first kept 32 more registers live beside a ping-pong 128x192 tile's
+        192 accumulators, and ptxas spilled."""
+        sync.mbarrier_wait(self.ctx.b, bar, self.ctx.b.i32(0))
         self._box = (box, off)
-        for i in self._pair_of:
-            if self._box_of[i] == box:
-                self.tile.reg(i)
 
     def take_registers(self, box: int, late: dict) -> None:
         """This thread's elements of box `box`, loaded into registers by the prefetch (`Prefetched.late`)."""
@@ -118,9 +117,8 @@ class StagedOperand(OperandBoxes):
             return self._fallback(i)     # needed outside the staging of its box: loaded from global memory
         ctx, b, elem = self.ctx, self.ctx.b, self.tile.elem
         ro, co = self.tile.layout.regs[i]
-        base = ctx.base_coords(self.tile.layout)
-        byte = b.mul(b.add(base[1], co), elem_bytes(elem))
-        ptr = ctx.smem_ptr(b.add(swizzled(b, b.add(base[0], ro), byte), self._box[1]))
+        within = swizzled_register(b, ctx.base_coords(self.tile.layout), ro, co, elem_bytes(elem))
+        ptr = ctx.smem_ptr(b.add(within, self._box[1]))
         pair = self._pair_of[i]
         if pair is None:
             return b.op(f"llvm.load {ptr} : !llvm.ptr<3> -> {elem}", elem)
@@ -172,6 +170,11 @@ def persistent_staging(ctx: Ctx, key: tuple, barriers: bool) -> list:
 #: Registers (of 4 bytes) a thread may hold across the main loop for the late boxes of a prefetched operand: the
 #: two that wait for a staging buffer of a 128x256 bf16 tile take 16 each.
 MAX_LATE_REGISTERS = 32
+#: Registers a thread may hold across the main loop for the stored tile's f32 accumulators and the late boxes
+#: together. 128 + 32 (a cooperative 128x256 or ping-pong 64x256 tile) leaves the epilogue room; a ping-pong
+#: 128x192 tile's 192 accumulators + 32 late registers spilled 780 bytes under its 232-register budget, so there
+#: its third box waits for a staging buffer instead.
+MAX_LIVE_WITH_LATE = 160
 
 
 @dataclass
@@ -232,12 +235,13 @@ def _load_late_boxes(ctx: Ctx, p: PrefetchOp, layout: L.Layout, first: int) -> d
     buffers, box 2 of a 4-box tile could otherwise be copied in only once the store of box 0 has read its buffer,
     and the epilogue waited for that copy (ncu: the residual's cost was mostly that wait). A tile inside the
     tensor is read with one 4-byte load per pair of 16-bit elements; a tile at its edge element by element,
-    predicated (zero outside, as the store's copies give). Nothing when that needs too many registers."""
+    predicated (zero outside, as the store's copies give). Nothing when that needs too many registers, alone or
+    beside the tile's accumulators (one f32 register per element the thread holds, `layout.regs`)."""
     b = ctx.b
     elem = elem_type(p.src.type)
     es = elem_bytes(elem)
     access = [(i, pair, box) for i, pair, box in staging_registers(layout, es) if box >= first]
-    if not access or len(access) > MAX_LATE_REGISTERS:
+    if not access or len(access) > MAX_LATE_REGISTERS or len(layout.regs) + len(access) > MAX_LIVE_WITH_LATE:
         return {}
     arg = ctx.params.arg_index(p.src)
     offsets = [ctx.get(v) for v in p.offsets]
