@@ -44,10 +44,14 @@ MAX_AUTO_DEPTH = 6
 MAX_AUTO_DEPTH_PINGPONG = 4
 
 
+#: Alignment of each tile the backend places in shared memory (the 128-byte swizzle repeats every 1024 bytes).
+SMEM_TILE_ALIGN = 1024
+
+
 def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1) -> int:
     """Shared memory the rest of the kernel may need next to the ring: tiles loaded outside the ring (a backend
-    stages TMA loads through shared memory) and the largest stored tile (it may be staged for a TMA store), once
-    per consumer warp group that stages on its own (`stagings`).
+    stages TMA loads and broadcast epilogue operands through shared memory) and the largest stored tile (it may
+    be staged for a TMA store), once per consumer warp group that stages on its own (`stagings`).
 
     An epilogue operand with the shape and element size of a stored tile (a residual added before the store) is
     not counted: the backend reads it through the store's own staging boxes, or else straight into registers
@@ -57,7 +61,9 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
     loads, store = 0, 0
     for op in walk(func_op.operation):
         if op.name == LoadOp.NAME and op not in heavy and not epilogue.read_through_staging(LoadOp(op), stored):
-            loads += tile_bytes(LoadOp(op).result.type)
+            # each staged where the backend allocates tiles, 1024-aligned (an FP8 GEMM's two scale vectors: 4 KiB
+            # under ping-pong, where counted as 1.25 KiB they let the ring take a slot that did not fit)
+            loads += -(-tile_bytes(LoadOp(op).result.type) // SMEM_TILE_ALIGN) * SMEM_TILE_ALIGN
         elif op.name == StoreOp.NAME and (persistent or _in_loop(op)):
             # A store after the loops is staged in the drained ring (the backend reuses it), except in a persistent
             # kernel, whose ring is never drained: the next tile's loads are already in it.
@@ -66,7 +72,7 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
             staged = epilogue.staging_bytes(shape[0], shape[1], elem_bytes(elem_type(t)), persistent) \
                 if len(shape) == 2 else tile_bytes(t)
             store = max(store, staged)
-    return loads + stagings * store
+    return stagings * (loads + store)
 
 
 def _in_loop(op) -> bool:

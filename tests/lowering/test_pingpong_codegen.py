@@ -36,15 +36,15 @@ def test_fused_epilogue_of_128x256_tiles_has_no_spills():
     assert spill_bytes(compile_example("linear_gelu_residual", BLOCK_N=256, schedule="tile")) == 0
 
 
-def test_pingpong_128x192_only_when_asked():
-    """Up to 128 accumulator registers per group the compiler picks ping-pong itself; a 128x192 tile (192) runs
-    ping-pong when asked and stays cooperative otherwise."""
-    assert compile_example("gemm", BLOCK_N=128).compiled.num_threads == 384
-    assert "uses the pingpong schedule" in "\n".join(compile_example("gemm", BLOCK_N=128).compiled.notes)
-    auto = "\n".join(compile_example("gemm", BLOCK_N=192).compiled.notes)
-    assert "uses the persistent schedule" in auto and "pingpong" not in auto
-    asked = "\n".join(compile_example("gemm", BLOCK_N=192, schedule="pingpong").compiled.notes)
-    assert "uses the pingpong schedule" in asked
+def test_compiler_picks_pingpong_up_to_192_accumulators():
+    """Where each group can hold a whole tile (128x128, 128x192: 192 registers) the compiler picks ping-pong
+    itself; the 128x256 tile (256) stays cooperative, and the linear layer's default 128x192 tile runs ping-pong."""
+    def notes(example, **constants):
+        return "\n".join(compile_example(example, **constants).compiled.notes)
+    assert "uses the pingpong schedule" in notes("gemm", BLOCK_N=192)
+    assert "uses the pingpong schedule" in notes("gemm", BLOCK_N=128)
+    assert "uses the persistent schedule" in notes("gemm")
+    assert "uses the pingpong schedule" in notes("linear_gelu_residual")
 
 
 def test_fused_128x192_epilogue_reads_its_residual_boxes_as_it_writes():

@@ -38,8 +38,10 @@ WORD_LOAD = re.compile(r"^\s*ld\.global\.nc\.b32", re.M)
     ({"BLOCK_N": 256, "schedule": "tile"}, 4, 0),
     ({"BLOCK_N": 128, "schedule": "pingpong"}, 2 * 2, 0),          # each consumer group stages its own tiles
     ({"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"}, 2, 32),
-    ({"warp_specialize": False}, 2, 0),                             # the uniform pipeline's TMA store too
-], ids=["persistent-n256", "persistent-n128", "tile-n256", "pingpong-n128", "persistent-c21", "uniform"])
+    ({"BLOCK_N": 192, "schedule": "pingpong"}, 2 * 3, 0),          # no room for a late box beside 192 registers
+    ({"BLOCK_N": 128, "warp_specialize": False}, 2, 0),             # the uniform pipeline's TMA store too
+], ids=["persistent-n256", "persistent-n128", "tile-n256", "pingpong-n128", "persistent-c21", "pingpong-n192",
+        "uniform"])
 def test_linear_residual_comes_through_the_staging(options, boxes, late):
     """R's boxes come by TMA into the staging, or, for the boxes of a persistent 4-box tile that wait for a
     staging buffer, into registers before the main loop (`late` pairs per thread: one 4-byte load each inside
