@@ -257,9 +257,16 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     Returns the module when `tile_level_only` or `stop_after` is given, else the `CompiledKernel`."""
     plan, notes = decide(module, options)
     where = source_location(kernel_info.kernel_function(module))     # for errors of the backend's tools
-    # Two CTAs per SM chosen automatically are checked against ptxas below: keep the input to compile again.
-    retry = str(module) if plan.ctas_per_sm > 1 and options.ctas_per_sm is None and not (
-        tile_level_only or stop_after) else None
+    # Choices made automatically that ptxas may find too tight are checked below (two CTAs per SM; ping-pong, whose
+    # groups each hold a whole tile's accumulators beside their epilogue): keep the input to compile again.
+    fallback = None
+    if not (tile_level_only or stop_after):
+        if plan.ctas_per_sm > 1 and options.ctas_per_sm is None:
+            fallback = (dataclasses.replace(options, ctas_per_sm=1), "keeps 1 CTA per SM: at 2, {why}")
+        elif plan.warp_specialize and plan.schedule == "pingpong" and options.schedule is None:
+            fallback = (dataclasses.replace(options, schedule="persistent"),
+                        "shares each tile between its consumer warp groups: under ping-pong, {why}")
+    retry = str(module) if fallback else None
     module = run_pipeline(module, _decided(options, plan), plan, stop_after=stop_after,
                           tile_level_only=tile_level_only)
     if tile_level_only or stop_after:
@@ -279,10 +286,11 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
             raise
         why = e.message
     if retry is not None and why:
-        # Half the register file was too little after all: one CTA per SM, with the budgets of one.
+        # Half the register file, or a ping-pong group's share, was too little after all: compile again without.
         from mlir import ir
-        kernel = compile_module(ir.Module.parse(retry, module.context), dataclasses.replace(options, ctas_per_sm=1))
-        kernel.notes = list(kernel.notes) + [f"kernel '{kernel.name}' keeps 1 CTA per SM: at 2, {why}"]
+        retry_options, note = fallback
+        kernel = compile_module(ir.Module.parse(retry, module.context), retry_options)
+        kernel.notes = list(kernel.notes) + [f"kernel '{kernel.name}' " + note.format(why=why)]
         return kernel
     kernel.notes = notes + list(kernel.notes)
     return kernel

@@ -58,12 +58,17 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
     (`to_nvvm.staged_operand`). Counting it cost the cooperative 128x256 linear layer half its ring (two slots
     instead of four, next to a 64 KiB residual that never occupied shared memory of its own)."""
     stored = epilogue.stored_tiles(func_op)
-    loads, store = 0, 0
+    loads, vectors, store = 0, 0, 0
     for op in walk(func_op.operation):
         if op.name == LoadOp.NAME and op not in heavy and not epilogue.read_through_staging(LoadOp(op), stored):
-            # each staged where the backend allocates tiles, 1024-aligned (an FP8 GEMM's two scale vectors: 4 KiB
-            # under ping-pong, where counted as 1.25 KiB they let the ring take a slot that did not fit)
-            loads += -(-tile_bytes(LoadOp(op).result.type) // SMEM_TILE_ALIGN) * SMEM_TILE_ALIGN
+            t = LoadOp(op).result.type
+            if len(tile_shape(t)) == 1:
+                # a vector broadcast over the tile (a bias, a scale) is staged by each group that stages its own
+                # epilogue, 1024-aligned: an FP8 GEMM's two scales take 4 KiB under ping-pong, and counted as
+                # 1.25 KiB they let the ring take a slot that did not fit
+                vectors += -(-tile_bytes(t) // SMEM_TILE_ALIGN) * SMEM_TILE_ALIGN
+            else:
+                loads += tile_bytes(t)
         elif op.name == StoreOp.NAME and (persistent or _in_loop(op)):
             # A store after the loops is staged in the drained ring (the backend reuses it), except in a persistent
             # kernel, whose ring is never drained: the next tile's loads are already in it.
@@ -72,7 +77,7 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
             staged = epilogue.staging_bytes(shape[0], shape[1], elem_bytes(elem_type(t)), persistent) \
                 if len(shape) == 2 else tile_bytes(t)
             store = max(store, staged)
-    return stagings * (loads + store)
+    return loads + stagings * (vectors + store)
 
 
 def _in_loop(op) -> bool:

@@ -18,7 +18,11 @@ SCHEDULES = [pytest.param({"BLOCK_N": 256, "schedule": "persistent"}, id="persis
              pytest.param({"BLOCK_N": 128, "schedule": "pingpong"}, id="pingpong-n128"),
              pytest.param({"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"}, id="persistent-c21"),
              pytest.param({"BLOCK_N": 128, "schedule": "pingpong", "cluster": "2x1"}, id="pingpong-c21"),
-             pytest.param({"warp_specialize": False}, id="uniform")]
+             pytest.param({"BLOCK_N": 192, "schedule": "pingpong"}, id="pingpong-n192"),
+             pytest.param({"BLOCK_N": 128, "warp_specialize": False}, id="uniform"),
+             # 64 rows over 8 warps: each element held by two threads, so the residual keeps its global loads
+             pytest.param({"BLOCK_M": 64, "BLOCK_N": 128, "warp_specialize": False, "num_warps": 8},
+                          id="uniform-shared-rows")]
 # a single tile; ragged in M and N; a tile count that is not a multiple of the SMs; K below BLOCK_K; more tiles
 # than SMs, ragged (persistent CTAs take a second tile: the bias buffer and the residual's registers are reused)
 SHAPES = [(100, 120, 64), (333, 520, 200), (1000, 3000, 712), (130, 264, 8), (2100, 2696, 136)]

@@ -99,6 +99,14 @@ def test_residual_reduced_first_is_loaded_from_global_memory():
     assert not [p for p in kernel.compiled.abi if p.kind == "tensormap" and p.arg == 2]
 
 
+def test_operand_held_by_two_threads_is_not_staged():
+    """64 rows over 8 uniform warps: each element has two owners (warps w and w + 4). Each owner overwrites what it
+    read with no barrier between, so one could read the other's result: R keeps its global loads, no tensor map."""
+    fused = _compile(LINEAR, BLOCK_M=64, BLOCK_N=128, warp_specialize=False, num_warps=8)
+    assert _residual_maps(fused) == [] and GLOBAL_LOAD.search(fused.ptx)
+    assert _residual_maps(_compile(LINEAR, BLOCK_N=128, warp_specialize=False, num_warps=8)) != []
+
+
 def test_operand_the_kernel_stores_is_not_staged():
     """C = A @ B + C reads the tensor it stores: its loads stay ahead of the store, from global memory."""
     source = (KERNELS / "gemm_residual_f32.tawa").read_text()
@@ -129,6 +137,23 @@ def test_residual_costs_no_ring_slots(options):
     # (no more: the two may place the bias's small shared buffer at differently aligned offsets)
     assert _compile(LINEAR, **options).compiled.shared_bytes <= \
         _compile(WITHOUT_RESIDUAL, **options).compiled.shared_bytes
+
+
+def test_registers_loaded_residual_costs_no_shared_memory_per_group():
+    """An f32 residual added to a bf16 result cannot come through the bf16 staging: it is loaded into registers,
+    so it takes no shared memory, once or per ping-pong group (counted twice, the 128x128 ping-pong kernel was
+    refused: two ring slots and two stagings of 97 KiB did not fit)."""
+    source = LINEAR.replace("R: bf16[M, N]", "R: f32[M, N]").replace("(BLOCK_M, BLOCK_N)).to(f32)",
+                                                                     "(BLOCK_M, BLOCK_N))")
+    kernel = _compile(source, BLOCK_N=128, schedule="pingpong")
+    assert "uses the pingpong schedule" in "\n".join(kernel.compiled.notes) and _residual_maps(kernel) == []
+
+
+def test_broadcast_vectors_are_counted_per_group():
+    """FP8 ping-pong 256x64 stages its two scale vectors once per group, each 1024-aligned: counted once and
+    unaligned, the ring took a fourth slot and the kernel needed 229 KiB of shared memory."""
+    kernel = _compile(str(ROOT / "examples" / "gemm_fp8.tawa"), BLOCK_M=256, BLOCK_N=64, schedule="pingpong")
+    assert kernel.compiled.shared_bytes <= 227 * 1024
 
 
 def _loads(path, **constants):

@@ -131,7 +131,7 @@ class StagedOperand(OperandBoxes):
 def candidate(ctx: Ctx, value: LazyTile, op):
     """The pending register load (its IR value) that the TMA store `op` of the lazy `value` can bring in through
     its staging boxes: an untouched 2-D tile of a tensor the kernel only reads, with `value`'s shape, register
-    mapping and element size (16 or 32 bits); None when there is none."""
+    mapping and element size (16 or 32 bits), each element held by one thread; None when there is none."""
     dst = StoreOp(op).dst
     es = elem_bytes(elem_type(dst.type))
     if es not in (2, 4):
@@ -142,9 +142,16 @@ def candidate(ctx: Ctx, value: LazyTile, op):
             continue
         src = LoadOp(v.owner).src
         if src != dst and not stored_by_kernel(src) and elem_bytes(tile.elem) == es and tile.layout.rank == 2 \
-                and tile.layout.same_mapping(value.layout):
+                and tile.layout.same_mapping(value.layout) and not _replicated(tile.layout):
             return v
     return None
+
+
+def _replicated(layout) -> bool:
+    """Whether two threads hold the same element (a lane or warp bit that moves no coordinate: a 64-row tile over
+    8 uniform warps). Each thread overwrites the elements it read with its results, with no barrier between, so
+    one owner could read another's result instead of the operand: such a tile keeps its global loads."""
+    return any(not any(v) for v in (*layout.lanes, *layout.warps))
 
 
 # ---- prefetch: the first boxes copied while the main loop runs -------------------------------------------------
