@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-EXAMPLES = ["gemm", "gemm_bias_act", "gemm_fp8", "swiglu", "flash_attention", "softmax"]
+EXAMPLES = ["gemm", "gemm_bias_act", "gemm_fp8", "swiglu", "linear_gelu_residual", "flash_attention", "softmax"]
 
 PROBE = """
 import json, sys, time
