@@ -136,7 +136,8 @@ def _configs(kw: S.Keyword, constants: dict, diag) -> list:
 
 def _value(kw: S.Keyword, e, constants: dict, diag):
     """The JSON value of `NAME=VALUE` in a config: a number, True/False, None (an option's auto), a dtype name, an
-    option's word (`schedule=pingpong`) or, for an option, a tuple of numbers (a list). Checked against the constant's kind, or, for an option, left to `_check_options`."""
+    option's word (`schedule=pingpong`) or, for an option, a tuple of numbers (a list). Checked against the
+    constant's kind, or, for an option, left to `_check_options`."""
     options = tunable_options()
     if kw.name not in constants and kw.name not in options:
         pool = list(constants) + options

@@ -35,7 +35,7 @@ from tawa.lowering.epilogue import STORE_BUFFERS, stored_by_kernel
 from .. import layouts as L
 from . import sync
 from .builder import V
-from .context import Ctx, LazyTile, SWIZZLE_BYTES, staging_registers, swizzled, swizzled_register
+from .context import Ctx, LazyTile, SWIZZLE_BYTES, staging_registers, swizzled_register
 from .global_access import element_address, load_b32, predicated_load
 
 
@@ -179,7 +179,7 @@ def persistent_staging(ctx: Ctx, key: tuple, barriers: bool) -> list:
 MAX_LATE_REGISTERS = 32
 #: Registers a thread may hold across the main loop for the stored tile's f32 accumulators and the late boxes
 #: together. 128 + 32 (a cooperative 128x256 or ping-pong 64x256 tile) leaves the epilogue room; a ping-pong
-#: 128x192 tile's 192 accumulators + 32 late registers spilled 780 bytes under its 232-register budget, so there
+#: 128x192 tile's 192 accumulators + 32 late registers spilled 216 bytes under its 232-register budget, so there
 #: its third box waits for a staging buffer instead.
 MAX_LIVE_WITH_LATE = 160
 
