@@ -335,6 +335,14 @@ def test_pingpong_gemm_interleavings(M, N, K, bk, depth):
     assert text.count("tawa.tile_share") == 2 and "tawa.persistent" in text
 
 
+def test_pingpong_gemm_with_tiles_not_a_power_of_two_wide():
+    """Each group on whole 32x48 tiles (a width like the GPU's 128x192 ping-pong tile), ragged in M and N."""
+    consts, make_args, ref = gemm_case(70, 100, 40, 16, 3)
+    consts["BLOCK_N"] = 48
+    m = run_all_seeds("gemm", consts, make_args, 2, ref, 1e-5, num_buffers=3, schedule="pingpong")
+    assert str(m).count("tawa.tile_share") == 2
+
+
 def test_pingpong_without_turns_reads_a_stale_slot(monkeypatch):
     """The main loops' order is what keeps each group within a lap of the producer: without it, a group runs a
     lap ahead and its parity wait passes on the previous lap's phase."""
