@@ -47,7 +47,8 @@ def _build_kernel(module: ir.Module, ptxas: bool) -> CompiledKernel:
             f"{hopper.SMEM_PER_BLOCK} bytes ({hopper.SMEM_PER_BLOCK // 1024} KiB) a Hopper block can use",
             note="use smaller tiles (BLOCK_M, BLOCK_N, BLOCK_K) or fewer pipeline stages (num_stages, "
                  "num_buffers)")
-    ptx = emit_ptx.emit_ptx(module)
+    text = str(module)
+    ptx = emit_ptx.emit_ptx(module, text)
     cubin, notes, spills = None, [], None
     if ptxas and emit_ptx.find_ptxas():
         cubin, rep = emit_ptx.assemble(ptx)
@@ -62,4 +63,4 @@ def _build_kernel(module: ir.Module, ptxas: bool) -> CompiledKernel:
         split_k=info.get("split_k", 1), workspace_per_tile=info.get("workspace_per_tile", 0),
         cluster=info.get("cluster"), ctas_per_sm=info.get("ctas_per_sm", 1), spill_bytes=spills, ptx=ptx,
         cubin=cubin,
-        ir=str(module), notes=notes)
+        ir=text, notes=notes)

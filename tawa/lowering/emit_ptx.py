@@ -43,9 +43,11 @@ def run_mlir_pipeline(module: ir.Module, pipeline: str, what: str, pass_name: st
             raise InternalCompilerError(f"{what} failed: {e}", pass_name) from None
 
 
-def emit_ptx(module: ir.Module) -> str:
-    """PTX of the (LLVM-dialect) kernel module. Works on a clone: the module itself stays printable."""
-    clone = ir.Module.parse(str(module), module.context)
+def emit_ptx(module: ir.Module, text: str | None = None) -> str:
+    """PTX of the (LLVM-dialect) kernel module. Works on a clone, parsed from `text` (the module as printed, when
+    the caller has it already: printing a large kernel takes tens of milliseconds), so that the module itself
+    stays printable."""
+    clone = ir.Module.parse(text if text is not None else str(module), module.context)
     run_mlir_pipeline(clone, "builtin.module(gpu-module-to-binary{format=isa})", "NVPTX code generation", EMIT_PTX)
     for op in clone.body.operations:
         if op.name == "gpu.binary":
