@@ -45,7 +45,7 @@ def test_module_without_kernel_info_is_an_internal_error():
 
 
 def test_unexpected_exceptions_in_the_backend_become_internal_errors(monkeypatch):
-    def boom(module):
+    def boom(module, text=None):
         raise KeyError("objects")
     monkeypatch.setattr(emit_ptx, "emit_ptx", boom)
     with pytest.raises(InternalCompilerError, match="KeyError") as e:
