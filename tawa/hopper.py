@@ -71,9 +71,10 @@ def register_pool(num_threads: int, ctas_per_sm: int = 1) -> int:
     return (entry_registers(num_threads, ctas_per_sm) + step - 1) // step * step * num_threads
 
 
-def consumer_register_limit(producer: int, consumer_groups: int) -> tuple:
-    """(the register pool of a block of a producer and `consumer_groups` consumer warp groups, the most registers
-    each consumer warp group may ask for next to a producer budget of `producer`)."""
-    pool = register_pool(THREADS_PER_WARP_GROUP * (1 + consumer_groups))
+def consumer_register_limit(producer: int, consumer_groups: int, ctas_per_sm: int = 1) -> tuple:
+    """(the register pool of a block of a producer and `consumer_groups` consumer warp groups, at `ctas_per_sm`
+    blocks per SM; the most registers each consumer warp group may ask for next to a producer budget of
+    `producer`)."""
+    pool = register_pool(THREADS_PER_WARP_GROUP * (1 + consumer_groups), ctas_per_sm)
     most = (pool // THREADS_PER_WARP_GROUP - producer) // consumer_groups // SETMAXNREG_STEP * SETMAXNREG_STEP
     return pool, most

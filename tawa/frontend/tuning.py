@@ -150,10 +150,9 @@ def _value(kw: S.Keyword, e, constants: dict, diag):
         v = None
     elif isinstance(e, S.Name) and e.id in DTYPE_ALIASES:
         v = DTYPE_ALIASES[e.id]
-    elif isinstance(e, S.Name) and _word_choices(kw.name):                # schedule=pingpong
-        if e.id not in _word_choices(kw.name):
-            raise diag.error(e, f"@autotune: option '{kw.name}' takes one of {', '.join(_word_choices(kw.name))}, "
-                                f"got '{e.id}'")
+    elif isinstance(e, S.Name) and (words := _word_choices(kw.name)):      # schedule=pingpong
+        if e.id not in words:
+            raise diag.error(e, f"@autotune: option '{kw.name}' takes one of {', '.join(words)}, got '{e.id}'")
         v = e.id
     elif isinstance(e, S.Tuple) and kw.name not in constants:      # an option taking a pair: cluster=(2, 1)
         v = [evaluate(item, {}, diag, f"@autotune: value of '{kw.name}'") for item in e.items]

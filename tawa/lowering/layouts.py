@@ -38,6 +38,11 @@ class Layout:
     def num_warps(self) -> int:
         return 1 << len(self.warps)
 
+    @property
+    def replicated(self) -> bool:
+        """Whether some element is held by more than one thread (a lane or warp basis vector of zero)."""
+        return any(not any(v) for v in (*self.lanes, *self.warps))
+
     def same_mapping(self, other: "Layout") -> bool:
         return (self.shape == other.shape and self.regs == other.regs and self.lanes == other.lanes
                 and self.warps == other.warps)

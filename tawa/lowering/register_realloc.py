@@ -33,14 +33,11 @@ def budgets(options, num_consumer_groups: int, func=None) -> tuple:
     (`ctas_per_sm`) the CTA holds half the register file from its start: the producer gets the least setmaxnreg
     allows and the consumers share what is left, at most `consumer_registers` each."""
     p, c = options.producer_registers, options.consumer_registers
-    per_group = hopper.THREADS_PER_WARP_GROUP
     ctas = getattr(options, "ctas_per_sm", None) or 1
     if ctas > 1:
-        threads = per_group * (1 + num_consumer_groups)
-        held = hopper.entry_registers(threads, ctas) * threads
         p = min(p, hopper.SETMAXNREG_MIN)
-        step = hopper.SETMAXNREG_STEP
-        return p, min(c, (held // per_group - p) // num_consumer_groups // step * step)
+        return p, min(c, hopper.consumer_register_limit(p, num_consumer_groups, ctas)[1])
+    per_group = hopper.THREADS_PER_WARP_GROUP
     threads = per_group * (1 + num_consumer_groups)
     pool, best = hopper.consumer_register_limit(p, num_consumer_groups)
     total = per_group * (p + num_consumer_groups * c)

@@ -142,16 +142,11 @@ def candidate(ctx: Ctx, value: LazyTile, op):
             continue
         src = LoadOp(v.owner).src
         if src != dst and not stored_by_kernel(src) and elem_bytes(tile.elem) == es and tile.layout.rank == 2 \
-                and tile.layout.same_mapping(value.layout) and not _replicated(tile.layout):
+                and tile.layout.same_mapping(value.layout) and not tile.layout.replicated:
+            # (replicated, as a 64-row tile over 8 uniform warps: each owner overwrites what it read with its
+            # results, with no barrier between, so one could read another's result instead of the operand)
             return v
     return None
-
-
-def _replicated(layout) -> bool:
-    """Whether two threads hold the same element (a lane or warp bit that moves no coordinate: a 64-row tile over
-    8 uniform warps). Each thread overwrites the elements it read with its results, with no barrier between, so
-    one owner could read another's result instead of the operand: such a tile keeps its global loads."""
-    return any(not any(v) for v in (*layout.lanes, *layout.warps))
 
 
 # ---- prefetch: the first boxes copied while the main loop runs -------------------------------------------------
