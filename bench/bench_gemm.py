@@ -58,6 +58,9 @@ GEMM_VARIANTS = {
     # ping-pong with a 128x192 tile per consumer group (192 accumulator registers each)
     "pp_128x192": ({"BLOCK_N": 192}, {"warp_specialize": True, "schedule": "pingpong"}),
     "pp_128x192_c21": ({"BLOCK_N": 192}, {"warp_specialize": True, "schedule": "pingpong", "cluster": "2x1"}),
+    # persistent 128x256 with the tiles of a mostly idle last wave shared by K iterations (Stream-K)
+    "sk_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True, "schedule": "streamk"}),
+    "sk_128x128": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "streamk"}),
     "uni_128x128": ({"BLOCK_N": 128}, {"warp_specialize": False, "num_stages": 3}),
     "uni_128x256": ({"BLOCK_N": 256}, {"warp_specialize": False, "num_stages": 3, "num_warps": 8}),
 }

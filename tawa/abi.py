@@ -18,7 +18,8 @@ Kinds of entry (`arg` is the index of the user-facing kernel argument it derives
   over the programs of this grid.
 - `workspace`: the device address (u64; `arg` is -1) of a split-K kernel's workspace (`CompiledKernel.split_k` >
   1): `workspace_per_tile` bytes for each program of the grid the kernel is launched with, zeroed when the runtime
-  allocates it (the kernel leaves it zeroed where it matters: each tile's counter).
+  allocates it (the kernel leaves it zeroed where it matters: each tile's counter). A stream-K kernel's
+  (`CompiledKernel.stream_k`) has `workspace_per_tile` bytes for each CTA it is launched as.
 """
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ class CompiledKernel:
     #: A split-K kernel: launched with `split_k` times the grid's axis 2, the programs of one output tile meeting
     #: in a workspace of `workspace_per_tile` bytes per program of the grid it is launched with.
     split_k: int = 1
+    #: A stream-K kernel (persistent): the two CTAs that share a tile meet in the workspace, whose records
+    #: (`workspace_per_tile` bytes each) are one per CTA launched instead of one per program.
+    stream_k: bool = False
     workspace_per_tile: int = 0
     #: A clustered persistent kernel: [CTAs along grid axis 0, along axis 1] of its thread-block clusters, which
     #: the runtime launches where the grid divides into them (`runtime.grid.cluster_size_for`); None: no clusters.

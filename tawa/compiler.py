@@ -29,8 +29,9 @@ from tawa.ir.location import source_location
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, epilogue_prefetch,
                            launch_order,
                            lazy_rescale, lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles,
-                           protocol_check, register_realloc, software_pipeline, split_k, to_nvvm, ws_analysis)
-from tawa.options import CompileOptions
+                           protocol_check, register_realloc, software_pipeline, split_k, stream_k, to_nvvm,
+                           ws_analysis)
+from tawa.options import PERSISTENT_SCHEDULES, CompileOptions
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ class Plan:
     target: str
     warp_specialize: bool
     #: Tile schedule of a specialized kernel: "tile" (one program per CTA), "persistent" (CTAs loop over tiles,
-    #: the consumer warp groups sharing each) or "pingpong" (persistent, each consumer warp group on its own tiles).
+    #: the consumer warp groups sharing each), "pingpong" (persistent, each consumer warp group on its own tiles) or
+    #: "streamk" (persistent, the tiles of a mostly idle last wave shared by K iterations).
     schedule: str = "tile"
     #: Programs each output tile's K loop is split over (1: not split).
     split_k: int = 1
@@ -54,7 +56,8 @@ def _ws(plan: Plan) -> bool: return plan.warp_specialize
 def _gpu(plan: Plan) -> bool: return plan.target == "cuda"
 def _gpu_ws(plan: Plan) -> bool: return plan.target == "cuda" and plan.warp_specialize
 def _gpu_uniform(plan: Plan) -> bool: return plan.target == "cuda" and not plan.warp_specialize
-def _persistent(plan: Plan) -> bool: return plan.warp_specialize and plan.schedule in ("persistent", "pingpong")
+def _persistent(plan: Plan) -> bool: return plan.warp_specialize and plan.schedule in PERSISTENT_SCHEDULES
+def _stream_k(plan: Plan) -> bool: return plan.warp_specialize and plan.schedule == "streamk"
 def _split(plan: Plan) -> bool: return plan.split_k > 1
 
 
@@ -89,6 +92,8 @@ PIPELINE = [
     Pass("epilogue-prefetch", epilogue_prefetch.run, when=_ws),
     # Persistent schedule: every warp group loops over the output tiles its CTA owns (about one CTA per SM).
     Pass("persistent-tiles", persistent_tiles.run, when=_persistent),
+    # Stream-K: the tiles of a mostly idle last wave are shared by K iterations; two CTAs meet in a workspace.
+    Pass("stream-k", stream_k.run, when=_stream_k),
     # Warp specialization on the GPU: setmaxnreg budgets, then warp-group placement, launch size and the loads
     # each aref put issues as TMA copies (the NVVM conversion lowers the regions and arefs to mbarrier rings).
     Pass("register-realloc", register_realloc.run, when=_gpu_ws, tile_level=False),
@@ -130,7 +135,7 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     cluster, why = _cluster(func, options, loop_plans, schedule)
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
-    if schedule in ("persistent", "pingpong"):
+    if schedule in PERSISTENT_SCHEDULES:
         group, why = persistent_tiles.tile_group([ld for p in loop_plans for ld in p.loads], options,
                                                  2 if schedule == "pingpong" else 1)
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' visits its tiles in runs of {group} along grid "
@@ -159,13 +164,13 @@ def _cluster(func, options: CompileOptions, loop_plans, schedule: str) -> tuple[
 
 
 def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]:
-    """("tile" | "persistent" | "pingpong", why) for one kernel; `loop_plans`: its `ws_analysis.plan` where it is
+    """("tile" | "persistent" | "pingpong" | "streamk", why) for one kernel; `loop_plans`: its `ws_analysis.plan` where it is
     warp-specialized, else None."""
     name = kernel_info.kernel_name(func)
     if options.schedule == "tile":
         return "tile", "one program per CTA (schedule='tile')"
-    asked = options.schedule in ("persistent", "pingpong")
-    what = "ping-pong" if options.schedule == "pingpong" else "persistent"
+    asked = options.schedule in PERSISTENT_SCHEDULES
+    what = {"pingpong": "ping-pong", "streamk": "stream-K"}.get(options.schedule, "persistent")
     if loop_plans is None:
         if asked:
             raise CompilationError(f"cannot make kernel '{name}' {what}: it is not warp-specialized",
@@ -174,6 +179,13 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
                                         "tiles; compile with schedule='tile' or let the kernel specialize")
         return "tile", ""
     ok, reason = persistent_tiles.can_persist(func, loop_plans, options)
+    if ok and options.schedule == "streamk":
+        ok, reason = stream_k.can_stream_k(func, options)
+        if ok:
+            return "streamk", ("about one CTA per SM, each looping over output tiles in grouped order; where the "
+                               "last wave would leave more than an eighth of all the waves' slots idle, the last "
+                               "tiles are shared by K iterations, two CTAs adding their partial sums in a workspace "
+                               "(schedule='streamk')")
     if ok and options.schedule in (None, "pingpong"):
         pingpong, why_not = persistent_tiles.can_pingpong(func, loop_plans, options)
         if pingpong:

@@ -21,8 +21,11 @@ CONSUMER_GROUPS = (1, 2)
 #: Tile schedules of a warp-specialized kernel: one program per output tile as the grid declares ("tile"), about
 #: one CTA per SM looping over the output tiles ("persistent", the consumer warp groups sharing each tile), or
 #: persistent with each consumer warp group on tiles of its own, one group's epilogue under the other's main loop
-#: ("pingpong").
-SCHEDULES = ("tile", "persistent", "pingpong")
+#: ("pingpong"), or persistent with the CTAs sharing the tiles of a sparse last wave by K iterations
+#: ("streamk").
+SCHEDULES = ("tile", "persistent", "pingpong", "streamk")
+#: The schedules whose CTAs loop over the output tiles (`tawa.lowering.persistent_tiles`).
+PERSISTENT_SCHEDULES = ("persistent", "pingpong", "streamk")
 #: Thread-block cluster shapes of a persistent kernel, "AxB": A CTAs along grid axis 0, B along axis 1. The CTAs
 #: of a cluster compute neighbouring output tiles and share the operand tile those have in common: each copies a
 #: share of it into every CTA of the cluster (TMA multicast).
@@ -101,8 +104,9 @@ class CompileOptions:
              "declares; 'persistent' launches about one CTA per SM, each looping over output tiles in grouped "
              "order with the aref ring running across tiles and the epilogue's TMA store overlapping the next "
              "tile; 'pingpong' is persistent with each of two consumer warp groups on tiles of its own, so that "
-             "one group's epilogue runs under the other's main loop (auto: persistent where it applies, see the "
-             "kernel's notes)")
+             "one group's epilogue runs under the other's main loop; 'streamk' is persistent with the tiles of a "
+             "sparse last wave (over an eighth of all slots idle) shared by K iterations between the CTAs (a GEMM whose epilogue "
+             "loads no tensor) (auto: persistent or pingpong where it applies, see the kernel's notes)")
     cluster: Optional[str] = _opt(
         None, choices=CLUSTERS,
         help="thread-block cluster of a persistent kernel ('AxB' or (A, B)): '2x1' pairs CTAs along grid axis 0 (a GEMM's M), '1x2' "

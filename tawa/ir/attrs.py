@@ -18,6 +18,7 @@ or `LAYOUT.set(op, desc)`. Who sets each attribute and who reads it:
 | `tawa.lookahead` (unit) | a consumer's `scf.for` | assign-warp-groups | conversion (next iteration's first dot issued early) |
 | `tawa.persistent` (unit) | kernel | persistent-tiles | conversion, backend and runtime (launch about one CTA per SM), interpreter |
 | `tawa.split_k` (i32, default 1) | kernel | split-k | conversion, backend and runtime (grid axis 2 times it), interpreter |
+| `tawa.stream_k` (unit) | kernel | stream-k | conversion, backend and runtime (a workspace record per CTA) |
 | `tawa.unit_scale_operand` (i32) | tile `arith.mulf` | lazy-rescale | conversion (skipped when that operand is all 1.0 in a warp) |
 | `tawa.tile_share` (array of two i32) | ping-pong consumer region | partition | protocol-check, persistent-tiles, conversion, interpreter |
 | `tawa.smem` (unit) | `tawa.load`, `tawa.trans` | assign-layouts, assign-warp-groups | software-pipeline, conversion |
@@ -128,6 +129,8 @@ LOOKAHEAD = UnitAttr("tawa.lookahead")
 PERSISTENT = UnitAttr("tawa.persistent")
 #: The programs each output tile's K loop is split over (the `split-k` pass; 1: not split).
 SPLIT_K = I32Attr("tawa.split_k", 1)
+#: A persistent kernel whose CTAs share the tiles of a mostly idle last wave by K iterations (`stream-k`).
+STREAM_K = UnitAttr("tawa.stream_k")
 #: On each consumer region of a ping-pong kernel: [its index, the number of consumer regions]; region c computes
 #: the c-th of every run of that many consecutive tiles of its CTA (see `persistent_tiles`).
 TILE_SHARE = PyAttr("tawa.tile_share", None)
@@ -155,6 +158,6 @@ KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 
 #: Every `tawa.*` attribute, for the verifier and the docs.
 ALL = (KERNEL, PARAMS, GRID, CONSTANTS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
-       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, TILE_SHARE, CLUSTER,
+       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, STREAM_K, TILE_SHARE, CLUSTER,
        TILE_GROUP, MULTICAST, UNIT_SCALE_OPERAND, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
        KERNEL_INFO)

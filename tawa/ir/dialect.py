@@ -149,14 +149,15 @@ irdl.dialect @tawa {
     irdl.operands(tile: %i32)
     irdl.results(last: %i1)
   }
-  // The sum, in split order, of every program's partial of slot `slot` of tile %tile.
+  // The sum, in split order, of every program's partial of slot `slot` of tile %tile; %value is the partial of
+  // this program, split %split.
   irdl.operation @split_k_sum {
     %tile = irdl.base "!builtin.tensor"
     %i32 = irdl.is i32
     %slot = irdl.any
     %splits = irdl.any
     irdl.attributes {"slot" = %slot, "splits" = %splits}
-    irdl.operands(value: %tile, tile: %i32)
+    irdl.operands(value: %tile, tile: %i32, split: %i32)
     irdl.results(result: %tile)
   }
 

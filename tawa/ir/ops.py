@@ -197,10 +197,12 @@ class SplitKArriveOp(OpView):
 
 
 class SplitKSumOp(OpView):
-    """`%sum = tawa.split_k_sum %partial, %tile {slot, splits}`: the partials of every split, summed in order."""
+    """`%sum = tawa.split_k_sum %partial, %tile, %split {slot, splits}`: the partials of every split, summed in
+    order; %partial is this program's own, of split %split."""
     NAME = "tawa.split_k_sum"
     value = property(lambda self: self.op.operands[0])
     tile = property(lambda self: self.op.operands[1])
+    split = property(lambda self: self.op.operands[2])
     slot = property(lambda self: self._int("slot"))
     splits = property(lambda self: self._int("splits"))
     result = property(lambda self: self.op.results[0])

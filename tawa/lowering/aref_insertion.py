@@ -36,6 +36,7 @@ from tawa.ir.ops import (ArefCreateOp, DotOp, ForOp, LoadOp, StoreOp, create_are
 from tawa.ir.traversal import ancestor_in_block, backward_slice, enclosing, ops_of, users, walk
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 from tawa.lowering import epilogue, ws_analysis
+from tawa.options import PERSISTENT_SCHEDULES
 
 #: Deepest ring chosen automatically (deeper rings stop paying once TMA latency is covered).
 MAX_AUTO_DEPTH = 6
@@ -112,7 +113,7 @@ def choose_depth(slot_bytes: int, func_op, options, heavy=()) -> int:
     if options.num_buffers is not None:     # validated with the other options
         return options.num_buffers
     schedule = getattr(options, "schedule", None)
-    persistent = schedule in ("persistent", "pingpong")
+    persistent = schedule in PERSISTENT_SCHEDULES
     # Ping-pong: each consumer warp group stages its own epilogue.
     stagings = 2 if schedule == "pingpong" else 1
     # (At two CTAs per SM, each gets half the SM's shared memory.)

@@ -324,12 +324,14 @@ def _assign(ops: list, W: int, ctx) -> None:
             attrs.LAYOUTS.set(op, descs)
             return
         if name == "scf.if":
-            # Before its branches (and the ops after it) are visited: a value the then-branch yields from
-            # outside decides (an elided mask yields the unmasked tile), else the branches' own values, later.
+            # Before its branches (and the ops after it) are visited: a value a branch yields from outside
+            # decides, the then-branch's first (an elided mask yields the unmasked tile; a stream-K epilogue's
+            # else-branch the accumulator), else the branches' own values, later.
             then_yield = ops_of(op.regions[0].blocks[0])[-1]
-            for res_j, v in zip(op.results, then_yield.operands):
+            else_yield = ops_of(op.regions[1].blocks[0])[-1] if len(op.regions[1].blocks) else then_yield
+            for res_j, v, w in zip(op.results, then_yield.operands, else_yield.operands):
                 if _is_tile(res_j):
-                    lay = want.get(res_j) or lay_of(v)
+                    lay = want.get(res_j) or lay_of(v) or lay_of(w)
                     if lay is not None:
                         layout[res_j] = lay
             return
@@ -369,10 +371,12 @@ def _assign(ops: list, W: int, ctx) -> None:
     for op in ops:
         if op.name == "scf.if" and op.results:
             then_yield = ops_of(op.regions[0].blocks[0])[-1]
+            else_yield = ops_of(op.regions[1].blocks[0])[-1] if len(op.regions[1].blocks) else then_yield
             descs = []
-            for res, v in zip(op.results, then_yield.operands):
+            for res, v, w in zip(op.results, then_yield.operands, else_yield.operands):
                 if _is_tile(res):
-                    lay = layout.get(res) or want.get(res) or lay_of(v) or default(res)
+                    # either branch's value decides: the then-branch's may be a nested scf.if's, not laid out yet
+                    lay = layout.get(res) or want.get(res) or lay_of(v) or lay_of(w) or default(res)
                     layout[res] = lay
                     descs.append(lay.desc)
                 else:

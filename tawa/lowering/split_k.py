@@ -16,7 +16,7 @@ kernel), each program running its share of the iterations and only the last to f
     tawa.split_k_store %acc, %tile, %split {slot = 0}
     %last = tawa.split_k_arrive %tile {splits = S}
     scf.if %last {
-      %sum = tawa.split_k_sum %acc, %tile {slot = 0, splits = S}
+      %sum = tawa.split_k_sum %acc, %tile, %split {slot = 0, splits = S}
       <epilogue on %sum>
     }
 
@@ -144,7 +144,7 @@ def split_kernel(func, splits: int) -> None:
                                    attributes={"splits": ir.IntegerAttr.get(t32, splits)}).results[0]
         branch = scf.IfOp(last)
         with ir.InsertionPoint(branch.then_block):
-            sums = [ir.Operation.create(SplitKSumOp.NAME, results=[acc.type], operands=[acc, tile],
+            sums = [ir.Operation.create(SplitKSumOp.NAME, results=[acc.type], operands=[acc, tile, split],
                                         attributes={"slot": ir.IntegerAttr.get(t32, slot),
                                                     "splits": ir.IntegerAttr.get(t32, splits)}).results[0]
                     for slot, acc in enumerate(fl.results)]

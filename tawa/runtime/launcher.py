@@ -181,10 +181,10 @@ class GpuLauncher:
                 raise LaunchError(f"kernel '{kernel.name}': ABI entry {p} needs a persistent kernel and an axis "
                                   f"0, 1 or 2")
             if p.kind == "workspace":     # split-K partials: the launcher's own memory, no user argument
-                if kernel.split_k > 1 and kernel.workspace_per_tile > 0:
+                if (kernel.split_k > 1 or (kernel.stream_k and kernel.persistent)) and kernel.workspace_per_tile > 0:
                     continue
-                raise LaunchError(f"kernel '{kernel.name}': ABI entry {p} needs a split-K kernel with a workspace "
-                                  f"size")
+                raise LaunchError(f"kernel '{kernel.name}': ABI entry {p} needs a split-K or stream-K kernel with a "
+                                  f"workspace size")
             if not 0 <= p.arg < len(self.params):
                 raise LaunchError(f"kernel '{kernel.name}': ABI entry {p} names argument {p.arg}, but the kernel "
                                   f"has {len(self.params)}")
@@ -405,6 +405,9 @@ class GpuLauncher:
         cluster = 1
         if self.kernel.persistent:
             grid3, cluster = persistent_launch(self.kernel.cluster, grid3, self._resident_ctas(grid3, ordinal))
+        if workspace is not None and self.kernel.stream_k:
+            # stream-K: one record per boundary between two CTAs (`tawa.lowering.stream_k`), so one per CTA
+            workspace = (workspace[0], grid3[0] * grid3[1] * grid3[2] * self.kernel.workspace_per_tile)
         return _Plan(grid3, ordinal if known else None, template, ptr_slots, scalar_slots, map_slots, tma_checks,
                      workspace, cluster)
 

@@ -23,7 +23,8 @@ from tawa.ir.traversal import ops_of, walk
 from tawa.errors import TawaError
 from tawa.frontend import parse_and_lower
 from tawa.ir.convert import to_python
-from tawa.lowering import aref_insertion, mask_elision, partition, persistent_tiles, protocol_check, split_k
+from tawa.lowering import (aref_insertion, mask_elision, partition, persistent_tiles, protocol_check, split_k,
+                           stream_k)
 from tawa.options import CompileOptions
 from tawa.runtime.grid import bind_numpy_args, eval_grid
 from tawa.runtime.interpreter import InterpreterDeadlock, run_kernel, run_with_interleavings
@@ -42,10 +43,12 @@ def build(name: str, constants: dict, specialize: bool = True, persistent: bool 
         split_k.run(m, CompileOptions(split_k=splits))
     if specialize:
         options.setdefault("schedule", "persistent" if persistent else None)
-        persistent = options["schedule"] in ("persistent", "pingpong")
+        persistent = options["schedule"] in ("persistent", "pingpong", "streamk")
         opts = CompileOptions(warp_specialize=True, **options)
         # mask-elision first, as in the pipeline: attention's consumers then branch around the mask per key block.
         passes = (mask_elision, aref_insertion, partition, protocol_check) + ((persistent_tiles,) if persistent else ())
+        if options["schedule"] == "streamk":
+            passes += (stream_k,)
         for p in passes:
             p.run(m, opts)
         assert "warp_group = \"producer\"" in str(m)
@@ -414,3 +417,50 @@ def test_cluster_swiglu_interleavings():
     m = run_all_seeds("swiglu", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64}, make_args, 3, ref, 2e-2,
                       num_buffers=2, persistent=True, cluster="1x2")
     assert str(m).count("tawa.multicast") == 1
+
+
+# ---- stream-K: the CTAs share the tiles of a sparse last wave by K iterations, two meeting in the workspace -------
+def integer_gemm_case(M, N, K, seed=0):
+    """Small integers: every f32 sum is exact, so a tile summed in two parts equals the sequential kernel's."""
+    rng = np.random.default_rng(seed)
+    A = rng.integers(-2, 3, (M, K)).astype(np.float32)
+    B = rng.integers(-2, 3, (K, N)).astype(np.float32)
+    consts = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "DTYPE": "f32"}
+    return consts, (lambda: [A.copy(), B.copy(), np.zeros((M, N), np.float32)]), A @ B
+
+
+@pytest.mark.parametrize("M,N,K,depth", [
+    (45, 37, 70, 2),      # 4 tiles on the interpreter's 3 CTAs: all shared, 5 iterations each (ragged K)
+    (130, 70, 33, 1),     # 15 tiles: 3 iterations per tile, a single slot
+    (100, 70, 112, 3),    # 12 tiles: a whole multiple of 3 CTAs, nothing shared (the persistent kernel)
+])
+def test_stream_k_gemm_interleavings(M, N, K, depth):
+    consts, make_args, ref = integer_gemm_case(M, N, K)
+    m = run_all_seeds("gemm", consts, make_args, 2, ref, 0.0, num_buffers=depth, schedule="streamk")
+    text = str(m)
+    assert "tawa.stream_k" in text and text.count("tawa.split_k_sum") == 1
+
+
+@pytest.mark.parametrize("M,N,K", [(100, 70, 112), (130, 70, 33), (45, 37, 70), (100, 70, 16), (70, 70, 0)])
+def test_stream_k_visits_every_tile_once(M, N, K):
+    """Every output tile is stored once, whole, for any number of CTAs: with tails shared (5, 7, 9 CTAs for 12 tiles)
+    or not (one K iteration per tile, K = 0, tiles a multiple of the CTAs or fewer than them); every boundary's
+    counter is back at zero after the launch."""
+    consts, make_args, ref = integer_gemm_case(M, N, K, seed=M + K)
+    m = build("gemm", consts, num_buffers=2, schedule="streamk")
+    from tawa.runtime.interpreter import compile_kernel
+    program = compile_kernel(m)
+    shared = []
+    for ctas in (1, 2, 3, 5, 7, 9, 12, 40):
+        args = make_args()
+        args[2][:] = np.nan
+        program.run(args, grid_of(m, args), seed=ctas, ctas=ctas)
+        np.testing.assert_array_equal(args[2], ref)
+        assert all(v == 0 for v in program.rt.arrived.values())
+        if program.rt.partials:
+            shared.append(ctas)
+    tiles = -(-M // 32) * -(-N // 32)
+    trips = -(-K // 16)
+    expect = [c for c in (1, 2, 3, 5, 7, 9, 12, 40)
+              if tiles > c and trips > 1 and (-(-tiles // c) * c - tiles) * stream_k.IDLE_SHARE > -(-tiles // c) * c]
+    assert shared == expect

@@ -143,7 +143,7 @@ def split_k_body(t="tensor<64x64xf32>", slot=0, splits=2) -> str:
   {splat}
   "tawa.split_k_store"(%acc, %c0, %c0) {{slot = {slot} : i32}} : ({t}, i32, i32) -> ()
   %last = "tawa.split_k_arrive"(%c0) {{splits = {splits} : i32}} : (i32) -> i1
-  %sum = "tawa.split_k_sum"(%acc, %c0) {{slot = 0 : i32, splits = 2 : i32}} : ({t}, i32) -> {t}"""
+  %sum = "tawa.split_k_sum"(%acc, %c0, %c0) {{slot = 0 : i32, splits = 2 : i32}} : ({t}, i32, i32) -> {t}"""
 
 
 GOOD = {

@@ -175,6 +175,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         "shared_bytes": shared_bytes,
         "persistent": ctx.persistent,
         "split_k": attrs.SPLIT_K.get(func),
+        "stream_k": bool(attrs.STREAM_K.get(func)),
         "cluster": list(ctx.cluster) if ctx.cluster else None,
         "ctas_per_sm": ctx.ctas_per_sm,
         "workspace_per_tile": ctx.params.workspace_per_tile,

@@ -139,6 +139,9 @@ def lower_split_k_sum(ctx: Ctx, op) -> None:
     vtype = f"vector<{VECTOR}xf32>"
     groups = -(-len(tile.regs) // VECTOR)
     offsets = _thread_offsets(ctx, groups)
+    if view.splits == 2:
+        _add_other_half(ctx, view, tile, record, offsets)
+        return
     bases = [_slot_base(ctx, ctx.get(view.tile), s, view.slot, record)
              for s in range(view.splits)]
     sums: list = []
@@ -152,6 +155,32 @@ def lower_split_k_sum(ctx: Ctx, op) -> None:
             acc = parts if acc is None else [b.op(f"arith.addf {x}, {y} : f32", "f32") for x, y in zip(acc, parts)]
         # The asm counts as a memory access for LLVM, so the next group's loads are not hoisted above it.
         sums.extend(sync.fence_registers(b, acc))
+    ctx.set(view.result, Tile(sums[:len(tile.regs)], tile.layout, tile.elem))
+
+
+#: Register groups (of four f32) of the other split's partial loaded before any is added: 8 keep 32 registers in
+#: flight, so that the loads overlap (a group at a time pays a round trip to L2 per 16 bytes of every thread).
+GROUPS_IN_FLIGHT = 8
+
+
+def _add_other_half(ctx: Ctx, view: SplitKSumOp, tile: Tile, record: dict, offsets: list) -> None:
+    """Two splits: this program's partial is in its registers and the other's is loaded. a + b == b + a, so the
+    sum is the same whichever program arrived last."""
+    b = ctx.b
+    vtype = f"vector<{VECTOR}xf32>"
+    other = b.sub(b.i32(1), ctx.get(view.split))
+    base = _slot_base(ctx, ctx.get(view.tile), other, view.slot, record)
+    mine = _vector(tile.regs)
+    sums: list = []
+    for first in range(0, len(offsets), GROUPS_IN_FLIGHT):
+        batch = range(first, min(first + GROUPS_IN_FLIGHT, len(offsets)))
+        loaded = [b.op(f"llvm.load {b.gep(base, offsets[g])} {{alignment = 16 : i64}} : !llvm.ptr<1> -> {vtype}",
+                       vtype) for g in batch]
+        added = []
+        for g, vec in zip(batch, loaded):
+            parts = [b.op(f"llvm.extractelement {vec}[{b.i32(i)} : i32] : {vtype}", "f32") for i in range(VECTOR)]
+            added.extend(b.op(f"arith.addf {x}, {y} : f32", "f32") for x, y in zip(mine[g], parts))
+        sums.extend(sync.fence_registers(b, added))
     ctx.set(view.result, Tile(sums[:len(tile.regs)], tile.layout, tile.elem))
 
 

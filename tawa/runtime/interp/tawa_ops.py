@@ -151,7 +151,7 @@ def _split_k_arrive(c, op):
 
 @handler("tawa.split_k_sum")
 def _split_k_sum(c, op):
-    _, tile = c.operands(op)
+    _, tile, _ = c.operands(op)
     (r,) = c.results(op)
     slot, splits, rt = int_attr(op, "slot"), int_attr(op, "splits"), c.rt
 

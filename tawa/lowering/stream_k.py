@@ -1,0 +1,254 @@
+"""stream-k: the CTAs of a persistent kernel share its last waves of tiles by K iterations (Stream-K).
+
+Takes: a persistent cooperative kernel (after `persistent-tiles`, without clusters) whose every warp-group region
+is one tile loop around one K loop, the consumers' loop carrying f32 dot accumulators from zeros (checked on the
+tile program by `can_stream_k`):
+
+    scf.for %t = %cta to %tiles step %ctas {  <program of %t>; scf.for %k = %lb to %ub step %s {...}; <epilogue>  }
+
+Gives: each region's tile loop walking this CTA's work items, and the epilogue run once per tile, on the whole
+sum (`tawa.stream_k` on the kernel):
+
+    <the K loop's bounds, moved before the tile loop: they are the same for every tile>
+    %items, ... = <this CTA's plan, below>
+    scf.for %i = 0 to %items step 1 {
+      %t, %k0, %k1 = <item i: its tile, and the K iterations [k0, k1) of it this CTA runs>
+      <program of %t>; scf.for %j = %lb to min(%ub - %k0 * %s, %lb + (%k1 - %k0) * %s) step %s {
+        %k = %j + %k0 * %s; ...}
+      %shared = %k0 != 0 or %k1 != <the tile's iterations>         (consumers only, from here on)
+      %go, %acc' = scf.if %shared {
+        tawa.split_k_store %acc, %boundary, %half {slot}           %boundary: the CTA whose range ends in the tile
+        %last = tawa.split_k_arrive %boundary {splits = 2}         %half: 0 for the first iterations, 1 for the rest
+        yield %last, (%last ? tawa.split_k_sum %acc, %boundary, %half : %acc)
+      } else { yield true, %acc }
+      scf.if %go { <epilogue on %acc'> }
+    }
+
+The plan: with T tiles, P CTAs and W = ceil(T / P) waves, the tail is worth sharing where more than an eighth
+of the W * P slots would be idle (T = 1.03 P: half of them; 3.6 waves: 9%, not shared). Then the first (W - 2) P tiles run whole, P at a time as before, and the remaining T - (W - 2) P tiles
+(more than P, at most 2P) are cut by K iterations into P equal ranges, CTA c taking iterations [c I / P,
+(c + 1) I / P) of them in order. Each range spans at least one whole tile, so a tile is shared by at most two
+CTAs: the one whose range ends inside it (it runs the tile's first iterations, last in its own range) and the
+next (the rest, first in its range). Both keep their partial in the workspace record of the boundary between
+them, and whichever arrives second adds the two and runs the epilogue; nobody waits for anybody, so the
+persistent CTAs need not even be resident together. Otherwise (T <= P, few idle slots, or one K iteration per
+tile) every tile runs whole and the kernel is the persistent one.
+
+Why: a persistent kernel whose tiles make 1.03 waves runs the whole second wave for 3% of the work; at 3.6
+waves it leaves a third of the GPU idle for a tenth of the time. Sharing the tail by K iterations (Stream-K,
+Osama et al. 2023; CUTLASS's stream-K tile scheduler) makes every CTA's work equal to within one K iteration,
+at the price of one partial tile stored and one loaded per CTA boundary in the shared tail, and of the L2
+reuse of CTAs that stream the same operand panels at the same K. Measured on an H200 (docs/performance.md), the
+trade pays with one to three waves and loses beyond: a sparse last wave of many costs little at the power limit
+(the idle SMs let the others clock higher), while the fix-up's stores, loads and barriers sit on the path.
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, scf
+
+from tawa.errors import InternalCompilerError
+from tawa.ir import attrs
+from tawa.ir.kernel_info import kernels
+from tawa.ir.location import where
+from tawa.ir.ops import (ArefGetOp, ArefPutOp, DotOp, ForOp, LoadOp, SplitKArriveOp, SplitKStoreOp, SplitKSumOp,
+                         warp_group_role, warp_groups)
+from tawa.ir.traversal import backward_slice, ops_of, walk
+from tawa.lowering import split_k, ws_ir
+from tawa.lowering.ws_ir import i32
+
+#: The tail is shared where more than 1 / IDLE_SHARE of the CTAs' tile slots over all waves would be idle (see the
+#: module's docstring).
+IDLE_SHARE = 8
+#: CTAs that meet over one tile of the shared tail: its workspace record holds this many partials.
+SHARERS = 2
+
+
+def can_stream_k(func_op, options=None) -> tuple:
+    """(True, "") if the tail of the kernel's persistent tile loop can be shared by K iterations, else (False, why
+    not). Asked by the driver on the tile program, after `persistent_tiles.can_persist`."""
+    if getattr(options, "split_k", 1) > 1:
+        return False, "split-K already divides every tile's K loop (compile with split_k=1)"
+    if getattr(options, "cluster", None) not in (None, "1x1"):
+        return False, "the CTAs of a cluster walk pairs of tiles together"
+    loop, why = split_k.reduction_loop(func_op)
+    if loop is None:
+        return False, why[0] + where(why[1])
+    if ws_ir.computed_from_program(ForOp(loop).bounds):
+        return False, f"the trip count of the K loop{where(loop)} depends on the program"
+    body = ops_of(loop.block)
+    for op in body[body.index(loop) + 1:]:
+        for inner in [op, *walk(op)]:
+            if inner.name == LoadOp.NAME:
+                return False, ("its epilogue loads a tensor after the K loop (a CTA that hands its share of a "
+                               "tile on skips the epilogue, and with it the staging of that operand)")
+    return True, ""
+
+
+def _tile_loop(region) -> ir.Operation:
+    loops = [op for op in ops_of(region.regions[0].blocks[0]) if op.name == ForOp.NAME]
+    if len(loops) != 1:
+        raise InternalCompilerError(f"stream-k expects one tile loop per warp-group region, found {len(loops)}")
+    return loops[0]
+
+
+def _k_loop(tile_loop) -> ir.Operation:
+    found = [op for op in ops_of(ForOp(tile_loop).body) if op.name == ForOp.NAME and any(
+        o.name in (ArefGetOp.NAME, ArefPutOp.NAME, DotOp.NAME) for o in walk(op))]
+    if len(found) != 1:
+        raise InternalCompilerError(f"stream-k expects one K loop per tile loop, found {len(found)}")
+    return found[0]
+
+
+def _hoist_bounds(k_loop, tile_loop) -> None:
+    """Move the computation of the K loop's bounds before the tile loop (it does not depend on the tile)."""
+    body = ForOp(tile_loop).body
+    needed = backward_slice(ForOp(k_loop).bounds, body)
+    for op in needed:
+        if not ws_ir.is_scalar_control(op) or op.name in ws_ir.PROGRAM_QUERIES or any(
+                v == ForOp(tile_loop).iv for v in op.operands):
+            raise InternalCompilerError(f"stream-k: the K loop's bounds depend on the tile ({op.name})")
+    for op in [o for o in ops_of(body) if o in needed]:
+        op.move_before(tile_loop)
+
+
+class _Plan:
+    """This CTA's share of the tiles, computed before its tile loop (every region computes the same)."""
+
+    def __init__(self, cta, ctas, tiles, trips):
+        i64 = ir.IntegerType.get_signless(64)
+        zero, one, two = i32(0), i32(1), i32(2)
+        waves = arith.DivUIOp(arith.AddIOp(tiles, arith.SubIOp(ctas, one).result).result, ctas).result
+        idle = arith.SubIOp(arith.MulIOp(waves, ctas).result, tiles).result
+        slots = arith.MulIOp(waves, ctas).result
+        sparse = arith.CmpIOp(arith.CmpIPredicate.ugt, arith.MulIOp(idle, i32(IDLE_SHARE)).result, slots).result
+        several = arith.CmpIOp(arith.CmpIPredicate.ugt, tiles, ctas).result
+        divisible = arith.CmpIOp(arith.CmpIPredicate.sgt, trips, one).result
+        self.shared = arith.AndIOp(arith.AndIOp(sparse, several).result, divisible).result
+        # whole tiles: the first (waves - 2) * ctas (all of them when the tail is not shared)
+        self.whole = arith.SelectOp(self.shared, arith.MulIOp(arith.SubIOp(waves, two).result, ctas).result,
+                                    tiles).result
+        mine = arith.MaxSIOp(arith.SubIOp(self.whole, cta).result, zero).result
+        self.own_whole = arith.DivUIOp(arith.AddIOp(mine, arith.SubIOp(ctas, one).result).result, ctas).result
+        # the shared tail: iterations [start, end) of its (tiles - whole) * trips, in 64 bits (c * I overflows)
+        per = arith.MaxSIOp(trips, one).result
+        total = arith.MulIOp(arith.ExtUIOp(i64, arith.SubIOp(tiles, self.whole).result).result,
+                             arith.ExtUIOp(i64, per).result).result
+        wide = lambda v: arith.ExtUIOp(i64, v).result
+        narrow = lambda v: arith.TruncIOp(ir.IntegerType.get_signless(32), v).result
+        self.start = narrow(arith.DivUIOp(arith.MulIOp(wide(cta), total).result, wide(ctas)).result)
+        self.end = narrow(arith.DivUIOp(arith.MulIOp(wide(arith.AddIOp(cta, one).result), total).result,
+                                        wide(ctas)).result)
+        self.first = arith.DivUIOp(self.start, per).result
+        last = arith.DivUIOp(arith.SubIOp(arith.MaxUIOp(self.end, one).result, one).result, per).result
+        tail = arith.SelectOp(self.shared, arith.AddIOp(arith.SubIOp(last, self.first).result, one).result,
+                              zero).result
+        self.items = arith.AddIOp(self.own_whole, tail).result
+        self.cta, self.ctas, self.trips, self.per = cta, ctas, trips, per
+
+    def item(self, i) -> tuple:
+        """(tile, k0, k1) of work item `i`: iterations [k0, k1) of output tile `tile` (in grouped order)."""
+        whole = arith.CmpIOp(arith.CmpIPredicate.ult, i, self.own_whole).result
+        tile_whole = arith.AddIOp(self.cta, arith.MulIOp(i, self.ctas).result).result
+        shared = arith.AddIOp(self.first, arith.SubIOp(i, self.own_whole).result).result
+        tile = arith.SelectOp(whole, tile_whole, arith.AddIOp(self.whole, shared).result).result
+        base = arith.MulIOp(shared, self.per).result
+        k0 = arith.MaxSIOp(arith.SubIOp(self.start, base).result, i32(0)).result
+        k1 = arith.MinSIOp(arith.SubIOp(self.end, base).result, self.per).result
+        k0 = arith.SelectOp(whole, i32(0), k0).result
+        k1 = arith.SelectOp(whole, self.trips, k1).result
+        return tile, k0, k1
+
+
+def rewrite_region(region) -> None:
+    tile_loop = _tile_loop(region)
+    k_loop = _k_loop(tile_loop)
+    _hoist_bounds(k_loop, tile_loop)
+    tl, kl = ForOp(tile_loop), ForOp(k_loop)
+    cta, tiles, ctas = tl.bounds
+    lb, ub, step = kl.bounds
+    with ir.InsertionPoint(tile_loop), tile_loop.location:
+        span = arith.MaxSIOp(arith.SubIOp(ub, lb).result, i32(0)).result
+        trips = arith.DivUIOp(arith.AddIOp(span, arith.SubIOp(step, i32(1)).result).result, step).result
+        plan = _Plan(cta, ctas, tiles, trips)
+        loop = scf.ForOp(i32(0), plan.items, i32(1), [])
+        with ir.InsertionPoint(loop.body):
+            tile, k0, k1 = plan.item(loop.induction_variable)
+            tail = scf.YieldOp([])
+    for op in ops_of(tl.body)[:-1]:
+        op.move_before(tail)
+    tl.iv.replace_all_uses_with(tile)
+    tile_loop.erase()
+    # The loop keeps its lower bound, so that its first iteration is still the one at %lb (where the conversion
+    # starts a zero accumulator by overwriting it); its body sees the iteration k0 further on.
+    with ir.InsertionPoint(k_loop), k_loop.location:
+        skip = arith.MulIOp(k0, step).result
+        k_loop.operands[1] = arith.MinSIOp(arith.SubIOp(ub, skip).result,
+                                           arith.AddIOp(lb, arith.MulIOp(arith.SubIOp(k1, k0).result,
+                                                                         step).result).result).result
+    iv = kl.iv
+    first = ops_of(kl.body)[0]
+    with ir.InsertionPoint(first), k_loop.location:
+        shifted = arith.AddIOp(iv, skip)
+    for use in list(iv.uses):
+        if use.owner != shifted.operation:
+            use.owner.operands[use.operand_number] = shifted.result
+    if warp_group_role(region) == attrs.CONSUMER:
+        _fix_up(loop, k_loop, plan, k0, k1)
+
+
+def _fix_up(loop, k_loop, plan: _Plan, k0, k1) -> None:
+    """Around the epilogue: a tile shared with another CTA goes through the workspace, and only the second of
+    the two to arrive runs the epilogue, on the sum."""
+    accs = ForOp(k_loop).results
+    body = ops_of(loop.body)
+    epilogue = body[body.index(k_loop) + 1:-1]
+    t32, i1 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(1)
+    with ir.InsertionPoint(body[-1]), k_loop.location:
+        later = arith.CmpIOp(arith.CmpIPredicate.ne, k0, i32(0)).result
+        cut = arith.CmpIOp(arith.CmpIPredicate.ne, k1, plan.trips).result
+        split = arith.OrIOp(later, cut).result
+        # the record of the boundary inside this tile: this CTA's own when its range ends in it, else the one
+        # before (its range ends where this one begins)
+        boundary = arith.SelectOp(later, arith.SubIOp(plan.cta, i32(1)).result, plan.cta).result
+        half = arith.ExtUIOp(t32, later).result
+        meet = scf.IfOp(split, [i1] + [a.type for a in accs], has_else=True)
+        with ir.InsertionPoint(meet.then_block):
+            for slot, acc in enumerate(accs):
+                ir.Operation.create(SplitKStoreOp.NAME, operands=[acc, boundary, half],
+                                    attributes={"slot": ir.IntegerAttr.get(t32, slot)})
+            last = ir.Operation.create(SplitKArriveOp.NAME, results=[i1], operands=[boundary],
+                                       attributes={"splits": ir.IntegerAttr.get(t32, SHARERS)}).results[0]
+            sums = scf.IfOp(last, [a.type for a in accs], has_else=True)
+            with ir.InsertionPoint(sums.then_block):
+                scf.YieldOp([ir.Operation.create(SplitKSumOp.NAME, results=[acc.type], operands=[acc, boundary, half],
+                                                 attributes={"slot": ir.IntegerAttr.get(t32, slot),
+                                                             "splits": ir.IntegerAttr.get(t32, SHARERS)}).results[0]
+                             for slot, acc in enumerate(accs)])
+            with ir.InsertionPoint(sums.else_block):
+                scf.YieldOp(accs)
+            scf.YieldOp([last] + list(sums.results))
+        with ir.InsertionPoint(meet.else_block):
+            scf.YieldOp([arith.ConstantOp(i1, 1).result] + accs)
+        go = scf.IfOp(meet.results[0])
+        with ir.InsertionPoint(go.then_block):
+            end = scf.YieldOp([])
+    whole = list(meet.results)[1:]
+    for op in epilogue:
+        op.move_before(end)
+        for inner in [op, *walk(op)]:
+            for i, v in enumerate(inner.operands):
+                if v in accs:
+                    inner.operands[i] = whole[accs.index(v)]
+
+
+def run(module: ir.Module, options=None) -> ir.Module:
+    with module.context, ir.Location.unknown(module.context):
+        for func in kernels(module):
+            groups = warp_groups(func)
+            if not groups or not attrs.PERSISTENT.get(func) or attrs.STREAM_K.get(func):
+                continue
+            for region in groups:
+                rewrite_region(region)
+            attrs.STREAM_K.set(func)
+    return module
