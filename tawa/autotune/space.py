@@ -28,6 +28,7 @@ import json
 import warnings
 from typing import Optional
 
+from tawa import tile_plan
 from tawa.options import cluster_name, tunable_options
 
 from .config import Config, dedupe
@@ -131,6 +132,9 @@ def default_configs(info: dict) -> list:
 SMALL_M = 64
 #: K per split below which splitting is not worth its partials (8 iterations of a 64-deep K block).
 MIN_K_PER_SPLIT = 512
+#: K below which a default tile's sparse last wave is not worth sharing by stream-K (a tile of 16 iterations of a
+#: 64-deep K block takes about as long as the fix-up of a shared one).
+MIN_K_STREAM_K = 1024
 
 
 def plain_defaults(info: dict) -> dict:
@@ -157,22 +161,39 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132) -> dict:
 
     Applies to kernels with a dot whose grid tiles two symbols by BLOCK_M and BLOCK_N. For M <= 64 (decode
     shapes) the 64 x 128 tile; and when those tiles leave the GPU mostly idle and the one other shape symbol (K)
-    is long, split-K: the most splits (4 or 2) that keep the programs within the SMs."""
+    is long, split-K: the most splits (4 or 2) that keep the programs within the SMs. For larger M, a kernel of
+    one dot whose own tiles leave a sparse last wave (`tawa.tile_plan.shares_tail`: just over one wave, two and
+    a bit) over a long K launches its stream-K variant (`schedule="streamk"`), which shares that wave by K
+    iterations (1.1x to 1.4x on such shapes in docs/performance.md); where the kernel cannot take that schedule
+    (an epilogue that loads a tensor), the variant does not compile and the kernel's own runs."""
     if not has_shape_defaults(info):
         return {}
     tiles = dict((c, sym) for c, sym in info.get("tiles", []))
     m, n = extents.get(tiles["BLOCK_M"]), extents.get(tiles["BLOCK_N"])
-    if m is None or n is None or m > SMALL_M:
-        return {}
-    config = {"BLOCK_M": SMALL_M, "BLOCK_N": 128}
-    programs = -(-m // SMALL_M) * -(-n // 128)
     others = [name for name, _, _ in info.get("symbols", []) if name not in tiles.values()]
     k = extents.get(others[0]) if len(others) == 1 else None
+    if m is None or n is None:
+        return {}
+    if m > SMALL_M:
+        return _stream_k_default(info, m, n, k, sms)
+    config = {"BLOCK_M": SMALL_M, "BLOCK_N": 128}
+    programs = -(-m // SMALL_M) * -(-n // 128)
     for splits in (4, 2):
         if k is not None and programs * splits <= sms and k >= splits * MIN_K_PER_SPLIT:
             config["split_k"] = splits
             break
     return config
+
+
+def _stream_k_default(info: dict, m: int, n: int, k, sms: int) -> dict:
+    """{"schedule": "streamk"} where the kernel's own tiles would leave a sparse last wave worth sharing, else {}."""
+    constants = info.get("constants", {})
+    block_m, block_n, block_k = (constants.get(c) for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    if info.get("dots") != 1 or k is None or k < MIN_K_STREAM_K or \
+            not all(isinstance(b, int) and b > 0 for b in (block_m, block_n, block_k)):
+        return {}
+    tiles = tile_plan.cdiv(m, block_m) * tile_plan.cdiv(n, block_n)
+    return {"schedule": "streamk"} if tile_plan.shares_tail(tiles, sms, tile_plan.cdiv(k, block_k)) else {}
 
 
 def candidates(info: dict, configs: Optional[list], fixed: dict) -> tuple:

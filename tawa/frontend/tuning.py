@@ -248,8 +248,12 @@ def grid_tiles(kernel: S.Kernel, constants: dict, symbols) -> list:
 
 def has_dot(kernel: S.Kernel) -> bool:
     """Whether the body calls `dot` (the kernels the default tile space is for)."""
-    return any(isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "dot"
-               for n in _walk(kernel.body))
+    return dot_count(kernel) > 0
+
+
+def dot_count(kernel: S.Kernel) -> int:
+    """The `dot` calls in the body's text."""
+    return sum(isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "dot" for n in _walk(kernel.body))
 
 
 def _walk(roots):
@@ -294,6 +298,7 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "symbols": [[n, arg, axis] for n, (arg, axis) in symbols.items()],      # a list: declaration order
         "tiles": [list(p) for p in grid_tiles(k, constants, symbols)],
         "has_dot": has_dot(k),
+        "dots": dot_count(k),
         "declared": declared,
     }
 

@@ -13,8 +13,8 @@ sum (`tawa.stream_k` on the kernel):
     %items, ... = <this CTA's plan, below>
     scf.for %i = 0 to %items step 1 {
       %t, %k0, %k1 = <item i: its tile, and the K iterations [k0, k1) of it this CTA runs>
-      <program of %t>; scf.for %j = %lb to min(%ub - %k0 * %s, %lb + (%k1 - %k0) * %s) step %s {
-        %k = %j + %k0 * %s; ...}
+      <program of %t>; scf.for %j = %lb to %lb + (%k1 - %k0) * %s step %s {
+        %k = %lb + (%k1 - 1) * %s - (%j - %lb); ...}                 (its iterations last to first)
       %shared = %k0 != 0 or %k1 != <the tile's iterations>         (consumers only, from here on)
       %go, %acc' = scf.if %shared {
         tawa.split_k_store %acc, %boundary, %half {slot}           %boundary: the CTA whose range ends in the tile
@@ -25,8 +25,9 @@ sum (`tawa.stream_k` on the kernel):
     }
 
 The plan: with T tiles, P CTAs and W = ceil(T / P) waves, the tail is worth sharing where more than an eighth
-of the W * P slots would be idle (T = 1.03 P: half of them; 3.6 waves: 9%, not shared). Then the first (W - 2) P tiles run whole, P at a time as before, and the remaining T - (W - 2) P tiles
-(more than P, at most 2P) are cut by K iterations into P equal ranges, CTA c taking iterations [c I / P,
+of the W * P slots would be idle (T = 1.03 P: half of them; 3.6 waves: 9%, not shared). Then the first
+(W - 2) P tiles run whole, P at a time as before, and the remaining T - (W - 2) P tiles (more than P, at most
+2P) are cut by K iterations into P equal ranges, CTA c taking iterations [c I / P,
 (c + 1) I / P) of them in order. Each range spans at least one whole tile, so a tile is shared by at most two
 CTAs: the one whose range ends inside it (it runs the tile's first iterations, last in its own range) and the
 next (the rest, first in its range). Both keep their partial in the workspace record of the boundary between
@@ -37,10 +38,18 @@ tile) every tile runs whole and the kernel is the persistent one.
 Why: a persistent kernel whose tiles make 1.03 waves runs the whole second wave for 3% of the work; at 3.6
 waves it leaves a third of the GPU idle for a tenth of the time. Sharing the tail by K iterations (Stream-K,
 Osama et al. 2023; CUTLASS's stream-K tile scheduler) makes every CTA's work equal to within one K iteration,
-at the price of one partial tile stored and one loaded per CTA boundary in the shared tail, and of the L2
-reuse of CTAs that stream the same operand panels at the same K. Measured on an H200 (docs/performance.md), the
-trade pays with one to three waves and loses beyond: a sparse last wave of many costs little at the power limit
-(the idle SMs let the others clock higher), while the fix-up's stores, loads and barriers sit on the path.
+at the price of one partial tile stored and one loaded per CTA boundary in the shared tail.
+
+Every range is run from its last K iteration to its first. Ranges that start at staggered K offsets would have
+the CTAs streaming the same operand panels at different K, each slice fetched from DRAM again once the L2 no
+longer holds it (doubling the DRAM traffic of a GEMM whose operands do not fit). Backwards, every CTA starts its
+first shared range at the tile's last K iteration and ends its last range at iteration 0 together with the
+others, so at any moment the CTAs are at one of two K offsets. (Any order is valid: only dots update the
+accumulators, which is what makes the sum of two ranges the whole sum in the first place.)
+
+Measured on an H200 (docs/performance.md), the trade pays with one to three waves and not beyond: a sparse last
+wave of many costs little at the power limit (the idle SMs let the others clock higher), while the fix-up's
+stores, loads and barriers sit on the critical path.
 """
 from __future__ import annotations
 
@@ -56,10 +65,8 @@ from tawa.ir.ops import (ArefGetOp, ArefPutOp, DotOp, ForOp, LoadOp, SplitKArriv
 from tawa.ir.traversal import backward_slice, ops_of, walk
 from tawa.lowering import split_k, ws_ir
 from tawa.lowering.ws_ir import i32
+from tawa.tile_plan import IDLE_SHARE
 
-#: The tail is shared where more than 1 / IDLE_SHARE of the CTAs' tile slots over all waves would be idle (see the
-#: module's docstring).
-IDLE_SHARE = 8
 #: CTAs that meet over one tile of the shared tail: its workspace record holds this many partials.
 SHARERS = 2
 
@@ -113,7 +120,8 @@ def _hoist_bounds(k_loop, tile_loop) -> None:
 
 
 class _Plan:
-    """This CTA's share of the tiles, computed before its tile loop (every region computes the same)."""
+    """This CTA's share of the tiles, computed before its tile loop (every region computes the same); whether
+    the tail is shared is `tawa.tile_plan.shares_tail`, in IR."""
 
     def __init__(self, cta, ctas, tiles, trips):
         i64 = ir.IntegerType.get_signless(64)
@@ -180,19 +188,20 @@ def rewrite_region(region) -> None:
     tl.iv.replace_all_uses_with(tile)
     tile_loop.erase()
     # The loop keeps its lower bound, so that its first iteration is still the one at %lb (where the conversion
-    # starts a zero accumulator by overwriting it); its body sees the iteration k0 further on.
+    # starts a zero accumulator by overwriting it), and runs k1 - k0 iterations; its body sees them from the
+    # last, k1 - 1, down to k0 (see `_reversed`).
     with ir.InsertionPoint(k_loop), k_loop.location:
-        skip = arith.MulIOp(k0, step).result
-        k_loop.operands[1] = arith.MinSIOp(arith.SubIOp(ub, skip).result,
-                                           arith.AddIOp(lb, arith.MulIOp(arith.SubIOp(k1, k0).result,
-                                                                         step).result).result).result
+        k_loop.operands[1] = arith.AddIOp(lb, arith.MulIOp(arith.SubIOp(k1, k0).result, step).result).result
+        # the iteration the body sees at %j: lb + (k1 - 1) * step - (j - lb)
+        top = arith.AddIOp(arith.AddIOp(lb, arith.MulIOp(arith.SubIOp(k1, i32(1)).result, step).result).result,
+                           lb).result
     iv = kl.iv
     first = ops_of(kl.body)[0]
     with ir.InsertionPoint(first), k_loop.location:
-        shifted = arith.AddIOp(iv, skip)
+        seen = arith.SubIOp(top, iv)
     for use in list(iv.uses):
-        if use.owner != shifted.operation:
-            use.owner.operands[use.operand_number] = shifted.result
+        if use.owner != seen.operation:
+            use.owner.operands[use.operand_number] = seen.result
     if warp_group_role(region) == attrs.CONSUMER:
         _fix_up(loop, k_loop, plan, k0, k1)
 

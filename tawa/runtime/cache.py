@@ -25,7 +25,7 @@ _JSON, _PTX, _CUBIN = "kernel.json", "kernel.ptx", "kernel.cubin"
 #: The `tawa` package directory, found without importing the package root (the runtime sits below it).
 _PACKAGE_DIR = pathlib.Path(__file__).resolve().parents[1]
 #: Modules directly in the package that decide the generated code, hashed with the frontend, ir and lowering.
-_TOP_LEVEL_SOURCES = ("compiler.py", "options.py", "hopper.py", "abi.py", "elements.py")
+_TOP_LEVEL_SOURCES = ("compiler.py", "options.py", "hopper.py", "abi.py", "elements.py", "tile_plan.py")
 
 
 def cache_dir() -> pathlib.Path:

@@ -16,7 +16,7 @@ from autotune_support import SCALE, SCALE_DECLARED
 GEMM_INFO = {"name": "gemm", "params": ["A", "B", "C"],
              "constants": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "DTYPE": "bf16"},
              "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]],
-             "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]], "has_dot": True, "declared": None}
+             "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]], "has_dot": True, "dots": 1, "declared": None}
 
 
 def test_gemm_info_is_what_space_info_reads_from_the_example(own_cache):
@@ -139,7 +139,13 @@ def test_space_record_is_cached_and_read_without_the_compiler(own_cache, monkeyp
     ({"M": 64, "N": 14336, "K": 4096}, {"BLOCK_M": 64, "BLOCK_N": 128}),               # 112 tiles: no split
     ({"M": 8, "N": 4096, "K": 512}, {"BLOCK_M": 64, "BLOCK_N": 128}),                  # K too short to split
     ({"M": 65, "N": 4096, "K": 4096}, {}),                                             # not small M
-    ({"M": 4096, "N": 4096, "K": 4096}, {}),
+    ({"M": 4096, "N": 4096, "K": 4096}, {}),                                           # 3.9 waves of tiles
+    ({"M": 2112, "N": 2048, "K": 8192}, {"schedule": "streamk"}),                      # 136 tiles: 1.03 waves
+    ({"M": 1100, "N": 4096, "K": 4096}, {"schedule": "streamk"}),                      # 144 tiles
+    ({"M": 2176, "N": 4096, "K": 1024}, {"schedule": "streamk"}),                      # 272 tiles: 2.06 waves
+    ({"M": 2176, "N": 4096, "K": 1000}, {}),                                           # K too short to share
+    ({"M": 1536, "N": 5120, "K": 5120}, {}),                                           # 240 tiles: 9% idle
+    ({"M": 512, "N": 8192, "K": 8192}, {}),                                            # 128 tiles: one wave
     ({"M": 8, "K": 4096}, {}),                                                         # N unknown
 ])
 def test_shape_defaults_pick_small_m_tiles_and_splits(extents, expected):
@@ -154,6 +160,13 @@ def test_shape_defaults_leave_other_kernels_alone():
     assert space.shape_defaults(small_default, {"M": 8, "N": 4096, "K": 4096}) == {}
     # With fewer SMs, fewer splits fit.
     assert space.shape_defaults(GEMM_INFO, {"M": 8, "N": 4096, "K": 4096}, sms=100)["split_k"] == 2
+    # Stream-K for one dot only (SwiGLU's two accumulators stay with the kernel's own schedule), and by the SMs
+    # the GPU has: 136 tiles are 1.03 waves on 132 SMs, 1.06 on 128, exactly one on 136 (not shared).
+    sparse = {"M": 2112, "N": 2048, "K": 8192}
+    assert space.shape_defaults(dict(GEMM_INFO, dots=2), sparse) == {}
+    assert space.shape_defaults(dict(GEMM_INFO, dots=None), sparse) == {}      # a record from before the count
+    assert space.shape_defaults(GEMM_INFO, sparse, sms=136) == {}
+    assert space.shape_defaults(GEMM_INFO, sparse, sms=128) == {"schedule": "streamk"}
 
 
 @pytest.mark.parametrize("extents, tried", [

@@ -56,3 +56,21 @@ def test_two_way_split_k_loads_only_the_other_split():
 def test_epilogue_loads_are_refused():
     with pytest.raises(CompilationError, match="its epilogue loads a tensor after the K loop"):
         compile_example("gemm_bias_act", schedule="streamk")
+
+
+def test_gpu_test_shapes_exercise_both_paths():
+    """The GPU tests' shapes: the shared ones share their tail on 132 SMs (H100 SXM, H200), the others do not, by
+    the plan's rule."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "test_stream_k_gpu.py"
+    spec = importlib.util.spec_from_file_location("stream_k_gpu", path)
+    module = importlib.util.module_from_spec(spec)
+    import sys
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    assert all(module._shares(*s, 132) for s in module.SHARED)
+    assert not any(module._shares(*s, 132) for s in module.WHOLE)

@@ -13,7 +13,7 @@ from tawa.runtime.kernel import Kernel, ShapeVariants
 
 INFO = {"name": "gemm", "constants": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64},
         "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]], "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]],
-        "has_dot": True}
+        "has_dot": True, "dots": 1}
 
 
 class FakeLauncher:
@@ -89,6 +89,25 @@ def test_a_variant_that_does_not_compile_drops_the_split_then_the_tile(gemm):
     assert gemm._launcher.calls == [None]
 
 
+def test_a_sparse_last_wave_launches_the_stream_k_variant(gemm, made):
+    gemm(*gemm_args(2112, 2048, 8192))                 # 136 tiles of 128 x 256 on 132 SMs
+    gemm(*gemm_args(4096, 4096, 4096))                 # 512 tiles: 3.9 waves, the kernel itself
+    assert made == [{"schedule": "streamk"}] and gemm._launcher.calls == [None]
+
+
+def test_a_kernel_that_cannot_stream_k_launches_itself(gemm):
+    """The linear layer's epilogue loads its bias and residual: its stream-K variant does not compile."""
+    tried = []
+
+    def refuse(config):
+        tried.append(config)
+        raise CompilationError("cannot make kernel 'linear' stream-K: its epilogue loads a tensor after the K loop")
+    gemm._shapes._compile_variant = refuse
+    gemm(*gemm_args(2112, 2048, 8192))
+    gemm(*gemm_args(2112, 2048, 8192))
+    assert tried == [{"schedule": "streamk"}] and gemm._launcher.calls == [None, None]
+
+
 def test_arguments_without_shapes_launch_the_kernel(gemm):
     gemm(object(), object(), object())                # the launcher's own checks report these
     assert gemm._launcher.calls == [None]
@@ -111,3 +130,20 @@ def test_compile_attaches_variants_only_without_tile_constants(tmp_path, monkeyp
     assert variant.compiled.constants["BLOCK_M"] == 64 and variant.compiled.split_k == 4
     assert variant._shapes is None
     assert k.variant_for(*gemm_args(512, 4096, 4096)) is k
+    sk = k.variant_for(*gemm_args(2112, 2048, 8192))
+    assert sk.compiled.stream_k and sk.compiled.constants["BLOCK_N"] == 256
+
+
+def test_linear_layer_keeps_its_own_kernel_on_a_sparse_wave(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path))
+    path = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "linear_gelu_residual.tawa")
+    k = tawa.compile(path)
+    m, n, kk = 2112, 2048, 8192
+    args = (Array(m, kk), Array(n, kk), Array(n), Array(m, n), Array(m, n))
+    from tawa.autotune import space
+    from tawa.frontend import read_source
+    # the rule asks for stream-K here (one dot, 17 x 11 tiles of 128 x 192 on 132 SMs) ...
+    assert space.shape_defaults(space.space_info(*read_source(path)), {"M": m, "N": n, "K": kk}) == \
+        {"schedule": "streamk"}
+    # ... which the compiler refuses (the epilogue loads the bias and the residual): the kernel itself launches
+    assert k.variant_for(*args) is k
