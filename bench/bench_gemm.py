@@ -17,7 +17,9 @@ one through TMA descriptors (the "Triton" column is the better of the two per sh
 cuBLAS and to Triton, and their geometric means. The "tuned" column is `tawa.autotune` over the example's declared
 space, tuned on each shape in the same process (TUNED; `build` fills DIR/tuned-cache with every candidate).
 `run` writes a plot (DIR/gemm.png unless --plot) of the tuned GEMM against cuBLAS and Triton per shape and of the
-best fused kernel against its anchors, and with --json the raw TFLOP/s.
+best fused kernel against its anchors, and with --json the raw TFLOP/s. `run --only waves` times the same
+implementations (bf16) on shapes whose tiles leave a sparse last wave (WAVES), where the stream-K variants
+("sk_") share it.
 """
 from __future__ import annotations
 
@@ -124,6 +126,10 @@ TUNED = {
 
 SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 2048), (16384, 8192, 1024), (4096, 14336, 4096),
          (512, 8192, 8192), (2048, 2048, 8192), (3000, 5000, 2000)]
+#: `--only waves` (bf16): shapes whose 128x256 tiles leave a sparse last wave on 132 SMs (136, 144, 272, 144 and
+#: 180 tiles), where stream-K shares it, and one of 2.9 waves where it does not.
+WAVES = [(2112, 2048, 8192), (1100, 4096, 4096), (2176, 4096, 4096), (2200, 2048, 4096), (1200, 5120, 5120),
+         (3000, 4096, 11008)]
 
 
 def build(out: str, pattern: str = "") -> None:
@@ -328,7 +334,7 @@ def triton_persistent_tma_matmul():
     return matmul
 
 
-def gemm_sweep(out, dev, check) -> None:
+def gemm_sweep(out, dev, check, shapes=SWEEP, dtypes=("bf16", "f16")) -> dict:
     """Correctness of every GEMM variant on ragged shapes, then the sweep: all implementations timed side by side
     (alternating over rounds: the clock drifts under sustained load), TFLOP/s and ratios to cuBLAS."""
     import torch
@@ -341,6 +347,8 @@ def gemm_sweep(out, dev, check) -> None:
     ragged = [(1000, 1000, 1000), (777, 1000, 520), (256, 384, 40), (130, 136, 72)]
     table = {}
     for dt_name, dt in (("bf16", torch.bfloat16), ("f16", torch.float16)):
+        if dt_name not in dtypes:
+            continue
         impls = {}
         for v in GEMM_VARIANTS:
             name = f"gemm_{dt_name}_{v}"
@@ -365,7 +373,7 @@ def gemm_sweep(out, dev, check) -> None:
         impls["cublas"] = lambda a, b, c: torch.matmul(a, b, out=c)
         impls.update(tri)
         tuner = _tuner(out, f"gemm_{dt_name}")
-        for (M, N, K) in SWEEP:
+        for (M, N, K) in shapes:
             a = torch.randn(M, K, device=dev, dtype=dt)
             b = torch.randn(K, N, device=dev, dtype=dt)
             c = torch.empty(M, N, device=dev, dtype=dt)
@@ -389,7 +397,7 @@ def gemm_sweep(out, dev, check) -> None:
                                 2 * M * N * K)
             for n, tflops in res.items():
                 table[(dt_name, (M, N, K), n)] = tflops
-    print_table(table)
+    print_table(table, shapes, dtypes)
     return table
 
 
@@ -398,19 +406,19 @@ def gemm_sweep(out, dev, check) -> None:
 HEADLINE_WS = "ws_256x128"
 
 
-def print_table(table) -> None:
+def print_table(table, shapes=SWEEP, dtypes=("bf16", "f16")) -> None:
     import math
     names = sorted({k[2] for k in table})
-    ws = [n for n in names if n.startswith(("ws_", "pers_", "pp_"))]
+    ws = [n for n in names if n.startswith(("ws_", "pers_", "pp_", "sk_"))]
     uni = [n for n in names if n.startswith("uni_")]
     cols = ["Tawa-WS", "WS best", "tuned", "Tawa-uniform", "cuBLAS", "Triton"]
     print(f"\nTFLOP/s; Tawa-WS = {HEADLINE_WS}; ratios to cuBLAS (torch.matmul)")
     print(f"{'dtype':5} {'M x N x K':>16} " + " ".join(f"{c:>12}" for c in cols) +
           "  | " + " ".join(f"{c:>12}" for c in cols if c != "cuBLAS"))
-    for dt in ("bf16", "f16"):
+    for dt in dtypes:
         ratios = {c: [] for c in cols}
         vs_triton = {"WS best": [], "tuned": []}
-        for shape in SWEEP:
+        for shape in shapes:
             row = {"Tawa-WS": table.get((dt, shape, HEADLINE_WS), 0),
                    "WS best": max([table.get((dt, shape, n), 0) for n in ws] or [0]),
                    "tuned": table.get((dt, shape, "tuned"), 0),
@@ -435,10 +443,10 @@ def print_table(table) -> None:
                 print(f"{dt:5} {c} / Triton (best of tutorial and persistent TMA): " +
                       " ".join(f"{r:.3f}" for r in rs) +
                       f"; geomean {math.exp(sum(math.log(r) for r in rs) / len(rs)):.3f}")
-    print("\nper variant TFLOP/s (" + ", ".join("x".join(map(str, s)) for s in SWEEP) + "):")
-    for dt in ("bf16", "f16"):
+    print("\nper variant TFLOP/s (" + ", ".join("x".join(map(str, s)) for s in shapes) + "):")
+    for dt in dtypes:
         for n in names:
-            print(f"  {dt} {n:12} " + " ".join(f"{table.get((dt, s, n), 0):6.0f}" for s in SWEEP))
+            print(f"  {dt} {n:12} " + " ".join(f"{table.get((dt, s, n), 0):6.0f}" for s in shapes))
 
 
 def rotated(items, r: int) -> list:
@@ -572,6 +580,8 @@ def run(out: str, only: str = "all", json_out: str | None = None, plot: str | No
     table = {}
     if only in ("all", "gemm"):
         table = gemm_sweep(out, dev, check)
+    if only == "waves":
+        table = gemm_sweep(out, dev, check, WAVES, ("bf16",))
     if only in ("all", "fused"):
         fused_sweep(out, dev, check)
     raw = {"gpu": torch.cuda.get_device_name(), "gemm": [{"dtype": k[0], "shape": list(k[1]), "impl": k[2],
@@ -680,10 +690,15 @@ def write_plot(raw: dict, path: str) -> None:
         print(f"no plot ({type(e).__name__}: {e})")
         return
     gemm = {(r["dtype"], tuple(r["shape"]), r["impl"]): r["tflops"] for r in raw["gemm"]}
-    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 6.5), gridspec_kw={"width_ratios": [3, 2]})
+    shapes = list(dict.fromkeys(tuple(r["shape"]) for r in raw["gemm"]))       # the sweep's, in its order
+    if raw["fused"]:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(16, 6.5), gridspec_kw={"width_ratios": [3, 2]})
+    else:                   # a GEMM sweep alone (`--only gemm` or `waves`)
+        fig, left = plt.subplots(1, 1, figsize=(10, 6.5))
+        right = None
     labels, bars = [], {"tuned / cuBLAS": [], "tuned / Triton": []}
     for dt in ("bf16", "f16"):
-        for shape in SWEEP:
+        for shape in shapes:
             tuned, cublas = gemm.get((dt, shape, "tuned")), gemm.get((dt, shape, "cublas"))
             triton = max(gemm.get((dt, shape, "triton"), 0), gemm.get((dt, shape, "triton_tma"), 0))
             if not (tuned and cublas):
@@ -701,7 +716,7 @@ def write_plot(raw: dict, path: str) -> None:
     left.set_title(f"GEMM, examples/gemm.tawa tuned ({raw['gpu']})")
     left.legend(fontsize=8)
     names, ratios = [], []
-    for r in raw["fused"]:
+    for r in raw["fused"] if right is not None else ():
         tawa = {n: v for n, v in r["tflops"].items() if n not in r["anchors"]}
         if not tawa:
             continue
@@ -710,11 +725,12 @@ def write_plot(raw: dict, path: str) -> None:
             if a in r["tflops"]:
                 names.append(f"{r['kernel'].split('+')[0]} {'x'.join(map(str, r['shape']))} / {a}")
                 ratios.append(best / r["tflops"][a])
-    right.bar_label(right.bar(range(len(ratios)), ratios, color="tab:green"), fmt="%.2f", fontsize=6)
-    right.set_ylim(0.6, max([1.1] + ratios) * 1.05)
-    right.set_xticks(range(len(names)), names, fontsize=7, rotation=45, ha="right")
-    right.axhline(1.0, color="gray", lw=0.8)
-    right.set_title("fused kernels: best Tawa variant / anchor")
+    if right is not None:
+        right.bar_label(right.bar(range(len(ratios)), ratios, color="tab:green"), fmt="%.2f", fontsize=6)
+        right.set_ylim(0.6, max([1.1] + ratios) * 1.05)
+        right.set_xticks(range(len(names)), names, fontsize=7, rotation=45, ha="right")
+        right.axhline(1.0, color="gray", lw=0.8)
+        right.set_title("fused kernels: best Tawa variant / anchor")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     print(f"plot written to {path}")
@@ -726,7 +742,8 @@ if __name__ == "__main__":
                     help="plot: redraw the plot from a --json file of an earlier run")
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry"))
     ap.add_argument("--kernels", default="", help="build only the kernels whose name matches this regex")
-    ap.add_argument("--only", default="all", choices=["all", "gemm", "fused"], help="run only this sweep")
+    ap.add_argument("--only", default="all", choices=["all", "gemm", "fused", "waves"],
+                    help="run only this sweep (waves: few-wave bf16 shapes, where stream-K shares the last one)")
     ap.add_argument("--json", default=None, metavar="OUT", help="write the raw numbers as JSON to OUT")
     ap.add_argument("--plot", default=None, metavar="PATH", help="PNG plot path (default DIR/gemm.png)")
     ns = ap.parse_args()

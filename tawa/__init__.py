@@ -35,8 +35,9 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
     is read or parsed: a bad value raises CompilationError naming the option.
 
     A GEMM-family kernel (a dot, a grid tiled by BLOCK_M and BLOCK_N) compiled without BLOCK_M, BLOCK_N or split_k
-    launches, for calls with M <= 64, a variant with 64-row tiles and split-K where the grid is small (compiled
-    on that call's first need; `kernel.variant_for(*args)` says which kernel a call runs).
+    launches, for calls with M <= 64, a variant with 64-row tiles and split-K where the grid is small, and, where
+    its own tiles leave a sparse last wave over a long K (and no `schedule` was given), its stream-K variant
+    (compiled on that call's first need; `kernel.variant_for(*args)` says which kernel a call runs).
     """
     from tawa.runtime.kernel import Kernel, ShapeVariants
 
@@ -54,7 +55,8 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
         # cannot pair programs.)
         alone = {k: v for k, v in kwargs.items() if k != "cluster"}
         shapes = ShapeVariants(lambda: space_info(source, filename),
-                               lambda config: compile(path_or_source, target=target, cache=cache, **alone, **config))
+                               lambda config: compile(path_or_source, target=target, cache=cache, **alone, **config),
+                               fixed=alone)
     key = None
     if cache and target == "cuda":
         from tawa.runtime import cache as disk_cache

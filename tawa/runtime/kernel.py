@@ -48,9 +48,11 @@ class ShapeVariants:
     launch, not at compile time. A variant that does not compile (or is neither cached nor compilable here) falls
     back to the kernel's own configuration."""
 
-    def __init__(self, read_info, compile_variant):
+    def __init__(self, read_info, compile_variant, fixed=()):
         self._read_info = read_info
         self._compile_variant = compile_variant
+        #: Options the kernel was compiled with explicitly: a configuration never overrides them.
+        self._fixed = set(fixed)
         self._positions = None              # [(argument index, axis)] per shape symbol; [] when not applicable
         self._info = None
         self._sms = 132
@@ -88,6 +90,7 @@ class ShapeVariants:
         from tawa.autotune.space import shape_defaults
         names = [name for name, _, _ in self._info["symbols"]]
         config = shape_defaults(self._info, dict(zip(names, key)), self._sms)
+        config = {k: v for k, v in config.items() if k not in self._fixed}
         variant = self._variant(config) if config else None
         if len(self._by_extents) >= 1024:
             self._by_extents.clear()

@@ -147,3 +147,14 @@ def test_linear_layer_keeps_its_own_kernel_on_a_sparse_wave(tmp_path, monkeypatc
         {"schedule": "streamk"}
     # ... which the compiler refuses (the epilogue loads the bias and the residual): the kernel itself launches
     assert k.variant_for(*args) is k
+
+
+def test_an_explicit_schedule_is_never_overridden(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path))
+    path = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "gemm.tawa")
+    for schedule in ("streamk", "persistent"):
+        k = tawa.compile(path, schedule=schedule)
+        assert k.variant_for(*gemm_args(2112, 2048, 8192)) is k
+    # small M still takes its tile with the schedule given
+    small = tawa.compile(path, schedule="persistent").variant_for(*gemm_args(8, 4096, 4096))
+    assert small.compiled.constants["BLOCK_M"] == 64
