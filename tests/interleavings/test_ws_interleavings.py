@@ -464,3 +464,29 @@ def test_stream_k_visits_every_tile_once(M, N, K):
     trips = -(-K // 16)
     expect = [c for c in (1, 2, 3, 5, 7, 9, 12, 40) if shares_tail(tiles, c, trips)]
     assert shared == expect
+
+
+def test_stream_k_two_consumer_groups_interleavings():
+    """A 128-row tile split between two consumer warp groups (bf16): 4 tiles shared over 3 CTAs."""
+    consts, make_args, ref = integer_gemm_case(200, 30, 100, seed=4)
+    A, B, _ = make_args()
+    consts.update(BLOCK_M=128, BLOCK_N=16, DTYPE="bf16")
+    A, B = A.astype(BF16), B.astype(BF16)
+    m = run_all_seeds("gemm", consts, lambda: [A.copy(), B.copy(), np.zeros((200, 30), BF16)], 2, ref, 0.0,
+                      num_buffers=3, schedule="streamk")
+    assert "tawa.num_warp_groups = 2" in str(m) and "tawa.stream_k" in str(m)
+
+
+def test_stream_k_swiglu_interleavings():
+    """Two accumulators, each kept and summed in its own slot of the boundary's record: 4 tiles over 3 CTAs."""
+    rng = np.random.default_rng(5)
+    M, N, K = 45, 50, 70
+    a, b1, b2 = (rng.integers(-2, 3, s).astype(np.float32) for s in ((M, K), (K, N), (K, N)))
+    g = a @ b1
+    ref = g / (1 + np.exp(-g)) * (a @ b2)
+    args = [x.astype(BF16) for x in (a, b1, b2)]
+    m = run_all_seeds("swiglu", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
+                      lambda: [x.copy() for x in args] + [np.zeros((M, N), BF16)], 3, ref, 2e-2, num_buffers=2,
+                      schedule="streamk")
+    text = str(m)
+    assert "tawa.stream_k" in text and text.count("tawa.split_k_sum") == 2
