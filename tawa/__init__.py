@@ -56,7 +56,7 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
         alone = {k: v for k, v in kwargs.items() if k != "cluster"}
         shapes = ShapeVariants(lambda: space_info(source, filename),
                                lambda config: compile(path_or_source, target=target, cache=cache, **alone, **config),
-                               fixed=alone)
+                               fixed=kwargs)
     key = None
     if cache and target == "cuda":
         from tawa.runtime import cache as disk_cache

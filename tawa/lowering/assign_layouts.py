@@ -244,6 +244,13 @@ def _assign(ops: list, W: int, ctx) -> None:
             anchor[op.results[0]] = L.expand(anchor[ExpandDimsOp(op).src], ExpandDimsOp(op).axis)
         elif name == SplitKSumOp.NAME and SplitKSumOp(op).value in anchor:
             anchor[op.results[0]] = anchor[SplitKSumOp(op).value]
+        elif name == "scf.if" and op.results and len(op.regions[1].blocks):
+            # (before its branches: a value either yields from outside, as stream-K's accumulator, anchors it)
+            then_yield = ops_of(op.regions[0].blocks[0])[-1]
+            else_yield = ops_of(op.regions[1].blocks[0])[-1]
+            for res, v, w in zip(op.results, then_yield.operands, else_yield.operands):
+                if _is_tile(res) and (v in anchor or w in anchor):
+                    anchor[res] = anchor.get(v) or anchor[w]
         elif name == ForOp.NAME:
             loop = ForOp(op)
             for j, res in enumerate(op.results):

@@ -24,7 +24,8 @@ Why: a GEMM with few output tiles (M <= 64 decode shapes: 8 x 4096 x 4096 has 32
 SMs idle and each busy one streaming a whole K panel; splitting K gives S times the programs, each streaming 1/S
 of it. The partials go through a global workspace (the runtime's, zeroed once; the last program resets the tile's
 counter) rather than atomics into the output, so the epilogue (bias, activation, a bf16 store) runs once on the
-full sum, and the sum is deterministic: it adds the partials in split order whichever program finishes last.
+full sum, and the sum is deterministic: it adds the partials in split order whichever program finishes last
+(two splits: its own partial and the other's, a + b being b + a).
 Sums of zero-started accumulators are the full accumulator because a dot only adds products to its accumulator;
 the checks below make sure nothing else is carried or stored before the sum.
 """

@@ -25,15 +25,16 @@ sum (`tawa.stream_k` on the kernel):
     }
 
 The plan: with T tiles, P CTAs and W = ceil(T / P) waves, the tail is worth sharing where more than an eighth
-of the W * P slots would be idle (T = 1.03 P: half of them; 3.6 waves: 9%, not shared). Then the first
+of the W * P slots would be idle (T = 1.03 P: half of them; 3.64 waves: 9%, not shared). Then the first
 (W - 2) P tiles run whole, P at a time as before, and the remaining T - (W - 2) P tiles (more than P, at most
-2P) are cut by K iterations into P equal ranges, CTA c taking iterations [c I / P,
-(c + 1) I / P) of them in order. Each range spans at least one whole tile, so a tile is shared by at most two
-CTAs: the one whose range ends inside it (it runs the tile's first iterations, last in its own range) and the
-next (the rest, first in its range). Both keep their partial in the workspace record of the boundary between
+2P) are cut by K iterations into P equal ranges, CTA c taking iterations [c I / P, (c + 1) I / P) of them in
+order. Each range holds at least one tile's worth of iterations, so a tile is shared by at most two CTAs: the
+one whose range ends inside it (it runs the tile's first iterations, last in its own range) and the next (the
+rest, first in its range). Both keep their partial in the workspace record of the boundary between
 them, and whichever arrives second adds the two and runs the epilogue; nobody waits for anybody, so the
 persistent CTAs need not even be resident together. Otherwise (T <= P, few idle slots, or one K iteration per
-tile) every tile runs whole and the kernel is the persistent one.
+tile) every tile runs whole, as in the persistent kernel (but for its K iterations, run backwards: the sums are
+rounded differently, not worse).
 
 Why: a persistent kernel whose tiles make 1.03 waves runs the whole second wave for 3% of the work; at 3.6
 waves it leaves a third of the GPU idle for a tenth of the time. Sharing the tail by K iterations (Stream-K,

@@ -18,6 +18,7 @@ import threading
 
 from tawa.abi import CompiledKernel
 from tawa.errors import TawaPerformanceWarning, TmaAlignmentError
+from tawa.options import cluster_name
 
 
 class _DryRun(threading.local):
@@ -48,11 +49,12 @@ class ShapeVariants:
     launch, not at compile time. A variant that does not compile (or is neither cached nor compilable here) falls
     back to the kernel's own configuration."""
 
-    def __init__(self, read_info, compile_variant, fixed=()):
+    def __init__(self, read_info, compile_variant, fixed=None):
         self._read_info = read_info
         self._compile_variant = compile_variant
-        #: Options the kernel was compiled with explicitly: a configuration never overrides them.
-        self._fixed = set(fixed)
+        #: Options the kernel was compiled with explicitly: a configuration never overrides them (a small-M
+        #: variant drops clusters by design; stream-K, which cannot run in clusters, is not taken with them).
+        self._fixed = dict(fixed or {})
         self._positions = None              # [(argument index, axis)] per shape symbol; [] when not applicable
         self._info = None
         self._sms = 132
@@ -91,6 +93,8 @@ class ShapeVariants:
         names = [name for name, _, _ in self._info["symbols"]]
         config = shape_defaults(self._info, dict(zip(names, key)), self._sms)
         config = {k: v for k, v in config.items() if k not in self._fixed}
+        if "schedule" in config and cluster_name(self._fixed.get("cluster", "1x1")) != "1x1":
+            config = {}
         variant = self._variant(config) if config else None
         if len(self._by_extents) >= 1024:
             self._by_extents.clear()

@@ -53,6 +53,42 @@ def test_two_way_split_k_loads_only_the_other_split():
     assert k.ptx.count("ld.global.v4.b32") == 16 and k.ptx.count("st.global.v4.b32") == 16
 
 
+EPILOGUES = {
+    # a column mask from arange, no load at all
+    "column_mask": """
+@grid(cdiv(M, 128), cdiv(N, 256))
+def k(A: bf16[M, K], B: bf16[K, N], C: bf16[M, N], alpha: f32):
+    acc = zeros((128, 256), f32)
+    for kk in range(cdiv(K, 64)):
+        acc = dot(load(A, (program_id(0), kk), (128, 64)), load(B, (kk, program_id(1)), (64, 256)), acc)
+    cols = program_id(1) * 256 + arange(0, 256)
+    store(C, (program_id(0), program_id(1)), where(cols[None, :] % 2 == 0, acc * alpha, acc).to(bf16))
+""",
+    # a bias loaded before the K loop (after it would be refused)
+    "bias_before_the_loop": """
+@grid(cdiv(M, 128), cdiv(N, 256))
+def k(A: bf16[M, K], B: bf16[K, N], bias: f32[N], C: bf16[M, N]):
+    b = load(bias, (program_id(1),), (256,))
+    acc = zeros((128, 256), f32)
+    for kk in range(cdiv(K, 64)):
+        acc = dot(load(A, (program_id(0), kk), (128, 64)), load(B, (kk, program_id(1)), (64, 256)), acc)
+    store(C, (program_id(0), program_id(1)), (acc + b[None, :]).to(bf16))
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EPILOGUES))
+def test_epilogue_tiles_take_the_accumulator_layout(name):
+    """The accumulator leaves the shared-tile branch in its wgmma layout, and the epilogue's other tiles (a mask,
+    a bias) follow it: no conversion through shared memory (which did not fit beside the ring)."""
+    import tawa
+    sk = tawa.compile(EPILOGUES[name], cache=False, schedule="streamk")
+    persistent = tawa.compile(EPILOGUES[name], cache=False, schedule="persistent")
+    assert sk.compiled.stream_k
+    assert sk.compiled.shared_bytes == persistent.compiled.shared_bytes
+    assert spill_bytes(sk) == 0
+
+
 def test_epilogue_loads_are_refused():
     with pytest.raises(CompilationError, match="its epilogue loads a tensor after the K loop"):
         compile_example("gemm_bias_act", schedule="streamk")

@@ -158,3 +158,7 @@ def test_an_explicit_schedule_is_never_overridden(tmp_path, monkeypatch):
     # small M still takes its tile with the schedule given
     small = tawa.compile(path, schedule="persistent").variant_for(*gemm_args(8, 4096, 4096))
     assert small.compiled.constants["BLOCK_M"] == 64
+    # clusters asked for are kept: stream-K cannot run in them
+    paired = tawa.compile(path, cluster="2x1")
+    assert paired.variant_for(*gemm_args(2112, 2048, 8192)) is paired
+    assert tawa.compile(path, cluster="1x1").variant_for(*gemm_args(2112, 2048, 8192)).compiled.stream_k

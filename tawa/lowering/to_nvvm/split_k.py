@@ -13,7 +13,8 @@ Ordering (the PTX memory model): each thread stores its partials and fences them
 barrier over the context's threads, one thread increments the tile's counter (`atom.acq_rel.gpu`) and publishes
 whether it saw S-1 (the last arrival; that thread also resets the counter for the next launch) in shared memory;
 after a second barrier every thread reads the flag, and the last program's threads fence again before loading
-the partials, which they add in split order, whichever program arrived last.
+the partials, which they add in split order, whichever program arrived last (with two splits, the other split's
+partial to their own registers: a + b is b + a, so the sum is the same either way).
 """
 from __future__ import annotations
 
