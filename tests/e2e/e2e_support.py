@@ -124,6 +124,18 @@ def fp8_case(torch, m, n, k, seed):
     return [a, b, sa, sb], (a.double() @ b.double().T) * sa.double()[:, None] * sb.double()[None, :]
 
 
+def same_bits_every_launch(torch, kernel, args, out_shape, launches=4) -> bool:
+    """Whether `launches` launches on the same arguments (a fresh NaN-poisoned bf16 output each) agree bit for
+    bit: partial sums met in a workspace must not depend on which program arrives last."""
+    outs = []
+    for _ in range(launches):
+        c = poisoned(torch, out_shape, torch.bfloat16)
+        kernel(*args, c)
+        outs.append(c)
+    torch.cuda.synchronize()
+    return all(torch.equal(outs[0], o) for o in outs[1:])
+
+
 def check_launch(torch, kernel, args, ref, tol=1e-2, dtype=None, launches=1):
     """Launch on the arguments and a NaN-poisoned output (bf16 unless `dtype`), `launches` times (a persistent or
     split-K kernel must leave its state ready for the next launch); every element written, close to `ref`."""

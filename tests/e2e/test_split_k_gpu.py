@@ -4,7 +4,8 @@ shapes (M = 1 and 8), fused epilogues (bias + GELU, SwiGLU's two accumulators), 
 counter is back at zero after a launch) and a CUDA-graph replay."""
 import pytest
 
-from e2e_support import bias_act_case, check_launch, compiled, gemm_case, poisoned, rel_err, swiglu_case
+from e2e_support import (bias_act_case, check_launch, compiled, gemm_case, poisoned, rel_err, same_bits_every_launch,
+                         swiglu_case)
 
 pytestmark = pytest.mark.gpu
 SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"schedule": "tile"}, id="ws-tile"),
@@ -29,13 +30,7 @@ def test_split_k_is_deterministic():
     kernel = compiled("gemm.tawa", BLOCK_M=64, BLOCK_N=128, split_k=4)
     import torch
     (a, b), _ = gemm_case(torch, 8, 4096, 4096, seed=7)
-    outs = []
-    for _ in range(5):
-        c = poisoned(torch, (8, 4096), torch.bfloat16)
-        kernel(a, b, c)
-        outs.append(c)
-    torch.cuda.synchronize()
-    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    assert same_bits_every_launch(torch, kernel, (a, b), (8, 4096), launches=5)
 
 
 @pytest.mark.parametrize("ws", SCHEDULES)

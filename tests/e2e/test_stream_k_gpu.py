@@ -5,7 +5,7 @@ shared (just over one wave of 128x256 tiles, two waves and a bit; ragged M, N an
 run; the sum of a shared tile is the same bit for bit whichever CTA arrives second."""
 import pytest
 
-from e2e_support import check_launch, compiled, gemm_case, poisoned, swiglu_case
+from e2e_support import check_launch, compiled, gemm_case, poisoned, same_bits_every_launch, swiglu_case
 
 pytestmark = pytest.mark.gpu
 #: (M, N, K) whose 128x256 tiles leave more than an eighth of the slots of their waves idle on an H100 / H200
@@ -48,13 +48,7 @@ def test_stream_k_is_deterministic():
     kernel = compiled("gemm.tawa", schedule="streamk")
     import torch
     (a, b), _ = gemm_case(torch, 2112, 2048, 2000, seed=7)
-    outs = []
-    for _ in range(4):
-        c = poisoned(torch, (2112, 2048), torch.bfloat16)
-        kernel(a, b, c)
-        outs.append(c)
-    torch.cuda.synchronize()
-    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    assert same_bits_every_launch(torch, kernel, (a, b), (2112, 2048))
 
 
 def test_default_kernel_launches_its_stream_k_variant_on_a_sparse_wave():

@@ -77,13 +77,19 @@ def test_large_shapes_and_explicit_grids_keep_the_kernel(gemm, made):
     assert gemm.variant_for(*gemm_args(4096, 4096, 4096)) is gemm
 
 
-def test_a_variant_that_does_not_compile_drops_the_split_then_the_tile(gemm):
+def refusing(kernel, message: str) -> list:
+    """Make every variant of `kernel` fail to compile with `message`; the list of configurations tried."""
     tried = []
 
     def refuse(config):
         tried.append(config)
-        raise CompilationError("cannot split the K loop")
-    gemm._shapes._compile_variant = refuse
+        raise CompilationError(message)
+    kernel._shapes._compile_variant = refuse
+    return tried
+
+
+def test_a_variant_that_does_not_compile_drops_the_split_then_the_tile(gemm):
+    tried = refusing(gemm, "cannot split the K loop")
     gemm(*gemm_args(8, 4096, 4096))
     assert tried == [{"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 4}, {"BLOCK_M": 64, "BLOCK_N": 128}]
     assert gemm._launcher.calls == [None]
@@ -97,12 +103,7 @@ def test_a_sparse_last_wave_launches_the_stream_k_variant(gemm, made):
 
 def test_a_kernel_that_cannot_stream_k_launches_itself(gemm):
     """The linear layer's epilogue loads its bias and residual: its stream-K variant does not compile."""
-    tried = []
-
-    def refuse(config):
-        tried.append(config)
-        raise CompilationError("cannot make kernel 'linear' stream-K: its epilogue loads a tensor after the K loop")
-    gemm._shapes._compile_variant = refuse
+    tried = refusing(gemm, "cannot make kernel 'linear' stream-K: its epilogue loads a tensor after the K loop")
     gemm(*gemm_args(2112, 2048, 8192))
     gemm(*gemm_args(2112, 2048, 8192))
     assert tried == [{"schedule": "streamk"}] and gemm._launcher.calls == [None, None]
