@@ -15,8 +15,9 @@ without one have nothing to tune unless they declare a space.
 Shape pruning (`prune_by_shape`) drops candidates whose tile along a key symbol is larger than needed: with
 `@grid(cdiv(M, BLOCK_M), ...)` and M = 8, a 256-row tile computes 97% padding where a 64-row one would do. It also
 drops split-K candidates (`split_k` > 1) when the unsplit grid already has enough programs to fill the GPU, so
-that a space with splits costs nothing to tune on large problems; and clustered candidates (`cluster`) where it
-has too few (their gain is the shared tiles' L2 traffic of a full GPU) or where they would also split K.
+that a space with splits costs nothing to tune on large problems; clustered candidates (`cluster`) where it
+has too few (their gain is the shared tiles' L2 traffic of a full GPU) or where they would also split K; and
+stream-K candidates (`schedule="streamk"`) where their tiles leave no sparse last wave to share.
 
 `space_info` reads what the above needs from the source (`tawa.frontend.tuning.space_info`) and keeps it in the
 kernel cache directory, so a machine without the compiler (no MLIR, no Lark) can tune from a prefilled cache.
@@ -28,7 +29,7 @@ import json
 import warnings
 from typing import Optional
 
-from tawa import tile_plan
+from tawa import hopper, tile_plan
 from tawa.options import cluster_name, tunable_options
 
 from .config import Config, dedupe
@@ -252,13 +253,15 @@ def constant_value(info: dict, config: Config, name: str):
     return config.get(name, info.get("constants", {}).get(name))
 
 
-def prune_by_shape(info: dict, configs: list, extents: dict) -> tuple:
-    """(kept, [(config, reason)]) for a call whose key symbols have `extents`.
+def prune_by_shape(info: dict, configs: list, extents: dict, sms: int = hopper.TYPICAL_SMS) -> tuple:
+    """(kept, [(config, reason)]) for a call whose key symbols have `extents`, on a GPU of `sms` SMs.
 
     For each grid tile pair (CONST, SYMBOL) with SYMBOL in `extents`: the smallest candidate tile that covers the
     extent (or the largest tile, when none does) is the cap, and candidates with a larger tile go. The cap is
     itself a candidate's tile, so at least one candidate always stays. Then split-K candidates go where the unsplit
-    grid has `SPLIT_BELOW_PROGRAMS` programs or more (unless nothing else is left)."""
+    grid has `SPLIT_BELOW_PROGRAMS` programs or more, and stream-K ones where their tiles would not share a last
+    wave (`tawa.tile_plan.shares_tail`: every tile would run whole, as in the persistent kernel, only slower)
+    (unless nothing else is left)."""
     kept, pruned = list(configs), []
     for const, symbol in info.get("tiles", []):
         if symbol not in extents:
@@ -291,11 +294,26 @@ def prune_by_shape(info: dict, configs: list, extents: dict) -> tuple:
         elif clustered and programs is not None and programs < SPLIT_BELOW_PROGRAMS:
             pruned.append((c, f"cluster={c.get('cluster')}: the grid has {programs} programs, too few to fill the GPU "
                               f"for the shared tiles' traffic to matter"))
+        elif c.get("schedule") == "streamk" and not _stream_k_shares(info, c, extents, programs, sms):
+            pruned.append((c, f"schedule=streamk: its {programs} tiles leave no sparse last wave on {sms} SMs to "
+                              f"share"))
         else:
             still.append(c)
     if not still:                   # only split candidates: keep them rather than nothing
         return kept, pruned[:len(pruned) - len(kept)]
     return still, pruned
+
+
+def _stream_k_shares(info: dict, config, extents: dict, programs, sms: int) -> bool:
+    """Whether a stream-K candidate would share its tail at these extents (True where that cannot be told: the
+    tiles, the K extent or BLOCK_K unknown)."""
+    tiled = {symbol for _, symbol in info.get("tiles", [])}
+    others = [name for name, _, _ in info.get("symbols", []) if name not in tiled]
+    block_k = constant_value(info, config, "BLOCK_K")
+    if programs is None or len(others) != 1 or others[0] not in extents or not isinstance(block_k, int) or \
+            isinstance(block_k, bool) or block_k <= 0:
+        return True
+    return tile_plan.shares_tail(programs, sms, tile_plan.cdiv(extents[others[0]], block_k))
 
 
 def grid_programs(info: dict, config, extents: dict):

@@ -184,3 +184,20 @@ def test_clustered_candidates_only_where_the_grid_fills_the_gpu(extents, tried):
     got, pruned = space.prune_by_shape(GEMM_INFO, [mixed, Config({"BLOCK_M": 128, "BLOCK_N": 256})],
                                        {"M": 4096, "N": 256})
     assert got == [Config({"BLOCK_M": 128, "BLOCK_N": 256})] and "do not split K" in pruned[0][1]
+
+
+@pytest.mark.parametrize("extents, tried", [
+    ({"M": 2112, "N": 2048, "K": 8192}, True),     # 136 tiles of 128 x 256: 1.03 waves on 132 SMs
+    ({"M": 4096, "N": 4096, "K": 4096}, False),    # 512: 3.9 waves, nothing worth sharing
+    ({"M": 2112, "N": 2048, "K": 64}, False),      # one K iteration per tile: nothing to share it by
+    ({"M": 2112, "N": 2048}, True),                # K unknown: kept
+])
+def test_stream_k_candidates_only_where_they_share(extents, tried):
+    streamk = Config({"schedule": "streamk"})
+    plain = Config({"BLOCK_M": 128, "BLOCK_N": 256})
+    got, pruned = space.prune_by_shape(GEMM_INFO, [plain, streamk], extents)
+    assert (streamk in got) == tried and plain in got
+    assert all("no sparse last wave" in why for c, why in pruned if c == streamk)
+    # on a GPU whose SMs make the tiles exactly one wave, not even 136 tiles are shared
+    assert streamk not in space.prune_by_shape(GEMM_INFO, [plain, streamk], {"M": 2112, "N": 2048, "K": 8192},
+                                               sms=136)[0]
