@@ -14,7 +14,7 @@ sum (`tawa.stream_k` on the kernel):
     scf.for %i = 0 to %items step 1 {
       %t, %k0, %k1 = <item i: its tile, and the K iterations [k0, k1) of it this CTA runs>
       <program of %t>; scf.for %j = %lb to %lb + (%k1 - %k0) * %s step %s {
-        %k = %lb + (%k1 - 1) * %s - (%j - %lb); ...}                 (its iterations last to first)
+        %k = %j for a whole tile, %lb + (%k1 - 1) * %s - (%j - %lb) in the shared tail; ...}   (last to first)
       %shared = %k0 != 0 or %k1 != <the tile's iterations>         (consumers only, from here on)
       %go, %acc' = scf.if %shared {
         tawa.split_k_store %acc, %boundary, %half {slot}           %boundary: the CTA whose range ends in the tile
@@ -41,7 +41,8 @@ waves it leaves a third of the GPU idle for a tenth of the time. Sharing the tai
 Osama et al. 2023; CUTLASS's stream-K tile scheduler) makes every CTA's work equal to within one K iteration,
 at the price of one partial tile stored and one loaded per CTA boundary in the shared tail.
 
-Every range is run from its last K iteration to its first. Ranges that start at staggered K offsets would have
+Every range of the shared tail is run from its last K iteration to its first; the whole tiles before it run
+forwards, as the persistent kernel's do. Ranges that start at staggered K offsets would have
 the CTAs streaming the same operand panels at different K, each slice fetched from DRAM again once the L2 no
 longer holds it (doubling the DRAM traffic of a GEMM whose operands do not fit). Backwards, every CTA starts its
 first shared range at the tile's last K iteration and ends its last range at iteration 0 together with the
@@ -156,7 +157,8 @@ class _Plan:
         self.cta, self.ctas, self.trips, self.per = cta, ctas, trips, per
 
     def item(self, i) -> tuple:
-        """(tile, k0, k1) of work item `i`: iterations [k0, k1) of output tile `tile` (in grouped order)."""
+        """(tile, k0, k1, whole) of work item `i`: iterations [k0, k1) of output tile `tile` (in grouped order),
+        and whether it is one of the tiles before the shared tail (run whole, forwards)."""
         whole = arith.CmpIOp(arith.CmpIPredicate.ult, i, self.own_whole).result
         tile_whole = arith.AddIOp(self.cta, arith.MulIOp(i, self.ctas).result).result
         shared = arith.AddIOp(self.first, arith.SubIOp(i, self.own_whole).result).result
@@ -166,7 +168,7 @@ class _Plan:
         k1 = arith.MinSIOp(arith.SubIOp(self.end, base).result, self.per).result
         k0 = arith.SelectOp(whole, i32(0), k0).result
         k1 = arith.SelectOp(whole, self.trips, k1).result
-        return tile, k0, k1
+        return tile, k0, k1, whole
 
 
 def rewrite_region(region) -> None:
@@ -182,26 +184,28 @@ def rewrite_region(region) -> None:
         plan = _Plan(cta, ctas, tiles, trips)
         loop = scf.ForOp(i32(0), plan.items, i32(1), [])
         with ir.InsertionPoint(loop.body):
-            tile, k0, k1 = plan.item(loop.induction_variable)
+            tile, k0, k1, whole = plan.item(loop.induction_variable)
             tail = scf.YieldOp([])
     for op in ops_of(tl.body)[:-1]:
         op.move_before(tail)
     tl.iv.replace_all_uses_with(tile)
     tile_loop.erase()
     # The loop keeps its lower bound, so that its first iteration is still the one at %lb (where the conversion
-    # starts a zero accumulator by overwriting it), and runs k1 - k0 iterations; its body sees them from the
-    # last, k1 - 1, down to k0 (see `_reversed`).
+    # starts a zero accumulator by overwriting it), and runs k1 - k0 iterations; its body sees them in order for
+    # a whole tile and from the last, k1 - 1, down to k0 for a range of the shared tail (see the docstring).
     with ir.InsertionPoint(k_loop), k_loop.location:
         k_loop.operands[1] = arith.AddIOp(lb, arith.MulIOp(arith.SubIOp(k1, k0).result, step).result).result
-        # the iteration the body sees at %j: lb + (k1 - 1) * step - (j - lb)
-        top = arith.AddIOp(arith.AddIOp(lb, arith.MulIOp(arith.SubIOp(k1, i32(1)).result, step).result).result,
-                           lb).result
+        # at %j the body sees origin + sign * (j - lb): lb + (j - lb), or lb + (k1 - 1) * step - (j - lb)
+        last = arith.AddIOp(lb, arith.MulIOp(arith.SubIOp(k1, i32(1)).result, step).result).result
+        origin = arith.SelectOp(whole, lb, last).result
+        sign = arith.SelectOp(whole, i32(1), i32(-1)).result
     iv = kl.iv
     first = ops_of(kl.body)[0]
     with ir.InsertionPoint(first), k_loop.location:
-        seen = arith.SubIOp(top, iv)
+        offset = arith.SubIOp(iv, lb)
+        seen = arith.AddIOp(origin, arith.MulIOp(sign, offset.result).result)
     for use in list(iv.uses):
-        if use.owner != seen.operation:
+        if use.owner != offset.operation:
             use.owner.operands[use.operand_number] = seen.result
     if warp_group_role(region) == attrs.CONSUMER:
         _fix_up(loop, k_loop, plan, k0, k1)
