@@ -15,8 +15,17 @@ an execute_region is exactly "a block of code run by one role").
 """
 from __future__ import annotations
 
+import sys
+import types
+
 from mlir import ir
 from mlir.dialects import irdl
+
+# The bindings look for a Python module `mlir.dialects.<namespace>` (generated op classes) for every op they wrap
+# whose dialect has none registered yet, and a failed import is not remembered: without this, compiling the linear
+# layer searched the filesystem for `mlir.dialects.tawa` 1,488 times (0.07 s). An empty module ends the search;
+# `tawa` ops keep the generic OpView, which `tawa.ir.ops` wraps.
+sys.modules.setdefault("mlir.dialects.tawa", types.ModuleType("mlir.dialects.tawa"))
 
 DIALECT_IRDL = r"""
 irdl.dialect @tawa {
