@@ -171,12 +171,13 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132) -> dict:
         return {}
     tiles = dict((c, sym) for c, sym in info.get("tiles", []))
     m, n = extents.get(tiles["BLOCK_M"]), extents.get(tiles["BLOCK_N"])
-    others = [name for name, _, _ in info.get("symbols", []) if name not in tiles.values()]
-    k = extents.get(others[0]) if len(others) == 1 else None
+    k = extents.get(_reduction_symbol(info))
     if m is None or n is None:
         return {}
     if m > SMALL_M:
-        return _stream_k_default(info, m, n, k, sms)
+        shares = info.get("dots") == 1 and k is not None and k >= MIN_K_STREAM_K and \
+            _stream_k_shares(info, Config({}), extents, grid_programs(info, Config({}), extents), sms)
+        return {"schedule": "streamk"} if shares else {}
     config = {"BLOCK_M": SMALL_M, "BLOCK_N": 128}
     programs = -(-m // SMALL_M) * -(-n // 128)
     for splits in (4, 2):
@@ -186,15 +187,11 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132) -> dict:
     return config
 
 
-def _stream_k_default(info: dict, m: int, n: int, k, sms: int) -> dict:
-    """{"schedule": "streamk"} where the kernel's own tiles would leave a sparse last wave worth sharing, else {}."""
-    constants = info.get("constants", {})
-    block_m, block_n, block_k = (constants.get(c) for c in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-    if info.get("dots") != 1 or k is None or k < MIN_K_STREAM_K or \
-            not all(isinstance(b, int) and b > 0 for b in (block_m, block_n, block_k)):
-        return {}
-    tiles = tile_plan.cdiv(m, block_m) * tile_plan.cdiv(n, block_n)
-    return {"schedule": "streamk"} if tile_plan.shares_tail(tiles, sms, tile_plan.cdiv(k, block_k)) else {}
+def _reduction_symbol(info: dict):
+    """The one shape symbol the grid does not tile (a GEMM's K), or None."""
+    tiled = {symbol for _, symbol in info.get("tiles", [])}
+    others = [name for name, _, _ in info.get("symbols", []) if name not in tiled]
+    return others[0] if len(others) == 1 else None
 
 
 def candidates(info: dict, configs: Optional[list], fixed: dict) -> tuple:
@@ -294,7 +291,7 @@ def prune_by_shape(info: dict, configs: list, extents: dict, sms: int = hopper.T
         elif clustered and programs is not None and programs < SPLIT_BELOW_PROGRAMS:
             pruned.append((c, f"cluster={c.get('cluster')}: the grid has {programs} programs, too few to fill the GPU "
                               f"for the shared tiles' traffic to matter"))
-        elif c.get("schedule") == "streamk" and not _stream_k_shares(info, c, extents, programs, sms):
+        elif c.get("schedule") == "streamk" and _stream_k_shares(info, c, extents, programs, sms) is False:
             pruned.append((c, f"schedule=streamk: its {programs} tiles leave no sparse last wave on {sms} SMs to "
                               f"share"))
         else:
@@ -304,16 +301,14 @@ def prune_by_shape(info: dict, configs: list, extents: dict, sms: int = hopper.T
     return still, pruned
 
 
-def _stream_k_shares(info: dict, config, extents: dict, programs, sms: int) -> bool:
-    """Whether a stream-K candidate would share its tail at these extents (True where that cannot be told: the
-    tiles, the K extent or BLOCK_K unknown)."""
-    tiled = {symbol for _, symbol in info.get("tiles", [])}
-    others = [name for name, _, _ in info.get("symbols", []) if name not in tiled]
+def _stream_k_shares(info: dict, config, extents: dict, programs, sms: int):
+    """Whether the kernel under `config` as stream-K, its grid `programs` tiles, would share its tail at these
+    extents (`tawa.tile_plan.shares_tail`); None where that cannot be told (the tiles, K or BLOCK_K unknown)."""
+    k = extents.get(_reduction_symbol(info))
     block_k = constant_value(info, config, "BLOCK_K")
-    if programs is None or len(others) != 1 or others[0] not in extents or not isinstance(block_k, int) or \
-            isinstance(block_k, bool) or block_k <= 0:
-        return True
-    return tile_plan.shares_tail(programs, sms, tile_plan.cdiv(extents[others[0]], block_k))
+    if programs is None or k is None or not isinstance(block_k, int) or isinstance(block_k, bool) or block_k <= 0:
+        return None
+    return tile_plan.shares_tail(programs, sms, tile_plan.cdiv(k, block_k))
 
 
 def grid_programs(info: dict, config, extents: dict):

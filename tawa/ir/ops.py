@@ -208,6 +208,24 @@ class SplitKSumOp(OpView):
     result = property(lambda self: self.op.results[0])
 
 
+def _i32_attr(value: int) -> ir.IntegerAttr:
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(32), value)
+
+
+def create_split_k_store(partial: ir.Value, tile: ir.Value, split: ir.Value, slot: int) -> ir.Operation:
+    return ir.Operation.create(SplitKStoreOp.NAME, operands=[partial, tile, split], attributes={"slot": _i32_attr(slot)})
+
+
+def create_split_k_arrive(tile: ir.Value, splits: int) -> ir.Value:
+    return ir.Operation.create(SplitKArriveOp.NAME, results=[ir.IntegerType.get_signless(1)], operands=[tile],
+                               attributes={"splits": _i32_attr(splits)}).results[0]
+
+
+def create_split_k_sum(partial: ir.Value, tile: ir.Value, split: ir.Value, slot: int, splits: int) -> ir.Value:
+    return ir.Operation.create(SplitKSumOp.NAME, results=[partial.type], operands=[partial, tile, split],
+                               attributes={"slot": _i32_attr(slot), "splits": _i32_attr(splits)}).results[0]
+
+
 # ---- arefs -----------------------------------------------------------------------------------------------
 class ArefCreateOp(OpView):
     NAME = "tawa.aref_create"

@@ -204,6 +204,13 @@ def _is_splat(value) -> bool:
     return op is not None and op.name == SplatOp.NAME
 
 
+def _branch_values(if_op) -> list:
+    """(result, value the then-branch yields for it, value the else-branch yields) of an `scf.if` with results
+    (which always has both branches)."""
+    yields = [ops_of(region.blocks[0])[-1].operands for region in if_op.regions]
+    return list(zip(if_op.results, yields[0], yields[1]))
+
+
 def _assign(ops: list, W: int, ctx) -> None:
     """Layouts for the tiles produced by `ops` (one kernel body or one warp-group region) over W warps."""
     smem = set()
@@ -244,11 +251,9 @@ def _assign(ops: list, W: int, ctx) -> None:
             anchor[op.results[0]] = L.expand(anchor[ExpandDimsOp(op).src], ExpandDimsOp(op).axis)
         elif name == SplitKSumOp.NAME and SplitKSumOp(op).value in anchor:
             anchor[op.results[0]] = anchor[SplitKSumOp(op).value]
-        elif name == "scf.if" and op.results and len(op.regions[1].blocks):
+        elif name == "scf.if" and op.results:
             # (before its branches: a value either yields from outside, as stream-K's accumulator, anchors it)
-            then_yield = ops_of(op.regions[0].blocks[0])[-1]
-            else_yield = ops_of(op.regions[1].blocks[0])[-1]
-            for res, v, w in zip(op.results, then_yield.operands, else_yield.operands):
+            for res, v, w in _branch_values(op):
                 if _is_tile(res) and (v in anchor or w in anchor):
                     anchor[res] = anchor.get(v) or anchor[w]
         elif name == ForOp.NAME:
@@ -319,7 +324,6 @@ def _assign(ops: list, W: int, ctx) -> None:
             return
         res = op.results[0]
         if name == "scf.for":
-            body = op.regions[0].blocks[0]
             descs = []
             for res_j, barg, init in zip(op.results, ForOp(op).iter_args, ForOp(op).inits):
                 if _is_tile(res_j):
@@ -334,9 +338,7 @@ def _assign(ops: list, W: int, ctx) -> None:
             # Before its branches (and the ops after it) are visited: a value a branch yields from outside
             # decides, the then-branch's first (an elided mask yields the unmasked tile; a stream-K epilogue's
             # else-branch the accumulator), else the branches' own values, later.
-            then_yield = ops_of(op.regions[0].blocks[0])[-1]
-            else_yield = ops_of(op.regions[1].blocks[0])[-1] if len(op.regions[1].blocks) else then_yield
-            for res_j, v, w in zip(op.results, then_yield.operands, else_yield.operands):
+            for res_j, v, w in _branch_values(op):
                 if _is_tile(res_j):
                     lay = want.get(res_j) or lay_of(v) or lay_of(w)
                     if lay is not None:
@@ -377,10 +379,8 @@ def _assign(ops: list, W: int, ctx) -> None:
 
     for op in ops:
         if op.name == "scf.if" and op.results:
-            then_yield = ops_of(op.regions[0].blocks[0])[-1]
-            else_yield = ops_of(op.regions[1].blocks[0])[-1] if len(op.regions[1].blocks) else then_yield
             descs = []
-            for res, v, w in zip(op.results, then_yield.operands, else_yield.operands):
+            for res, v, w in _branch_values(op):
                 if _is_tile(res):
                     # either branch's value decides: the then-branch's may be a nested scf.if's, not laid out yet
                     lay = layout.get(res) or want.get(res) or lay_of(v) or lay_of(w) or default(res)

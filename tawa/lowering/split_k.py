@@ -38,10 +38,10 @@ from tawa.errors import CompilationError
 from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernel_name, kernels
 from tawa.ir.location import source_location
-from tawa.ir.ops import (DotOp, ForOp, NumProgramsOp, ProgramIdOp, SplitKArriveOp, SplitKStoreOp, SplitKSumOp,
-                         StoreOp, is_zero_splat)
+from tawa.ir.ops import (DotOp, ForOp, NumProgramsOp, ProgramIdOp, StoreOp, create_split_k_arrive,
+                         create_split_k_store, create_split_k_sum, is_zero_splat)
 from tawa.ir.traversal import defining_op, ops_of, walk
-from tawa.lowering.ws_ir import i32, program_query
+from tawa.lowering.ws_ir import i32, program_query, redirect_uses, trip_count
 
 
 def reduction_loop(func) -> tuple:
@@ -126,8 +126,7 @@ def split_kernel(func, splits: int) -> None:
     lb, ub, step = fl.bounds
     with ir.InsertionPoint(loop), loop.location:
         # Trip count T, then this split's iterations [s T / S, (s + 1) T / S): shares differ by at most one.
-        span = arith.MaxSIOp(arith.SubIOp(ub, lb).result, i32(0)).result
-        trips = arith.DivUIOp(arith.AddIOp(span, arith.SubIOp(step, i32(1)).result).result, step).result
+        trips = trip_count(lb, ub, step)
         first = arith.DivUIOp(arith.MulIOp(split, trips).result, s).result
         end = arith.DivUIOp(arith.MulIOp(arith.AddIOp(split, i32(1)).result, trips).result, s).result
         new_lb = arith.AddIOp(lb, arith.MulIOp(first, step).result).result
@@ -136,27 +135,16 @@ def split_kernel(func, splits: int) -> None:
     loop.operands[1] = new_ub
     # After the loop: keep the partials, count the arrival, and run the rest only in the last program.
     rest = ops_of(block)[ops_of(block).index(loop) + 1:-1]
-    t32 = ir.IntegerType.get_signless(32)
     with ir.InsertionPoint(ops_of(block)[-1]), loop.location:
         for slot, acc in enumerate(fl.results):
-            ir.Operation.create(SplitKStoreOp.NAME, operands=[acc, tile, split],
-                                attributes={"slot": ir.IntegerAttr.get(t32, slot)})
-        last = ir.Operation.create(SplitKArriveOp.NAME, results=[ir.IntegerType.get_signless(1)], operands=[tile],
-                                   attributes={"splits": ir.IntegerAttr.get(t32, splits)}).results[0]
-        branch = scf.IfOp(last)
+            create_split_k_store(acc, tile, split, slot)
+        branch = scf.IfOp(create_split_k_arrive(tile, splits))
         with ir.InsertionPoint(branch.then_block):
-            sums = [ir.Operation.create(SplitKSumOp.NAME, results=[acc.type], operands=[acc, tile, split],
-                                        attributes={"slot": ir.IntegerAttr.get(t32, slot),
-                                                    "splits": ir.IntegerAttr.get(t32, splits)}).results[0]
-                    for slot, acc in enumerate(fl.results)]
+            sums = [create_split_k_sum(acc, tile, split, slot, splits) for slot, acc in enumerate(fl.results)]
             tail = scf.YieldOp([])
     for op in rest:
         op.move_before(tail)
-    for op in rest:
-        for inner in [op, *walk(op)]:
-            for i, v in enumerate(inner.operands):
-                if v in fl.results:
-                    inner.operands[i] = sums[list(fl.results).index(v)]
+    redirect_uses(rest, fl.results, sums)
     attrs.SPLIT_K.set(func, splits)
 
 

@@ -62,11 +62,11 @@ from tawa.errors import InternalCompilerError
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
 from tawa.ir.location import where
-from tawa.ir.ops import (ArefGetOp, ArefPutOp, DotOp, ForOp, LoadOp, SplitKArriveOp, SplitKStoreOp, SplitKSumOp,
-                         warp_group_role, warp_groups)
+from tawa.ir.ops import (ArefGetOp, ArefPutOp, DotOp, ForOp, LoadOp, create_split_k_arrive, create_split_k_store,
+                         create_split_k_sum, warp_group_role, warp_groups)
 from tawa.ir.traversal import backward_slice, ops_of, walk
 from tawa.lowering import split_k, ws_ir
-from tawa.lowering.ws_ir import i32
+from tawa.lowering.ws_ir import i32, redirect_uses, trip_count
 from tawa.tile_plan import IDLE_SHARE
 
 #: CTAs that meet over one tile of the shared tail: its workspace record holds this many partials.
@@ -129,8 +129,8 @@ class _Plan:
         i64 = ir.IntegerType.get_signless(64)
         zero, one, two = i32(0), i32(1), i32(2)
         waves = arith.DivUIOp(arith.AddIOp(tiles, arith.SubIOp(ctas, one).result).result, ctas).result
-        idle = arith.SubIOp(arith.MulIOp(waves, ctas).result, tiles).result
         slots = arith.MulIOp(waves, ctas).result
+        idle = arith.SubIOp(slots, tiles).result
         sparse = arith.CmpIOp(arith.CmpIPredicate.ugt, arith.MulIOp(idle, i32(IDLE_SHARE)).result, slots).result
         several = arith.CmpIOp(arith.CmpIPredicate.ugt, tiles, ctas).result
         divisible = arith.CmpIOp(arith.CmpIPredicate.sgt, trips, one).result
@@ -141,11 +141,10 @@ class _Plan:
         mine = arith.MaxSIOp(arith.SubIOp(self.whole, cta).result, zero).result
         self.own_whole = arith.DivUIOp(arith.AddIOp(mine, arith.SubIOp(ctas, one).result).result, ctas).result
         # the shared tail: iterations [start, end) of its (tiles - whole) * trips, in 64 bits (c * I overflows)
-        per = arith.MaxSIOp(trips, one).result
-        total = arith.MulIOp(arith.ExtUIOp(i64, arith.SubIOp(tiles, self.whole).result).result,
-                             arith.ExtUIOp(i64, per).result).result
         wide = lambda v: arith.ExtUIOp(i64, v).result
         narrow = lambda v: arith.TruncIOp(ir.IntegerType.get_signless(32), v).result
+        per = arith.MaxSIOp(trips, one).result
+        total = arith.MulIOp(wide(arith.SubIOp(tiles, self.whole).result), wide(per)).result
         self.start = narrow(arith.DivUIOp(arith.MulIOp(wide(cta), total).result, wide(ctas)).result)
         self.end = narrow(arith.DivUIOp(arith.MulIOp(wide(arith.AddIOp(cta, one).result), total).result,
                                         wide(ctas)).result)
@@ -179,9 +178,7 @@ def rewrite_region(region) -> None:
     cta, tiles, ctas = tl.bounds
     lb, ub, step = kl.bounds
     with ir.InsertionPoint(tile_loop), tile_loop.location:
-        span = arith.MaxSIOp(arith.SubIOp(ub, lb).result, i32(0)).result
-        trips = arith.DivUIOp(arith.AddIOp(span, arith.SubIOp(step, i32(1)).result).result, step).result
-        plan = _Plan(cta, ctas, tiles, trips)
+        plan = _Plan(cta, ctas, tiles, trip_count(lb, ub, step))
         loop = scf.ForOp(i32(0), plan.items, i32(1), [])
         with ir.InsertionPoint(loop.body):
             tile, k0, k1, whole = plan.item(loop.induction_variable)
@@ -221,24 +218,19 @@ def _fix_up(loop, k_loop, plan: _Plan, k0, k1) -> None:
     with ir.InsertionPoint(body[-1]), k_loop.location:
         later = arith.CmpIOp(arith.CmpIPredicate.ne, k0, i32(0)).result
         cut = arith.CmpIOp(arith.CmpIPredicate.ne, k1, plan.trips).result
-        split = arith.OrIOp(later, cut).result
+        shared = arith.OrIOp(later, cut).result
         # the record of the boundary inside this tile: this CTA's own when its range ends in it, else the one
         # before (its range ends where this one begins)
         boundary = arith.SelectOp(later, arith.SubIOp(plan.cta, i32(1)).result, plan.cta).result
         half = arith.ExtUIOp(t32, later).result
-        meet = scf.IfOp(split, [i1] + [a.type for a in accs], has_else=True)
+        meet = scf.IfOp(shared, [i1] + [a.type for a in accs], has_else=True)
         with ir.InsertionPoint(meet.then_block):
             for slot, acc in enumerate(accs):
-                ir.Operation.create(SplitKStoreOp.NAME, operands=[acc, boundary, half],
-                                    attributes={"slot": ir.IntegerAttr.get(t32, slot)})
-            last = ir.Operation.create(SplitKArriveOp.NAME, results=[i1], operands=[boundary],
-                                       attributes={"splits": ir.IntegerAttr.get(t32, SHARERS)}).results[0]
+                create_split_k_store(acc, boundary, half, slot)
+            last = create_split_k_arrive(boundary, SHARERS)
             sums = scf.IfOp(last, [a.type for a in accs], has_else=True)
             with ir.InsertionPoint(sums.then_block):
-                scf.YieldOp([ir.Operation.create(SplitKSumOp.NAME, results=[acc.type], operands=[acc, boundary, half],
-                                                 attributes={"slot": ir.IntegerAttr.get(t32, slot),
-                                                             "splits": ir.IntegerAttr.get(t32, SHARERS)}).results[0]
-                             for slot, acc in enumerate(accs)])
+                scf.YieldOp([create_split_k_sum(acc, boundary, half, slot, SHARERS) for slot, acc in enumerate(accs)])
             with ir.InsertionPoint(sums.else_block):
                 scf.YieldOp(accs)
             scf.YieldOp([last] + list(sums.results))
@@ -247,13 +239,9 @@ def _fix_up(loop, k_loop, plan: _Plan, k0, k1) -> None:
         go = scf.IfOp(meet.results[0])
         with ir.InsertionPoint(go.then_block):
             end = scf.YieldOp([])
-    whole = list(meet.results)[1:]
     for op in epilogue:
         op.move_before(end)
-        for inner in [op, *walk(op)]:
-            for i, v in enumerate(inner.operands):
-                if v in accs:
-                    inner.operands[i] = whole[accs.index(v)]
+    redirect_uses(epilogue, accs, list(meet.results)[1:])
 
 
 def run(module: ir.Module, options=None) -> ir.Module:

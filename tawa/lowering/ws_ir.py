@@ -11,7 +11,7 @@ from mlir import ir
 from mlir.dialects import arith
 
 from tawa.ir.ops import ArefPutOp, ClusterSizeOp, DimOp, GridExtentOp, NumProgramsOp, ProgramIdOp
-from tawa.ir.traversal import defining_op, users
+from tawa.ir.traversal import defining_op, users, walk
 from tawa.ir.types import is_tile
 
 #: Ops without regions that compute scalar control and index math: safe to replicate into every warp group.
@@ -45,6 +45,21 @@ def computed_from_program(values) -> bool:
 def i32(value: int) -> ir.Value:
     """An i32 constant, at the current insertion point."""
     return arith.ConstantOp(ir.IntegerType.get_signless(32), value).result
+
+
+def trip_count(lb: ir.Value, ub: ir.Value, step: ir.Value) -> ir.Value:
+    """The iterations of `scf.for %i = lb to ub step step` (step > 0), at the current insertion point."""
+    span = arith.MaxSIOp(arith.SubIOp(ub, lb).result, i32(0)).result
+    return arith.DivUIOp(arith.AddIOp(span, arith.SubIOp(step, i32(1)).result).result, step).result
+
+
+def redirect_uses(ops, old: list, new: list) -> None:
+    """In `ops` and the ops nested in them, read new[i] wherever old[i] was read."""
+    for op in ops:
+        for inner in [op, *walk(op)]:
+            for i, v in enumerate(inner.operands):
+                if v in old:
+                    inner.operands[i] = new[old.index(v)]
 
 
 def program_query(name: str, axis: int) -> ir.Value:

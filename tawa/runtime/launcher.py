@@ -153,7 +153,7 @@ class _Plan:
         self.map_slots = map_slots          # [(ABI index, argument index, Geometry, by_value, name)]; the
                                             #   rank instead of a Geometry for an empty tensor (the scratch)
         self.tma_checks = tma_checks        # [(argument index, name)]: pointers TMA reads, 16-byte aligned
-        self.workspace = workspace          # (ABI index, bytes) of a split-K kernel's workspace, else None
+        self.workspace = workspace          # (ABI index, bytes) of a split-K or stream-K kernel's workspace, else None
         self.cluster = cluster              # CTAs per thread-block cluster (1: a launch without clusters)
 
 
@@ -382,8 +382,7 @@ class GpuLauncher:
                 template[j] = grid3[p.axis]
                 continue
             if p.kind == "workspace":
-                tiles = grid3[0] * grid3[1] * (grid3[2] // self.kernel.split_k)
-                workspace = (j, tiles * self.kernel.workspace_per_tile)
+                workspace = j
                 continue
             info, name = infos[p.arg], self._names[p.arg]
             if p.kind == "tensormap":
@@ -402,12 +401,16 @@ class GpuLauncher:
             else:
                 scalar_slots.append((j, p.arg, p.dtype, self._scalar_where(p)))
                 _scalar_value(args[p.arg], p.dtype, scalar_slots[-1][3])
+        # split-K: one workspace record per output tile (the programs of the grid it was written for)
+        records = grid3[0] * grid3[1] * (grid3[2] // self.kernel.split_k)
         cluster = 1
         if self.kernel.persistent:
             grid3, cluster = persistent_launch(self.kernel.cluster, grid3, self._resident_ctas(grid3, ordinal))
-        if workspace is not None and self.kernel.stream_k:
+        if self.kernel.stream_k:
             # stream-K: one record per boundary between two CTAs (`tawa.lowering.stream_k`), so one per CTA
-            workspace = (workspace[0], grid3[0] * grid3[1] * grid3[2] * self.kernel.workspace_per_tile)
+            records = grid3[0] * grid3[1] * grid3[2]
+        if workspace is not None:
+            workspace = (workspace, records * self.kernel.workspace_per_tile)
         return _Plan(grid3, ordinal if known else None, template, ptr_slots, scalar_slots, map_slots, tma_checks,
                      workspace, cluster)
 

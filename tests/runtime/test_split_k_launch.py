@@ -97,3 +97,15 @@ def test_split_beyond_the_grid_limit_is_refused(monkeypatch):
 def test_workspace_parameter_needs_a_split_kernel():
     with pytest.raises(LaunchError, match="split-K"):
         GpuLauncher(dataclasses.replace(split_kernel(), split_k=1))
+
+
+def test_a_stream_k_workspace_has_one_record_per_cta(monkeypatch):
+    """Stream-K's records are the boundaries between CTAs (`tawa.lowering.stream_k`): one per CTA launched, not
+    one per program of the grid, and the grid is not multiplied."""
+    kernel = dataclasses.replace(split_kernel(splits=1, persistent=True), stream_k=True)
+    fake, mem = _install(monkeypatch, kernel)
+    launcher = GpuLauncher(kernel)
+    launcher.launch(args(M=300, N=504))                      # 3 x 2 tiles: 6 CTAs
+    assert fake.launches[-1].grid == (6, 1, 1) and mem.allocs == [6 * PER_TILE]
+    launcher.launch(args(M=300, N=504), grid=(20, 10, 1))    # 200 tiles: one CTA per SM
+    assert fake.launches[-1].grid == (SMS, 1, 1) and mem.allocs[-1] == SMS * PER_TILE
