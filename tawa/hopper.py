@@ -39,6 +39,9 @@ NAMED_BARRIERS = 16
 #: TMA: global strides and the base address must be multiples of this many bytes; the swizzle atom TMA writes.
 TMA_ALIGN_BYTES = 16
 SWIZZLE_BYTES = 128
+#: An L2 sector. TMA reads a tile whose rows start inside one (a row pitch that is a multiple of 16 bytes but not
+#: of 32) at about half speed: the launch picks clusters that load such an operand once per pair.
+SECTOR_BYTES = 32
 
 
 #: Blocks a kernel may ask to keep resident per SM (`ctas_per_sm`): one, or two that split the SM between them.

@@ -156,17 +156,15 @@ def has_shape_defaults(info: dict) -> bool:
         block_m > SMALL_M
 
 
-def shape_defaults(info: dict, extents: dict, sms: int = 132) -> dict:
+def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fixed=None) -> dict:
     """The configuration a GEMM-family kernel compiled without tile constants launches for these extents (no
-    timing: what the measurements in docs/performance.md show wins), or {} for the kernel's own defaults.
+    timing: the rules below are fitted to the measurements in docs/performance.md), or {} for its own defaults.
 
     Applies to kernels with a dot whose grid tiles two symbols by BLOCK_M and BLOCK_N. For M <= 64 (decode
     shapes) the 64 x 128 tile; and when those tiles leave the GPU mostly idle and the one other shape symbol (K)
-    is long, split-K: the most splits (4 or 2) that keep the programs within the SMs. For larger M, a kernel of
-    one dot whose own tiles leave a sparse last wave (`tawa.tile_plan.shares_tail`: just over one wave, two and
-    a bit) over a long K launches its stream-K variant (`schedule="streamk"`), which shares that wave by K
-    iterations (1.1x to 1.4x on such shapes in docs/performance.md); where the kernel cannot take that schedule
-    (an epilogue that loads a tensor), the variant does not compile and the kernel's own runs."""
+    is long, split-K: the most splits (4 or 2) that keep the programs within the SMs. For larger M see
+    `_large_m_defaults`. `misaligned` holds the argument indices of tensors whose rows do not start on 32-byte
+    boundaries; `fixed` the options the kernel was compiled with explicitly, which no rule overrides."""
     if not has_shape_defaults(info):
         return {}
     tiles = dict((c, sym) for c, sym in info.get("tiles", []))
@@ -175,9 +173,7 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132) -> dict:
     if m is None or n is None:
         return {}
     if m > SMALL_M:
-        shares = info.get("dots") == 1 and k is not None and k >= MIN_K_STREAM_K and \
-            _stream_k_shares(info, Config({}), extents, grid_programs(info, Config({}), extents), sms)
-        return {"schedule": "streamk"} if shares else {}
+        return _large_m_defaults(info, extents, m, n, k, sms, set(misaligned), dict(fixed or {}))
     config = {"BLOCK_M": SMALL_M, "BLOCK_N": 128}
     programs = -(-m // SMALL_M) * -(-n // 128)
     for splits in (4, 2):
@@ -185,6 +181,72 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132) -> dict:
             config["split_k"] = splits
             break
     return config
+
+
+#: The tile a one-dot kernel whose own tile is 128x256 may switch to: ping-pong 128x192. Its tiles are 3/4 the
+#: size, so they quantize differently onto the SMs; per tile slot the two schedules run about level.
+PINGPONG_SWITCH = {"BLOCK_N": 192, "schedule": "pingpong"}
+#: The share of its slots a stream-K launch keeps busy, as measured against the persistent kernel on 12 shapes (its
+#: partial sums and shared epilogues cost the rest): over two waves, where every tile is shared by two CTAs, about
+#: 0.75; over three or more, where only the last waves' tiles are, about 0.87.
+STREAM_K_FILL_TWO_WAVES, STREAM_K_FILL = 0.75, 0.87
+#: Another tile or schedule replaces the kernel's own only where it fills the waves by this factor more.
+SWITCH_MARGIN = 1.05
+#: Options given explicitly under which no other tile or schedule is launched.
+_SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK_N")
+
+
+def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, misaligned: set, fixed: dict) -> dict:
+    """For M > 64: the tile and schedule that fill the GPU's waves best, and 2x1 clusters where the operand that
+    every tile row reads (B of a GEMM) has rows off the 32-byte sector grid.
+
+    - Waves. A persistent CTA computes its tiles one after another, so a launch takes as long as its fullest
+      CTA: `tawa.tile_plan.wave_fill` is the share of all the waves' tile slots that computes output. Over 41
+      shapes the measured speed of 128x256 (cooperative) against 128x192 (ping-pong) followed the ratio of their
+      fills. A one-dot kernel whose own tile is 128x256 switches to ping-pong 128x192, or to its stream-K
+      variant where that shares a sparse last wave (K >= 1024), when the other fills the waves `SWITCH_MARGIN`
+      better (1536x6144x2048: 0.73 -> 0.97, 527 -> 680 TFLOP/s).
+    - Sectors. A B row pitch that is a multiple of 16 but not 32 bytes (a bf16 N of 8 mod 16: 1000, 3000, 5000)
+      halves TMA's read rate of B; a pair of CTAs along M loading each B tile once for both (TMA multicast)
+      recovers most of it (3000x5000x2000: 465 -> 630). Stream-K cannot run in clusters, so it is not taken
+      there."""
+    consts = info.get("constants", {})
+    tiles = dict((c, sym) for c, sym in info.get("tiles", []))
+    own = (consts.get("BLOCK_M"), consts.get("BLOCK_N"))
+    if not all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in own):
+        return {}
+    may_cluster = not any(name in fixed for name in ("warp_specialize", "split_k", "cluster")) and \
+        fixed.get("schedule") != "streamk"
+    sector_bound = may_cluster and tile_plan.cdiv(m, own[0]) >= 2 and _reads_misaligned_b(info, tiles, misaligned)
+    may_switch = not any(name in fixed for name in _SCHEDULE_OPTIONS) and \
+        cluster_name(fixed.get("cluster", "1x1")) == "1x1"
+    config: dict = {}
+    # one dot over a grid of output tiles only (no batch axis, which the wave count would miss)
+    if may_switch and info.get("dots") == 1 and info.get("grid_axes") == 2:
+        own_fill = tile_plan.wave_fill(m, n, own[0], own[1], sms)
+        choices = []
+        if own == (128, 256):
+            choices.append((tile_plan.wave_fill(m, n, 128, 192, sms), dict(PINGPONG_SWITCH)))
+        programs = grid_programs(info, Config({}), extents)
+        if not sector_bound and k is not None and k >= MIN_K_STREAM_K and \
+                _stream_k_shares(info, Config({}), extents, programs, sms):
+            fill = STREAM_K_FILL_TWO_WAVES if tile_plan.cdiv(programs, sms) <= 2 else STREAM_K_FILL
+            choices.append((fill, {"schedule": "streamk"}))
+        if choices:
+            fill, switch = max(choices, key=lambda choice: choice[0])
+            if fill >= SWITCH_MARGIN * own_fill:
+                config = switch
+    if sector_bound and config.get("schedule") != "streamk":
+        config["cluster"] = "2x1"
+    return config
+
+
+def _reads_misaligned_b(info: dict, tiles: dict, misaligned: set) -> bool:
+    """Whether a tensor the grid's tile rows all read (its dims name the BLOCK_N symbol but not the BLOCK_M one:
+    B of a GEMM, W of a linear layer) is among the `misaligned` arguments."""
+    m_symbol, n_symbol = tiles.get("BLOCK_M"), tiles.get("BLOCK_N")
+    return any(index in misaligned and n_symbol in dims and m_symbol not in dims
+               for index, dims in info.get("operands", []))
 
 
 def _reduction_symbol(info: dict):

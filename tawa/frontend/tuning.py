@@ -13,8 +13,8 @@ Why here: the declaration is checked by the frontend that checks the rest of the
 located error (`file:line:col`) even from a plain `tawa.compile`, which otherwise ignores it (compiling a file that
 declares a space gives the kernel's defaults, as before). `space_info` hands the tuner, as JSON, everything it needs
 from the source: the declared space, the `const` parameters and their defaults, the shape symbols and the argument
-dimension each is read from, the grid's `cdiv(SYMBOL, CONST)` tile pairs, and whether the kernel has a `dot`, so
-`tawa.autotune` can cache it and tune on a machine without the compiler.
+dimension each is read from, each tensor's dimensions, the grid's axes and `cdiv(SYMBOL, CONST)` tile pairs, and
+whether the kernel has a `dot`, so `tawa.autotune` can cache it and tune on a machine without the compiler.
 """
 from __future__ import annotations
 
@@ -229,6 +229,26 @@ def shape_symbols(kernel: S.Kernel, constants: dict) -> dict:
     return symbols
 
 
+def tensor_dims(kernel: S.Kernel, constants: dict) -> list:
+    """[[argument index, [shape symbol or None per dim]]] for each tensor parameter of two or more dims (None: a
+    literal or constant extent), so that a launch can tell which operand a tensor is (`shape_defaults`)."""
+    out = []
+    index = 0
+    for p in kernel.params:
+        if p.type is not None and p.type.name == "const":
+            continue
+        if p.type is not None and p.type.dims and len(p.type.dims) >= 2:
+            out.append([index, [name if isinstance(name, str) and name not in constants else None
+                                for name, _line, _col in p.type.dims]])
+        index += 1
+    return out
+
+
+def grid_axes(kernel: S.Kernel) -> int:
+    """How many expressions the `@grid` declares (0 without one)."""
+    return max((len(d.args or ()) for d in kernel.decorators if d.name == "grid"), default=0)
+
+
 def grid_tiles(kernel: S.Kernel, constants: dict, symbols) -> list:
     """[(CONST, SYMBOL)] for each `cdiv(SYMBOL, CONST)` in the `@grid` expressions: the constant is the tile size
     along the symbol's extent, which is what the tuner prunes oversized tiles by."""
@@ -297,6 +317,8 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "dtype_constants": [n for n, v in constants.items() if isinstance(v, DType)],
         "symbols": [[n, arg, axis] for n, (arg, axis) in symbols.items()],      # a list: declaration order
         "tiles": [list(p) for p in grid_tiles(k, constants, symbols)],
+        "grid_axes": grid_axes(k),
+        "operands": tensor_dims(k, constants),
         "has_dot": has_dot(k),
         "dots": dot_count(k),
         "declared": declared,

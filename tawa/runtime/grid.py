@@ -198,23 +198,41 @@ def eval_grid(grid_exprs: list, bindings: dict, constants: dict) -> tuple:
     return tuple(grid)
 
 
-def cluster_size_for(cluster: Optional[Sequence[int]], tile_grid: tuple, ctas: int) -> int:
-    """The CTAs per cluster a clustered persistent kernel launches with: those its `cluster` [x, y] asks for
-    when the grid it was written for divides into clusters along that axis and at least one cluster's worth of
-    CTAs runs; else 1 (the kernel then works alone on every tile: see `tawa.lowering.persistent_tiles`)."""
+def cluster_size_for(cluster: Optional[Sequence[int]], tile_grid: tuple, most_ctas: int) -> int:
+    """The CTAs per cluster a clustered persistent kernel launches with when at most `most_ctas` CTAs run: those
+    its `cluster` [x, y] asks for, where at least one cluster's worth of tiles runs and the grid it was written
+    for divides into clusters along that axis, or where rounding the axis up costs no wave (below); else 1 (the
+    kernel then works alone on every tile: see `tawa.lowering.persistent_tiles`).
+
+    The kernel's walk rounds the axis up to whole clusters: in the last one, the CTAs past the grid compute a tile
+    outside the output (their loads read zeros, their stores are clipped away) so that their part of the shared
+    tile reaches the others. Those extra tiles are only worth it where they fit in the last wave's idle slots."""
     if not cluster or max(cluster) <= 1:
         return 1
     axis, size = cluster_axis(cluster)
-    if tile_grid[axis] % size or ctas < size:
+    tiles = tile_grid[0] * tile_grid[1] * tile_grid[2]
+    walked = _round_up(tile_grid[axis], size) * (tiles // tile_grid[axis]) if tile_grid[axis] else 0
+    ctas = min(walked, most_ctas) // size * size
+    if ctas < size:
+        return 1
+    if walked != tiles and -(-walked // ctas) > -(-tiles // min(tiles, most_ctas)):
         return 1
     return size
 
 
+def _round_up(n: int, size: int) -> int:
+    return -(-n // size) * size
+
+
 def persistent_launch(cluster: Optional[Sequence[int]], tile_grid: tuple, most_ctas: int) -> tuple:
     """((CTAs, 1, 1), CTAs per cluster): how a persistent kernel written for the 3-D `tile_grid` is launched when
-    at most `most_ctas` CTAs are to run (on the GPU, those resident at once): one per program up to that many, in
-    the clusters `cluster_size_for` allows, a whole number of them. The GPU runtime and the interpreter both
-    launch through it, so the interpreter walks tiles and clusters as the GPU does."""
-    ctas = min(tile_grid[0] * tile_grid[1] * tile_grid[2], most_ctas)
-    size = cluster_size_for(cluster, tile_grid, ctas)
+    at most `most_ctas` CTAs are to run (on the GPU, those resident at once): one per tile it walks up to that
+    many, in the clusters `cluster_size_for` allows, a whole number of them. The GPU runtime and the interpreter
+    both launch through it, so the interpreter walks tiles and clusters as the GPU does."""
+    size = cluster_size_for(cluster, tile_grid, most_ctas)
+    tiles = tile_grid[0] * tile_grid[1] * tile_grid[2]
+    if size > 1:
+        axis, _ = cluster_axis(cluster)
+        tiles = tiles // tile_grid[axis] * _round_up(tile_grid[axis], size)
+    ctas = min(tiles, most_ctas)
     return (ctas // size * size, 1, 1), size

@@ -18,6 +18,7 @@ import threading
 
 from tawa.abi import CompiledKernel
 from tawa.errors import TawaPerformanceWarning, TmaAlignmentError
+from tawa.hopper import SECTOR_BYTES
 from tawa.options import cluster_name
 
 
@@ -84,14 +85,17 @@ class ShapeVariants:
         if not self._positions:
             return None
         try:
-            key = tuple(int(args[arg].shape[axis]) for arg, axis in self._positions)
+            extents = tuple(int(args[arg].shape[axis]) for arg, axis in self._positions)
         except (IndexError, AttributeError, TypeError, ValueError):
             return None                     # the launcher's own checks say what is wrong with the arguments
+        misaligned = tuple(index for index, _ in self._info.get("operands", [])
+                           if index < len(args) and _off_sector(args[index]))
+        key = (extents, misaligned)
         if key in self._by_extents:
             return self._by_extents[key]
         from tawa.autotune.space import shape_defaults
         names = [name for name, _, _ in self._info["symbols"]]
-        config = shape_defaults(self._info, dict(zip(names, key)), self._sms)
+        config = shape_defaults(self._info, dict(zip(names, extents)), self._sms, misaligned, self._fixed)
         config = {k: v for k, v in config.items() if k not in self._fixed}
         if "schedule" in config and cluster_name(self._fixed.get("cluster", "1x1")) != "1x1":
             config = {}
@@ -113,6 +117,19 @@ class ShapeVariants:
                 smaller = {k: v for k, v in config.items() if k != "split_k"}
                 self._variants[label] = self._variant(smaller) if smaller != config else None
         return self._variants[label]
+
+
+def _off_sector(array) -> bool:
+    """Whether a tensor's rows (its next-to-last dimension) start off the 32-byte sector grid: a row pitch that
+    is not a multiple of 32 bytes (torch, numpy, CuPy; False for anything else)."""
+    try:
+        if callable(getattr(array, "stride", None)):                 # torch: strides in elements
+            pitch = array.stride(-2) * array.element_size()
+        else:                                                        # numpy, CuPy: strides in bytes
+            pitch = array.strides[-2]
+        return array.shape[-2] > 1 and int(pitch) % SECTOR_BYTES != 0
+    except (AttributeError, IndexError, TypeError, ValueError, RuntimeError):
+        return False
 
 
 class Kernel:

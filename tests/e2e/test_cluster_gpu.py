@@ -1,7 +1,8 @@
 """Thread-block clusters on the GPU (`cluster="2x1"` / `"1x2"`: pairs of CTAs share an operand tile through TMA
 multicast) against float64 torch references: fresh random inputs, NaN-poisoned outputs, ragged shapes (tiles that
 do not divide M, N or K, K smaller than BLOCK_K, a single tile, tile counts that are not a multiple of the SM
-count), grids that do not divide into pairs (launched without clusters, each CTA copying the whole tile itself),
+count), grids that do not divide into pairs (rounded up where that costs no wave, the extra CTA computing a tile
+past the output; else launched without clusters, each CTA copying the whole tile itself),
 both persistent schedules and every fused epilogue of the examples. Each test also checks which cluster size the
 runtime launched with."""
 import pytest
@@ -11,9 +12,10 @@ from e2e_support import (bias_act_case, check_launch, compiled, fp8_case, gemm_c
 
 pytestmark = pytest.mark.gpu
 
-#: (M, N, K) -> with 128x256 tiles: tile rows / columns even or odd, ragged, K < BLOCK_K, one tile, 594 tiles.
+#: (M, N, K) -> with 128x256 tiles: tile rows / columns even or odd, ragged, K < BLOCK_K, one tile, 594 tiles;
+#: 33 x 16 tiles, whose odd rows would cost a fifth wave to round up (launched without clusters).
 SHAPES = [(4096, 4096, 4096), (1000, 6000, 712), (129, 72, 88), (64, 200, 8), (100, 120, 40), (2176, 2304, 256),
-          (8448, 2304, 520), (300, 1104, 64)]
+          (8448, 2304, 520), (300, 1104, 64), (4224, 4096, 136)]
 
 
 @pytest.fixture
@@ -23,10 +25,16 @@ def clusters(monkeypatch):
 
 
 def _pairs(shape, tile, dims) -> int:
-    """The cluster size the runtime should pick: 2 where the tile grid divides into pairs along the axis."""
+    """The cluster size the runtime should pick: 2 where the tile grid divides into pairs along the axis, or where
+    one more row (column) of tiles fits in the idle slots of the last wave; else 1."""
+    import torch
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     tiles = (-(-shape[0] // tile[0]), -(-shape[1] // tile[1]))
     axis = 0 if dims == "2x1" else 1
-    return 2 if tiles[axis] % 2 == 0 and tiles[0] * tiles[1] >= 2 else 1
+    if tiles[axis] % 2 == 0:
+        return 2
+    total, padded = tiles[0] * tiles[1], (tiles[axis] + 1) * tiles[1 - axis]
+    return 2 if -(-padded // (min(padded, sms) // 2 * 2)) == -(-total // min(total, sms)) else 1
 
 
 @pytest.mark.parametrize("schedule,tile", [("persistent", (128, 256)), ("pingpong", (128, 128)),

@@ -412,6 +412,42 @@ def test_cluster_tiles_visit_every_tile_once():
                 np.testing.assert_allclose(args[2], ref, rtol=1e-5, atol=1e-5, err_msg=f"{dims} {M}x{N} {ctas}")
 
 
+@pytest.mark.parametrize("name,dims,schedule", [
+    ("gemm", "2x1", "persistent"), ("gemm", "1x2", "pingpong"), ("linear_gelu_residual", "2x1", "pingpong"),
+    ("gemm_fp8", "2x1", "persistent")])
+def test_clusters_round_an_odd_grid_up(name, dims, schedule):
+    """5 x 3 tiles on 20 CTAs: the runtime rounds the paired axis up (6 x 3 or 5 x 4 tiles, still one wave), so the
+    last pair's second CTA computes a tile past the output. Its loads read zeros (the linear layer's bias and
+    residual too, and the FP8 GEMM's row scales) and its stores are clipped away: the output is the sequential
+    kernel's, under interleavings."""
+    from tawa.runtime.grid import persistent_launch
+    from tawa.runtime.interpreter import compile_kernel
+    M, N, K = 130, 70, 40
+    rng = np.random.default_rng(3)
+    if name == "gemm":
+        consts, make_args, ref = gemm_case(M, N, K, 16, 2)
+        out = 2
+    elif name == "gemm_fp8":
+        (make_args, _), consts, out = fp8_case(M, N, K, 4), {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, 4
+    else:
+        X, W = rng.standard_normal((M, K)).astype(BF16), rng.standard_normal((N, K)).astype(BF16)
+        bias, R = rng.standard_normal(N).astype(BF16), rng.standard_normal((M, N)).astype(BF16)
+        consts, out = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}, 4
+        make_args = lambda: [X.copy(), W.copy(), bias.copy(), R.copy(), np.full((M, N), np.nan, BF16)]
+    plain = build(name, consts, specialize=False)
+    expected = make_args()
+    run_kernel(plain, expected, grid_of(plain, expected))
+    m = build(name, consts, num_buffers=2, schedule=schedule, cluster=dims)
+    grid = grid_of(m, make_args())
+    assert persistent_launch([int(d) for d in dims.split("x")], grid + (1,) * (3 - len(grid)), 20)[1] == 2
+    program = compile_kernel(m)
+    for seed in range(8):
+        args = make_args()
+        args[out][:] = np.nan
+        program.run(args, grid, seed=seed, ctas=20)
+        np.testing.assert_array_equal(args[out], expected[out], err_msg=f"seed {seed}")
+
+
 def test_cluster_swiglu_interleavings():
     """1x2: the pair shares A; each of B1 and B2 is its own."""
     make_args, ref = swiglu_case(45, 64, 140, 22)

@@ -73,16 +73,19 @@ def test_grid_parameters_need_a_persistent_kernel():
         GpuLauncher(k)
 
 
-# ---- clusters: launched where the grid divides into them, as many as the device holds at once --------------------
+# ---- clusters: launched where the grid divides into them, or where rounding it up costs no wave, as many as the
+# device holds at once
 def clustered_kernel(dims):
     return dataclasses.replace(persistent_kernel(), cluster=list(dims))
 
 
 @pytest.mark.parametrize("dims,M,N,cluster,ctas", [
     ((2, 1), 4096, 4096, 2, 132),     # 32 x 16 tiles: pairs along M
-    ((2, 1), 300, 504, 1, 6),         # 3 tile rows: no pairs, a launch without clusters
+    ((2, 1), 300, 504, 2, 8),         # 3 tile rows rounded up to 2 pairs: 8 tiles, still one wave
     ((1, 2), 300, 504, 2, 6),         # 2 tile columns: pairs along N
-    ((1, 2), 4096, 4224, 1, 132),     # 33 tile columns
+    ((1, 2), 4096, 4224, 2, 132),     # 17 tile columns rounded up to 18: still 5 waves
+    ((1, 2), 128 * 44, 256 * 3, 1, 132),    # 44 x 3 tiles are one wave; a 4th column would cost a second
+    ((2, 1), 128 * 17, 256 * 33, 2, 132),   # 17 x 33 tiles: 18 rows fit in the 5th wave's idle slots
     ((2, 1), 256, 128, 2, 2),         # one pair
     ((2, 1), 128 * 134, 128, 2, 132), # 134 tiles: 66 pairs at once
 ])

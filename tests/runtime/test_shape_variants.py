@@ -13,7 +13,7 @@ from tawa.runtime.kernel import Kernel, ShapeVariants
 
 INFO = {"name": "gemm", "constants": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64},
         "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]], "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]],
-        "has_dot": True, "dots": 1}
+        "grid_axes": 2, "operands": [[0, ["M", "K"]], [1, ["K", "N"]], [2, ["M", "N"]]], "has_dot": True, "dots": 1}
 
 
 class FakeLauncher:
@@ -27,6 +27,26 @@ class FakeLauncher:
 class Array:
     def __init__(self, *shape):
         self.shape = shape
+
+
+class Strided(Array):
+    """numpy's and CuPy's view: strides in bytes."""
+    def __init__(self, *shape, itemsize=2):
+        super().__init__(*shape)
+        self.strides = (shape[1] * itemsize, itemsize)
+
+
+class TorchLike(Array):
+    """torch's view: stride(dim) in elements, element_size() in bytes."""
+    def __init__(self, *shape, row=None):
+        super().__init__(*shape)
+        self._row = shape[1] if row is None else row
+
+    def stride(self, dim):
+        return (self._row, 1)[dim]
+
+    def element_size(self):
+        return 2
 
 
 def fake_kernel(label, shapes=None) -> Kernel:
@@ -109,6 +129,14 @@ def test_a_kernel_that_cannot_stream_k_launches_itself(gemm):
     assert tried == [{"schedule": "streamk"}] and gemm._launcher.calls == [None, None]
 
 
+def test_b_rows_off_the_sector_grid_launch_the_clustered_variant(gemm, made):
+    gemm(Strided(8192, 4096), Strided(4096, 5000), Strided(8192, 5000))     # B's rows 10000 bytes apart
+    gemm(Strided(8192, 4096), Strided(4096, 5008), Strided(8192, 5008))     # 10016: on the grid
+    gemm(TorchLike(8192, 4096), TorchLike(4096, 5000), TorchLike(8192, 5000))
+    gemm(TorchLike(8192, 4096), TorchLike(4096, 5000, row=5008), TorchLike(8192, 5000))   # a padded view of B
+    assert made == [{"cluster": "2x1"}] and gemm._launcher.calls == [None, None]
+
+
 def test_arguments_without_shapes_launch_the_kernel(gemm):
     gemm(object(), object(), object())                # the launcher's own checks report these
     assert gemm._launcher.calls == [None]
@@ -130,7 +158,9 @@ def test_compile_attaches_variants_only_without_tile_constants(tmp_path, monkeyp
     variant = k.variant_for(*gemm_args(8, 4096, 4096))
     assert variant.compiled.constants["BLOCK_M"] == 64 and variant.compiled.split_k == 4
     assert variant._shapes is None
-    assert k.variant_for(*gemm_args(512, 4096, 4096)) is k
+    assert k.variant_for(*gemm_args(4096, 4096, 4096)) is k
+    pingpong = k.variant_for(*gemm_args(1536, 6144, 2048))       # 288 tiles of 128 x 256, 384 of 128 x 192
+    assert pingpong.compiled.constants["BLOCK_N"] == 192 and "pingpong" in " ".join(pingpong.notes)
     sk = k.variant_for(*gemm_args(2112, 2048, 8192))
     assert sk.compiled.stream_k and sk.compiled.constants["BLOCK_N"] == 256
 

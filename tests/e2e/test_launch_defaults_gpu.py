@@ -1,0 +1,73 @@
+"""The launch-time choices of a kernel compiled without tile constants (`tawa.autotune.space.shape_defaults`), on
+the GPU: the ping-pong 128x192 tile where 128x256 tiles fill the waves badly, 2x1 clusters where B's rows start
+off the 32-byte sector grid (an odd tile-row count rounded up to pairs), for the GEMM, FP8 and linear-layer
+examples. Each case checks the variant chosen and the cluster size launched, then the output: fresh random inputs,
+a NaN-poisoned output, two launches, against float64."""
+import pytest
+
+from e2e_support import EXAMPLES, PREFILL, check_launch, fp8_case, gemm_case, linear_case, record_launches
+
+pytestmark = pytest.mark.gpu
+
+
+class Shaped:
+    """An argument's shape and its strides in bytes (a contiguous tensor), as numpy reports them."""
+
+    def __init__(self, *shape, itemsize=2):
+        self.shape = shape
+        self.strides = tuple(itemsize * _product(shape[i + 1:]) for i in range(len(shape)))
+
+
+def _product(extents) -> int:
+    out = 1
+    for e in extents:
+        out *= e
+    return out
+
+
+#: (example, M, N, K) -> (BLOCK_N, schedule named in the notes, cluster size launched on 132 SMs)
+CASES = {
+    # B's rows 10000 bytes apart; 480 tiles of 128x256 fill 0.87 of 4 waves, 648 of 128x192 0.93 of 5
+    ("gemm.tawa", 3000, 5000, 520): (192, "pingpong", 2),
+    # B's rows 5392 bytes apart; 51 tile rows rounded up to 26 pairs (765 -> 780 tiles, 6 waves either way)
+    ("gemm.tawa", 6504, 2696, 264): (192, "pingpong", 2),
+    # aligned: 288 tiles of 128x256 fill 0.73 of 3 waves, 384 of 128x192 0.97
+    ("gemm.tawa", 1536, 6144, 256): (192, "pingpong", 1),
+    ("gemm_fp8.tawa", 1536, 6144, 512): (192, "pingpong", 1),
+    # the linear layer's W [N, K] with rows 1424 bytes apart: its own 128x192 ping-pong tile, in pairs
+    ("linear_gelu_residual.tawa", 1000, 3000, 712): (192, "pingpong", 2),
+}
+
+
+def _arguments(example, m, n, k):
+    if example == "gemm.tawa":
+        return [Shaped(m, k), Shaped(k, n), Shaped(m, n)]
+    if example == "gemm_fp8.tawa":
+        return [Shaped(m, k, itemsize=1), Shaped(n, k, itemsize=1), Shaped(m, itemsize=4), Shaped(n, itemsize=4),
+                Shaped(m, n)]
+    return [Shaped(m, k), Shaped(n, k), Shaped(n), Shaped(m, n), Shaped(m, n)]
+
+
+@pytest.fixture
+def clusters(monkeypatch):
+    return record_launches(monkeypatch, lambda fn, grid, block, shared, cluster: cluster)
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=lambda c: f"{c[0][:-5]}-{c[1]}x{c[2]}x{c[3]}")
+def test_default_kernel_launches_the_variant_its_shape_calls_for(case, clusters):
+    import tawa
+    example, m, n, k = case
+    block_n, schedule, pairs = CASES[case]
+    kernel = tawa.compile(str(EXAMPLES / example))
+    variant = kernel.variant_for(*_arguments(example, m, n, k))
+    assert variant is not kernel
+    assert variant.compiled.constants["BLOCK_N"] == block_n
+    assert any(f"the {schedule} schedule" in note for note in variant.notes)
+    if PREFILL:
+        pytest.skip("kernels compiled into the cache; the check runs on a GPU")
+    import torch
+    make = {"gemm.tawa": gemm_case, "gemm_fp8.tawa": fp8_case, "linear_gelu_residual.tawa": linear_case}[example]
+    args, ref = make(torch, m, n, k, seed=m + n + k)
+    check_launch(torch, kernel, args, ref, launches=2)
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert clusters == [pairs] * 2
