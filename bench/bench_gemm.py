@@ -63,6 +63,11 @@ GEMM_VARIANTS = {
     # persistent 128x256 with the tiles of a mostly idle last wave shared by K iterations (Stream-K)
     "sk_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True, "schedule": "streamk"}),
     "sk_128x128": ({"BLOCK_N": 128}, {"warp_specialize": True, "schedule": "streamk"}),
+    # split-K: the K loop of each tile split over 2 or 4 programs (the tile schedule), partials summed in a workspace
+    "split2_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True, "split_k": 2}),
+    "split4_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True, "split_k": 4}),
+    "split2_128x128": ({"BLOCK_N": 128}, {"warp_specialize": True, "split_k": 2}),
+    "split4_128x128": ({"BLOCK_N": 128}, {"warp_specialize": True, "split_k": 4}),
     "uni_128x128": ({"BLOCK_N": 128}, {"warp_specialize": False, "num_stages": 3}),
     "uni_128x256": ({"BLOCK_N": 256}, {"warp_specialize": False, "num_stages": 3, "num_warps": 8}),
 }

@@ -183,9 +183,15 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fix
     return config
 
 
-#: The tile a one-dot kernel whose own tile is 128x256 may switch to: ping-pong 128x192. Its tiles are 3/4 the
-#: size, so they quantize differently onto the SMs; per tile slot the two schedules run about level.
+#: The tiles a one-dot kernel whose own tile is 128x256 may switch to, each with what it computes per tile slot
+#: against 128x256 (measured on 14 to 42 shapes, docs/performance.md): ping-pong 128x192, whose tiles are 3/4 the
+#: size and quantize differently onto the SMs, runs level; persistent 128x128 (twice the CTAs for a grid of few
+#: tiles) at 0.93; 128x128 with K split in two (four times the programs) at 0.85, where K is long enough
+#: (SPLIT_MIN_K) for its partial sums to pay.
 PINGPONG_SWITCH = {"BLOCK_N": 192, "schedule": "pingpong"}
+NARROW_SWITCH, NARROW_RATE = {"BLOCK_N": 128, "schedule": "persistent"}, 0.93
+SPLIT_SWITCH, SPLIT_RATE = {"BLOCK_N": 128, "split_k": 2}, 0.85
+SPLIT_MIN_K = 4096
 #: The share of its slots a stream-K launch keeps busy, as measured against the persistent kernel on 12 shapes (its
 #: partial sums and shared epilogues cost the rest): over two waves, where every tile is shared by two CTAs, about
 #: 0.75; over three or more, where only the last waves' tiles are, about 0.87.
@@ -211,13 +217,12 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, mi
       recovers most of it (3000x5000x2000: 465 -> 630). Stream-K cannot run in clusters, so it is not taken
       there."""
     consts = info.get("constants", {})
-    tiles = dict((c, sym) for c, sym in info.get("tiles", []))
     own = (consts.get("BLOCK_M"), consts.get("BLOCK_N"))
     if not all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in own):
         return {}
     may_cluster = not any(name in fixed for name in ("warp_specialize", "split_k", "cluster")) and \
         fixed.get("schedule") != "streamk"
-    sector_bound = may_cluster and tile_plan.cdiv(m, own[0]) >= 2 and _reads_misaligned_b(info, tiles, misaligned)
+    sector_bound = may_cluster and tile_plan.cdiv(m, own[0]) >= 2 and bool(set(tile_row_operands(info)) & misaligned)
     may_switch = not any(name in fixed for name in _SCHEDULE_OPTIONS) and \
         cluster_name(fixed.get("cluster", "1x1")) == "1x1"
     config: dict = {}
@@ -227,6 +232,9 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, mi
         choices = []
         if own == (128, 256):
             choices.append((tile_plan.wave_fill(m, n, 128, 192, sms), dict(PINGPONG_SWITCH)))
+            choices.append((NARROW_RATE * tile_plan.wave_fill(m, n, 128, 128, sms), dict(NARROW_SWITCH)))
+            if k is not None and k >= SPLIT_MIN_K and not sector_bound:
+                choices.append((SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2), dict(SPLIT_SWITCH)))
         programs = grid_programs(info, Config({}), extents)
         if not sector_bound and k is not None and k >= MIN_K_STREAM_K and \
                 _stream_k_shares(info, Config({}), extents, programs, sms):
@@ -241,12 +249,12 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, mi
     return config
 
 
-def _reads_misaligned_b(info: dict, tiles: dict, misaligned: set) -> bool:
-    """Whether a tensor the grid's tile rows all read (its dims name the BLOCK_N symbol but not the BLOCK_M one:
-    B of a GEMM, W of a linear layer) is among the `misaligned` arguments."""
-    m_symbol, n_symbol = tiles.get("BLOCK_M"), tiles.get("BLOCK_N")
-    return any(index in misaligned and n_symbol in dims and m_symbol not in dims
-               for index, dims in info.get("operands", []))
+def tile_row_operands(info: dict) -> tuple:
+    """The argument indices of the tensors every tile row of the grid reads: their dims name the BLOCK_N symbol but
+    not the BLOCK_M one (B of a GEMM, W of a linear layer)."""
+    tiles = dict((c, sym) for c, sym in info.get("tiles", []))
+    return tuple(index for index, dims in info.get("operands", [])
+                 if tiles.get("BLOCK_N") in dims and tiles.get("BLOCK_M") not in dims)
 
 
 def _reduction_symbol(info: dict):

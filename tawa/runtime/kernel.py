@@ -57,6 +57,7 @@ class ShapeVariants:
         #: variant drops clusters by design; stream-K, which cannot run in clusters, is not taken with them).
         self._fixed = dict(fixed or {})
         self._positions = None              # [(argument index, axis)] per shape symbol; [] when not applicable
+        self._watched = ()                  # argument indices whose row alignment the rules read
         self._info = None
         self._sms = 132
         self._by_extents: dict = {}         # extents -> the Kernel to launch (None: the kernel itself)
@@ -68,15 +69,22 @@ class ShapeVariants:
             self._info = self._read_info()
         except TawaError:                   # no compiler and no cached record: launch the defaults
             self._info = None
-        from tawa.autotune.space import has_shape_defaults
-        applies = self._info is not None and has_shape_defaults(self._info)
-        self._positions = [(arg, axis) for _, arg, axis in self._info["symbols"]] if applies else []
+        self._adopt(self._info)
         if target == "cuda":
             try:
                 from tawa.runtime import driver
                 self._sms = driver.sm_count(driver.default_device())
             except Exception:               # noqa: BLE001 -- any driver trouble surfaces at the launch itself
                 pass
+
+    def _adopt(self, info) -> None:
+        """Read where the shape symbols and the operands whose row alignment the rules read (`shape_defaults`) are
+        among the arguments, from the kernel's tuning view."""
+        from tawa.autotune.space import has_shape_defaults, tile_row_operands
+        self._info = info
+        applies = info is not None and has_shape_defaults(info)
+        self._positions = [(arg, axis) for _, arg, axis in info["symbols"]] if applies else []
+        self._watched = tile_row_operands(info) if applies else ()
 
     def pick(self, args, target: str):
         """The Kernel to launch for these arguments instead of the kernel itself, or None."""
@@ -88,8 +96,7 @@ class ShapeVariants:
             extents = tuple(int(args[arg].shape[axis]) for arg, axis in self._positions)
         except (IndexError, AttributeError, TypeError, ValueError):
             return None                     # the launcher's own checks say what is wrong with the arguments
-        misaligned = tuple(index for index, _ in self._info.get("operands", [])
-                           if index < len(args) and _off_sector(args[index]))
+        misaligned = tuple(index for index in self._watched if index < len(args) and _off_sector(args[index]))
         key = (extents, misaligned)
         if key in self._by_extents:
             return self._by_extents[key]
@@ -123,11 +130,9 @@ def _off_sector(array) -> bool:
     """Whether a tensor's rows (its next-to-last dimension) start off the 32-byte sector grid: a row pitch that
     is not a multiple of 32 bytes (torch, numpy, CuPy; False for anything else)."""
     try:
-        if callable(getattr(array, "stride", None)):                 # torch: strides in elements
-            pitch = array.stride(-2) * array.element_size()
-        else:                                                        # numpy, CuPy: strides in bytes
-            pitch = array.strides[-2]
-        return array.shape[-2] > 1 and int(pitch) % SECTOR_BYTES != 0
+        strides = getattr(array, "strides", None)                   # numpy, CuPy: strides in bytes
+        pitch = strides[-2] if strides is not None else array.stride()[-2] * array.element_size()   # torch
+        return array.shape[-2] > 1 and pitch % SECTOR_BYTES != 0
     except (AttributeError, IndexError, TypeError, ValueError, RuntimeError):
         return False
 

@@ -136,6 +136,8 @@ def test_space_record_is_cached_and_read_without_the_compiler(own_cache, monkeyp
 
 
 PINGPONG = {"BLOCK_N": 192, "schedule": "pingpong"}
+NARROW = {"BLOCK_N": 128, "schedule": "persistent"}
+SPLIT = {"BLOCK_N": 128, "split_k": 2}
 
 
 @pytest.mark.parametrize("extents, expected", [
@@ -143,7 +145,7 @@ PINGPONG = {"BLOCK_N": 192, "schedule": "pingpong"}
     ({"M": 1, "N": 8192, "K": 8192}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 2}),   # 64 tiles: 2 splits
     ({"M": 64, "N": 14336, "K": 4096}, {"BLOCK_M": 64, "BLOCK_N": 128}),               # 112 tiles: no split
     ({"M": 8, "N": 4096, "K": 512}, {"BLOCK_M": 64, "BLOCK_N": 128}),                  # K too short to split
-    ({"M": 65, "N": 4096, "K": 4096}, PINGPONG),            # not small M: 16 tiles of 128 x 256, 22 of 128 x 192
+    ({"M": 65, "N": 4096, "K": 4096}, SPLIT),       # not small M: 16 tiles of 128 x 256, 64 programs split in two
     ({"M": 4096, "N": 4096, "K": 4096}, {}),                                           # 3.9 waves of tiles
     ({"M": 2112, "N": 2048, "K": 8192}, {"schedule": "streamk"}),                      # 136 tiles: 1.03 waves
     ({"M": 1100, "N": 4096, "K": 4096}, {"schedule": "streamk"}),                      # 144 tiles
@@ -152,7 +154,11 @@ PINGPONG = {"BLOCK_N": 192, "schedule": "pingpong"}
     ({"M": 2176, "N": 4096, "K": 1024}, PINGPONG),       # 272 tiles of 128 x 256 fill 0.69, 374 of 128 x 192 0.92
     ({"M": 2176, "N": 4096, "K": 1000}, PINGPONG),
     ({"M": 1536, "N": 6144, "K": 2048}, PINGPONG),                                     # fill 0.73 -> 0.97
-    ({"M": 1024, "N": 1024, "K": 1024}, PINGPONG),                                     # 32 tiles -> 48
+    ({"M": 1024, "N": 1024, "K": 1024}, NARROW),                                # 32 tiles -> 64 of 128 x 128
+    ({"M": 1024, "N": 2048, "K": 8192}, NARROW),                                # 64 -> 128 tiles: fill 0.97
+    ({"M": 1024, "N": 1024, "K": 8192}, SPLIT),                 # 64 tiles of 128 x 128, 128 programs split in two
+    ({"M": 2048, "N": 512, "K": 8192}, SPLIT),
+    ({"M": 1024, "N": 1024, "K": 2048}, NARROW),                                # K too short to split
     ({"M": 1536, "N": 5120, "K": 5120}, {}),                                           # 240 tiles: fill 0.91
     ({"M": 2816, "N": 5120, "K": 3072}, PINGPONG),                 # fill 0.83; ping-pong 0.89, stream-K 0.87
     ({"M": 4096, "N": 11008, "K": 4096}, {}),                  # fill 0.95; ping-pong 0.93
@@ -191,7 +197,11 @@ def test_an_operand_off_the_sector_grid_takes_clusters_that_load_it_once():
     assert space.shape_defaults(GEMM_INFO, {"M": 2112, "N": 2048, "K": 8192}, misaligned=b_off) == \
         dict(PINGPONG, cluster="2x1")                                  # stream-K otherwise
     assert space.shape_defaults(GEMM_INFO, {"M": 8192, "N": 5000, "K": 4096}, misaligned=(0, 2)) == {}
-    assert space.shape_defaults(GEMM_INFO, {"M": 100, "N": 5000, "K": 4096}, misaligned=b_off) == PINGPONG  # 1 row
+    # one tile row: no pairs to form, so split-K stays a choice
+    assert space.shape_defaults(GEMM_INFO, {"M": 100, "N": 5000, "K": 4096}, misaligned=b_off) == SPLIT
+    # few tiles: 128 x 128 in pairs rather than split (split-K cannot run in clusters)
+    assert space.shape_defaults(GEMM_INFO, {"M": 1000, "N": 1000, "K": 8192}, misaligned=b_off) == \
+        dict(NARROW, cluster="2x1")
     # options given explicitly: clusters asked for (or stream-K) are kept; a given schedule still pairs
     big = {"M": 8192, "N": 5000, "K": 4096}
     assert space.shape_defaults(GEMM_INFO, big, misaligned=b_off, fixed={"cluster": "1x1"}) == {}

@@ -25,7 +25,8 @@ def _product(extents) -> int:
     return out
 
 
-#: (example, M, N, K) -> (BLOCK_N, schedule named in the notes, cluster size launched on 132 SMs)
+#: (example, M, N, K) -> (BLOCK_N, schedule named in the notes, cluster size launched on 132 SMs); split-K where K
+#: is 4096 or more and the tiles are few (SPLITS)
 CASES = {
     # B's rows 10000 bytes apart; 480 tiles of 128x256 fill 0.87 of 4 waves, 648 of 128x192 0.93 of 5
     ("gemm.tawa", 3000, 5000, 520): (192, "pingpong", 2),
@@ -34,9 +35,17 @@ CASES = {
     # aligned: 288 tiles of 128x256 fill 0.73 of 3 waves, 384 of 128x192 0.97
     ("gemm.tawa", 1536, 6144, 256): (192, "pingpong", 1),
     ("gemm_fp8.tawa", 1536, 6144, 512): (192, "pingpong", 1),
+    # few tiles: 64 of 128x256 fill half the SMs, 128 of 128x128 all of them
+    ("gemm.tawa", 1024, 2048, 512): (128, "persistent", 1),
+    # fewer still and a long K: 64 tiles of 128x128, each K loop split in two
+    ("gemm.tawa", 1000, 1024, 4104): (128, "persistent", 1),
+    ("gemm_fp8.tawa", 512, 1024, 4096): (128, "persistent", 1),
     # the linear layer's W [N, K] with rows 1424 bytes apart: its own 128x192 ping-pong tile, in pairs
     ("linear_gelu_residual.tawa", 1000, 3000, 712): (192, "pingpong", 2),
 }
+
+
+SPLITS = {("gemm.tawa", 1000, 1024, 4104): 2, ("gemm_fp8.tawa", 512, 1024, 4096): 2}
 
 
 def _arguments(example, m, n, k):
@@ -63,6 +72,7 @@ def test_default_kernel_launches_the_variant_its_shape_calls_for(case, clusters)
     assert variant is not kernel
     assert variant.compiled.constants["BLOCK_N"] == block_n
     assert any(f"the {schedule} schedule" in note for note in variant.notes)
+    assert variant.compiled.split_k == SPLITS.get(case, 1)
     if PREFILL:
         pytest.skip("kernels compiled into the cache; the check runs on a GPU")
     import torch

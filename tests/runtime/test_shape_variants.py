@@ -42,8 +42,9 @@ class TorchLike(Array):
         super().__init__(*shape)
         self._row = shape[1] if row is None else row
 
-    def stride(self, dim):
-        return (self._row, 1)[dim]
+    def stride(self, dim=None):
+        strides = (self._row, 1)
+        return strides if dim is None else strides[dim]
 
     def element_size(self):
         return 2
@@ -143,8 +144,8 @@ def test_arguments_without_shapes_launch_the_kernel(gemm):
 
 
 def _prepared(shapes):
-    shapes._info, shapes._sms = INFO, 132
-    shapes._positions = [(arg, axis) for _, arg, axis in INFO["symbols"]]
+    shapes._adopt(INFO)
+    shapes._sms = 132
 
 
 def test_compile_attaches_variants_only_without_tile_constants(tmp_path, monkeypatch):
