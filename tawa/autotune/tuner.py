@@ -28,6 +28,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from tawa import hopper
 from tawa.errors import CompilationError, LaunchError, TawaError
 from tawa.options import CompileOptions
 from tawa.source import read_source
@@ -194,9 +195,12 @@ class Autotuner:
             return choice
         device_ordinal = _device_of(args)
         device = self.timer.device_name(device_ordinal)
+        launched = self._launch_default(args, extents, device_ordinal)
+        if launched is not None and launched not in candidates:
+            candidates = candidates + [launched]
         if how == "on":
             record = results.load(self.identity, device, extents)
-            if record is not None and Config(record["config"]) in self.configs:
+            if record is not None and (Config(record["config"]) in self.configs or Config(record["config"]) == launched):
                 outcome = compiling.compile_one(self.source, self.filename, Config(record["config"]), self.target,
                                                 self._defaults)
                 if outcome.kernel is not None:
@@ -207,6 +211,23 @@ class Autotuner:
         choice = self._tune(args, extents, candidates, shape_pruned, device, device_ordinal, grid, stream)
         self.choices[key] = choice
         return choice
+
+    def _launch_default(self, args, extents: dict, ordinal):
+        """The configuration the kernel compiled without tile constants launches for these arguments
+        (`space.shape_defaults`: a tile, schedule or clusters chosen by the shape), as one more candidate, so that
+        tuning never picks slower than not tuning; None where that is the kernel's own defaults."""
+        if self.target != "cuda" or not space.has_shape_defaults(self.info):
+            return None
+        from tawa.runtime.kernel import rows_off_sector
+        sms = hopper.TYPICAL_SMS
+        try:
+            from tawa.runtime import driver
+            sms = driver.sm_count(ordinal if ordinal is not None else driver.default_device())
+        except Exception:                   # noqa: BLE001 -- no driver here: the typical Hopper count
+            pass
+        misaligned = tuple(i for i in space.tile_row_operands(self.info) if i < len(args) and rows_off_sector(args[i]))
+        config = space.shape_defaults(self.info, extents, sms, misaligned, self.fixed)
+        return Config(config).merged(self.fixed) if config else None
 
     def _first_that_compiles(self, candidates: list, shape_pruned: list) -> Choice:
         errors, spilling = [], None

@@ -96,7 +96,7 @@ class ShapeVariants:
             extents = tuple(int(args[arg].shape[axis]) for arg, axis in self._positions)
         except (IndexError, AttributeError, TypeError, ValueError):
             return None                     # the launcher's own checks say what is wrong with the arguments
-        misaligned = tuple(index for index in self._watched if index < len(args) and _off_sector(args[index]))
+        misaligned = tuple(index for index in self._watched if index < len(args) and rows_off_sector(args[index]))
         key = (extents, misaligned)
         if key in self._by_extents:
             return self._by_extents[key]
@@ -126,7 +126,7 @@ class ShapeVariants:
         return self._variants[label]
 
 
-def _off_sector(array) -> bool:
+def rows_off_sector(array) -> bool:
     """Whether a tensor's rows (its next-to-last dimension) start off the 32-byte sector grid: a row pitch that
     is not a multiple of 32 bytes (torch, numpy, CuPy; False for anything else)."""
     try:
