@@ -9,7 +9,9 @@ machines:
         does not match "tuned") the example's declared tuning space per head dim and causal setting into
         DIR/tuned-cache
     python bench/bench_attention.py run   [--out DIR] [--variants REGEX] [--quick] [--json OUT] [--plot PATH]
-        load them, check against torch, time them next to the anchors, print Markdown tables
+                                          [--shapes BxHxSxD,...]
+        load them, check against torch, time them next to the anchors, print Markdown tables (on SHAPES, or the
+        shapes given)
 
 `python bench/bench_attention.py` (or `all`) does both on one machine. DIR defaults to `.carry/` in the repository
 root. The run step imports neither `mlir` nor `lark`.
@@ -673,9 +675,13 @@ if __name__ == "__main__":
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry"), help="kernel directory (default .carry/)")
     ap.add_argument("--variants", default=None, help="regex: build / run only the variants whose name matches")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and repetitions")
+    ap.add_argument("--shapes", default=None, metavar="BxHxSxD,...",
+                    help="run: time these shapes instead of SHAPES (each non-causal and causal)")
     ap.add_argument("--json", default=None, metavar="OUT", help="write the raw numbers as JSON to OUT")
     ap.add_argument("--plot", default=None, metavar="PATH", help="PNG plot path (default DIR/attention.png)")
     ns = ap.parse_args()
+    if ns.shapes:
+        SHAPES[:] = [tuple(int(x) for x in shape.split("x")) for shape in ns.shapes.split(",")]
     if ns.step in ("build", "all"):
         build(ns.out, ns.variants)
     if ns.step in ("run", "all"):
