@@ -35,9 +35,10 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
     is read or parsed: a bad value raises CompilationError naming the option.
 
     A GEMM-family kernel (a dot, a grid tiled by BLOCK_M and BLOCK_N) compiled without BLOCK_M, BLOCK_N or split_k
-    launches, for calls with M <= 64, a variant with 64-row tiles and split-K where the grid is small, and, where
-    its own tiles leave a sparse last wave over a long K (and no `schedule` was given), its stream-K variant
-    (compiled on that call's first need; `kernel.variant_for(*args)` says which kernel a call runs).
+    launches, per call, the variant its shape calls for (`tawa.autotune.space.shape_defaults`, docs/autotuning.md):
+    64-row tiles and split-K for M <= 64; another tile, split-K or stream-K where that fills the SMs' waves better;
+    2x1 clusters where B's rows are off the 32-byte sector grid. Options given here are never overridden. Variants
+    are compiled on a call's first need; `kernel.variant_for(*args)` says which kernel a call runs.
     """
     from tawa.runtime.kernel import Kernel, ShapeVariants
 

@@ -183,13 +183,16 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fix
     return config
 
 
-#: The tiles a one-dot kernel whose own tile is 128x256 may switch to, each with what it computes per tile slot
-#: against 128x256 (measured on 14 to 42 shapes, docs/performance.md): ping-pong 128x192, whose tiles are 3/4 the
-#: size and quantize differently onto the SMs, runs level; persistent 128x128 (twice the CTAs for a grid of few
-#: tiles) at 0.93; 128x128 with K split in two (four times the programs) at 0.85, where K is long enough
-#: (SPLIT_MIN_K) for its partial sums to pay.
-PINGPONG_SWITCH = {"BLOCK_N": 192, "schedule": "pingpong"}
-NARROW_SWITCH, NARROW_RATE = {"BLOCK_N": 128, "schedule": "persistent"}, 0.93
+#: The tiles a one-dot kernel whose own tile is 128x256 or 128x192 may switch between, each with its schedule and
+#: what it computes per tile slot against 128x256 (measured on 14 to 42 shapes, docs/performance.md): cooperative
+#: persistent 128x256 and ping-pong 128x192 run level (a 128x192 tile is 3/4 the size, so the two quantize
+#: differently onto the SMs); persistent 128x128 (twice the CTAs of 128x256 for a grid of few tiles) at 0.93.
+TILE_SWITCHES = {(128, 256): ({"BLOCK_N": 256, "schedule": "persistent"}, 1.0),
+                 (128, 192): ({"BLOCK_N": 192, "schedule": "pingpong"}, 1.0),
+                 (128, 128): ({"BLOCK_N": 128, "schedule": "persistent"}, 0.93)}
+#: A GEMM whose own tile is 128x256 may also split K in two over 128x128 tiles (four times the programs), at 0.85
+#: per slot, where K is long enough (SPLIT_MIN_K) for its partial sums to pay (a fused epilogue's did not: the
+#: linear layer split ran at two thirds of its own tile).
 SPLIT_SWITCH, SPLIT_RATE = {"BLOCK_N": 128, "split_k": 2}, 0.85
 SPLIT_MIN_K = 4096
 #: The share of its slots a stream-K launch keeps busy, as measured against the persistent kernel on 12 shapes (its
@@ -198,8 +201,10 @@ SPLIT_MIN_K = 4096
 STREAM_K_FILL_TWO_WAVES, STREAM_K_FILL = 0.75, 0.87
 #: Another tile or schedule replaces the kernel's own only where it fills the waves by this factor more.
 SWITCH_MARGIN = 1.05
-#: Options given explicitly under which no other tile or schedule is launched.
-_SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK_N")
+#: Options given explicitly under which no other tile or schedule is launched ...
+_SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK_N", "tma", "num_consumer_groups")
+#: ... and under which no clusters are added.
+_CLUSTER_OPTIONS = ("warp_specialize", "split_k", "cluster", "tma", "num_consumer_groups")
 
 
 def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, misaligned: set, fixed: dict) -> dict:
@@ -209,9 +214,11 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, mi
     - Waves. A persistent CTA computes its tiles one after another, so a launch takes as long as its fullest
       CTA: `tawa.tile_plan.wave_fill` is the share of all the waves' tile slots that computes output. Over 41
       shapes the measured speed of 128x256 (cooperative) against 128x192 (ping-pong) followed the ratio of their
-      fills. A one-dot kernel whose own tile is 128x256 switches to ping-pong 128x192, or to its stream-K
-      variant where that shares a sparse last wave (K >= 1024), when the other fills the waves `SWITCH_MARGIN`
-      better (1536x6144x2048: 0.73 -> 0.97, 527 -> 680 TFLOP/s).
+      fills. A one-dot kernel whose own tile is 128x256 or 128x192 switches to another of `TILE_SWITCHES`, to
+      split-K 128x128 (a 128x256 GEMM, K >= 4096), or to its stream-K variant where that shares a sparse last
+      wave (K >= 1024; not for an epilogue that loads a tensor, which stream-K refuses), when that fills the
+      waves `SWITCH_MARGIN` better, weighted by what each computes per slot (GEMM 1536x6144x2048: 0.73 -> 0.97,
+      527 -> 680 TFLOP/s; the linear layer at 1024x4096x4096: 0.65 -> 0.97, 440 -> 607).
     - Sectors. A B row pitch that is a multiple of 16 but not 32 bytes (a bf16 N of 8 mod 16: 1000, 3000, 5000)
       halves TMA's read rate of B; a pair of CTAs along M loading each B tile once for both (TMA multicast)
       recovers most of it (3000x5000x2000: 465 -> 630). Stream-K cannot run in clusters, so it is not taken
@@ -220,32 +227,37 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, mi
     own = (consts.get("BLOCK_M"), consts.get("BLOCK_N"))
     if not all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in own):
         return {}
-    may_cluster = not any(name in fixed for name in ("warp_specialize", "split_k", "cluster")) and \
-        fixed.get("schedule") != "streamk"
+    may_cluster = not any(name in fixed for name in _CLUSTER_OPTIONS) and \
+        fixed.get("schedule") in (None, "persistent", "pingpong")
     sector_bound = may_cluster and tile_plan.cdiv(m, own[0]) >= 2 and bool(set(tile_row_operands(info)) & misaligned)
     may_switch = not any(name in fixed for name in _SCHEDULE_OPTIONS) and \
         cluster_name(fixed.get("cluster", "1x1")) == "1x1"
     config: dict = {}
     # one dot over a grid of output tiles only (no batch axis, which the wave count would miss)
     if may_switch and info.get("dots") == 1 and info.get("grid_axes") == 2:
-        own_fill = tile_plan.wave_fill(m, n, own[0], own[1], sms)
+        switching = own in ((128, 256), (128, 192))
+        rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
+        own_fill = rate * tile_plan.wave_fill(m, n, own[0], own[1], sms)
+        if own_fill <= 0:                   # an empty output: nothing to launch, nothing to compile
+            return {}
         choices = []
-        if own == (128, 256):
-            choices.append((tile_plan.wave_fill(m, n, 128, 192, sms), dict(PINGPONG_SWITCH)))
-            choices.append((NARROW_RATE * tile_plan.wave_fill(m, n, 128, 128, sms), dict(NARROW_SWITCH)))
-            if k is not None and k >= SPLIT_MIN_K and not sector_bound:
-                choices.append((SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2), dict(SPLIT_SWITCH)))
+        if switching:
+            choices += [(other * tile_plan.wave_fill(m, n, bm, bn, sms), dict(switch))
+                        for (bm, bn), (switch, other) in TILE_SWITCHES.items() if (bm, bn) != own]
+        if own == (128, 256) and k is not None and k >= SPLIT_MIN_K and not sector_bound:
+            choices.append((SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2), dict(SPLIT_SWITCH)))
         programs = grid_programs(info, Config({}), extents)
-        if not sector_bound and k is not None and k >= MIN_K_STREAM_K and \
+        if not sector_bound and not info.get("epilogue_loads") and k is not None and k >= MIN_K_STREAM_K and \
                 _stream_k_shares(info, Config({}), extents, programs, sms):
             fill = STREAM_K_FILL_TWO_WAVES if tile_plan.cdiv(programs, sms) <= 2 else STREAM_K_FILL
-            choices.append((fill, {"schedule": "streamk"}))
+            choices.append((rate * fill, {"schedule": "streamk"}))
         if choices:
             fill, switch = max(choices, key=lambda choice: choice[0])
             if fill >= SWITCH_MARGIN * own_fill:
                 config = switch
     if sector_bound and config.get("schedule") != "streamk":
-        config["cluster"] = "2x1"
+        # pairs along the grid axis that tiles M, which share the tiles of B
+        config["cluster"] = "2x1" if [c for c, _ in info.get("tiles", [])].index("BLOCK_M") == 0 else "1x2"
     return config
 
 

@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 from tawa import hopper
 from tawa.errors import CompilationError, LaunchError, TawaError
-from tawa.options import CompileOptions
+from tawa.options import CompileOptions, cluster_name
 from tawa.source import read_source
 
 from . import compiling, progress, results, space
@@ -195,8 +195,14 @@ class Autotuner:
             return choice
         device_ordinal = _device_of(args)
         device = self.timer.device_name(device_ordinal)
-        launched = self._launch_default(args, extents, device_ordinal)
-        if launched is not None and launched not in candidates:
+        launched = None
+        if self.origin != "python" and (grid is None or callable(grid)):
+            # (not with candidates given from Python, which are the user's list; nor with a grid given as numbers,
+            # sized for the tiles of those candidates)
+            launched = self._launch_default(args, extents, device_ordinal)
+            if launched is not None and any(_normal(c) == _normal(launched) for c in candidates):
+                launched = None
+        if launched is not None:
             candidates = candidates + [launched]
         if how == "on":
             record = results.load(self.identity, device, extents)
@@ -327,6 +333,18 @@ def _extent(obj, axis: int, name: str) -> int:
     if axis >= len(shape):
         raise LaunchError(f"argument '{name}' has {len(shape)} dimensions {list(shape)}, expected more than {axis}")
     return int(shape[axis])
+
+
+def _normal(config) -> dict:
+    """A configuration as the kernel it compiles to: clusters by name, a 1x1 cluster the same as none."""
+    out = dict(config.as_dict() if hasattr(config, "as_dict") else config)
+    if "cluster" in out:
+        name = cluster_name(out["cluster"])
+        if name in (None, "1x1"):
+            del out["cluster"]
+        else:
+            out["cluster"] = name
+    return out
 
 
 def _device_of(args) -> Optional[int]:

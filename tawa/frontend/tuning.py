@@ -271,6 +271,19 @@ def has_dot(kernel: S.Kernel) -> bool:
     return dot_count(kernel) > 0
 
 
+def loads_after_loop(kernel: S.Kernel) -> bool:
+    """Whether the body loads a tensor after its first top-level loop (an epilogue operand: a bias, a residual, a
+    scale), which the stream-K schedule refuses."""
+    seen_loop = False
+    for statement in kernel.body:
+        if isinstance(statement, S.For):
+            seen_loop = True
+        elif seen_loop and any(isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "load"
+                               for n in _walk([statement])):
+            return True
+    return False
+
+
 def dot_count(kernel: S.Kernel) -> int:
     """The `dot` calls in the body's text."""
     return sum(isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "dot" for n in _walk(kernel.body))
@@ -321,6 +334,7 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "operands": tensor_dims(k, constants),
         "has_dot": has_dot(k),
         "dots": dot_count(k),
+        "epilogue_loads": loads_after_loop(k),
         "declared": declared,
     }
 

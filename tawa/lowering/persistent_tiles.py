@@ -55,7 +55,7 @@ from mlir.dialects import arith, scf
 from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
-from tawa.ir.location import where
+from tawa.ir.location import source_location, where
 from tawa.ir.ops import (ClusterSizeOp, GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_group_role,
                          warp_groups)
 from tawa.ir.traversal import ops_of, walk
@@ -126,6 +126,13 @@ def can_cluster(func_op, plans: list, options, schedule: str) -> tuple:
     if getattr(options, "split_k", 1) > 1:
         return False, "split-K programs of one tile would have to meet across clusters"
     axis, size = cluster_axis(options.cluster_dims())
+    for p in plans:
+        # the CTAs of a pair fill and release each other's ring slots in step: their loops must run alike
+        if _depends_on_program(p.loop.operands[:3], axis):
+            line = source_location(p.loop)
+            return False, (f"the trip count of its loop{f' on line {line.line}' if line else ''} depends on "
+                           f"program_id({axis}), so the CTAs of a cluster along it would run different numbers of "
+                           f"iterations")
     loads = [ld for p in plans for ld in p.loads]
     shared = [ld for ld in loads if multicast_parts(ld, axis, size)]
     if not shared:

@@ -18,7 +18,7 @@ import threading
 
 from tawa.abi import CompiledKernel
 from tawa.errors import TawaPerformanceWarning, TmaAlignmentError
-from tawa.hopper import SECTOR_BYTES
+from tawa.hopper import SECTOR_BYTES, TMA_ALIGN_BYTES
 from tawa.options import cluster_name
 
 
@@ -83,8 +83,8 @@ class ShapeVariants:
         from tawa.autotune.space import has_shape_defaults, tile_row_operands
         self._info = info
         applies = info is not None and has_shape_defaults(info)
-        self._positions = [(arg, axis) for _, arg, axis in info["symbols"]] if applies else []
         self._watched = tile_row_operands(info) if applies else ()
+        self._positions = [(arg, axis) for _, arg, axis in info["symbols"]] if applies else []
 
     def pick(self, args, target: str):
         """The Kernel to launch for these arguments instead of the kernel itself, or None."""
@@ -120,20 +120,33 @@ class ShapeVariants:
                 self._variants[label] = self._compile_variant(config)
             except ImportError:             # not in the kernel cache, and no compiler here: the kernel's own
                 self._variants[label] = None
-            except CompilationError:
-                smaller = {k: v for k, v in config.items() if k != "split_k"}
-                self._variants[label] = self._variant(smaller) if smaller != config else None
+            except CompilationError:        # try without split-K, then without the clusters, then give up
+                smaller = next(({k: v for k, v in config.items() if k != drop} for drop in ("split_k", "cluster")
+                                if drop in config), None)
+                self._variants[label] = self._variant(smaller) if smaller else None
         return self._variants[label]
 
 
 def rows_off_sector(array) -> bool:
-    """Whether a tensor's rows (its next-to-last dimension) start off the 32-byte sector grid: a row pitch that
-    is not a multiple of 32 bytes (torch, numpy, CuPy; False for anything else)."""
+    """Whether a tensor's rows (its next-to-last dimension) start off the 32-byte sector grid while TMA can still
+    copy them: a row pitch that is a multiple of 16 bytes but not of 32 (torch, numpy, CuPy, anything with
+    `__cuda_array_interface__`; False for anything else)."""
     try:
+        if array.shape[-2] <= 1:
+            return False
         strides = getattr(array, "strides", None)                   # numpy, CuPy: strides in bytes
-        pitch = strides[-2] if strides is not None else array.stride()[-2] * array.element_size()   # torch
-        return array.shape[-2] > 1 and pitch % SECTOR_BYTES != 0
-    except (AttributeError, IndexError, TypeError, ValueError, RuntimeError):
+        if strides is not None:
+            pitch = strides[-2]
+        elif callable(getattr(array, "stride", None)):               # torch: strides in elements
+            pitch = array.stride()[-2] * array.element_size()
+        else:
+            cai = array.__cuda_array_interface__
+            if cai.get("strides") is not None:
+                pitch = cai["strides"][-2]
+            else:                                                    # C-contiguous: the row's bytes
+                pitch = int(cai["shape"][-1]) * int(cai["typestr"][2:])
+        return pitch % TMA_ALIGN_BYTES == 0 and pitch % SECTOR_BYTES != 0
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError, RuntimeError):
         return False
 
 
@@ -204,7 +217,10 @@ class Kernel:
         if self._shapes is not None and not _dry.depth:
             variant = self._shapes.pick(args, self.target)
             if variant is not None:
-                return variant(*args, **kw)
+                try:
+                    return variant(*args, **kw)
+                except TmaAlignmentError:   # arguments TMA cannot copy and a variant whose schedule needs it
+                    pass                    # (persistent, clusters): the kernel's own variant without TMA
         launcher = self._launcher
         if launcher is not None and not kw and not _dry.depth:
             try:
@@ -226,9 +242,11 @@ class Kernel:
             try:
                 self._fallback = self._without_tma()
             except CompilationError as why:
+                self._without_tma = None    # (not tried again on every launch)
                 error.note = f"its variant without TMA does not compile either: {why.message}"
                 raise error from None
             except ImportError as why:
+                self._without_tma = None
                 error.note = (f"its variant without TMA is not in the kernel cache and this machine cannot compile "
                               f"it ({why}); compile it where the compiler is (tma=False) and copy the cache")
                 raise error from None

@@ -39,7 +39,7 @@ class FakeTimer:
 
     def __call__(self, launch, *, stream, device, config):
         self.calls.append(dict(config))
-        key = tuple(sorted(config.items()))
+        key = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in config.items()))
         if key in self.fail:
             raise self.fail[key]
         return self.times(config)

@@ -18,7 +18,7 @@ GEMM_INFO = {"name": "gemm", "params": ["A", "B", "C"],
              "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]],
              "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]], "grid_axes": 2,
              "operands": [[0, ["M", "K"]], [1, ["K", "N"]], [2, ["M", "N"]]], "has_dot": True, "dots": 1,
-             "declared": None}
+             "epilogue_loads": False, "declared": None}
 
 
 def test_gemm_info_is_what_space_info_reads_from_the_example(own_cache):
@@ -211,6 +211,14 @@ def test_an_operand_off_the_sector_grid_takes_clusters_that_load_it_once():
     # a linear layer's weight W[N, K] is the operand every tile row reads
     linear = dict(GEMM_INFO, operands=[[0, ["M", "K"]], [1, ["N", "K"]], [2, ["M", "N"]]])
     assert space.shape_defaults(linear, {"M": 8192, "N": 4096, "K": 4104}, misaligned=(0, 1)) == {"cluster": "2x1"}
+
+
+def test_the_pairs_run_along_the_grid_axis_of_m_and_nothing_is_chosen_for_an_empty_output():
+    n_first = dict(GEMM_INFO, tiles=[["BLOCK_N", "N"], ["BLOCK_M", "M"]])
+    assert space.shape_defaults(n_first, {"M": 8192, "N": 5000, "K": 4096}, misaligned=(1,)) == {"cluster": "1x2"}
+    assert space.shape_defaults(GEMM_INFO, {"M": 1536, "N": 0, "K": 2048}) == {}
+    assert space.shape_defaults(GEMM_INFO, {"M": 8192, "N": 5000, "K": 4096}, misaligned=(1,),
+                                fixed={"tma": False}) == {}
 
 
 def test_tile_switches_need_one_dot_over_a_grid_of_tiles_and_a_free_schedule():

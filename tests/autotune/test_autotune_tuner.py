@@ -339,20 +339,33 @@ def test_progress_bar_redraws_in_place_on_a_terminal():
     assert "\rt [" + "#" * 12 + "." * 12 + "] 2/4" in text and text.endswith(" ok\n") and text.count("\n") == 1
 
 
+def _gemm_declaring(configs: str) -> str:
+    """examples/gemm.tawa with its tuning space replaced by `configs`."""
+    gemm = open(os.path.join(os.path.dirname(__file__), "..", "..", "examples", "gemm.tawa")).read()
+    body = gemm[gemm.index("@grid"):]
+    return f"@autotune(key=(M, N, K), configs={configs})\n" + body
+
+
 def test_the_launch_default_is_always_a_candidate(no_results):
     """Tuning never ends slower than not tuning: the configuration `tawa.compile`'s kernel would launch for the
     shape (here ping-pong 128x192, whose 384 tiles fill the waves where 288 of 128x256 fill 0.73) is timed beside
-    the candidates given, and wins when it is the fastest."""
-    gemm = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "gemm.tawa")
+    the declared candidates, and wins when it is the fastest. Not with candidates given from Python (the user's
+    list), nor with a grid given as numbers (sized for those candidates' tiles)."""
     timer = FakeTimer(times=lambda c: 0.5 if c.get("schedule") == "pingpong" else 1.0)
-    tuner = tawa.autotune(gemm, configs=[{"BLOCK_N": 256}], timer=timer)
     m, n, k = 1536, 6144, 2048
-    a, b, c = np.empty((m, k), np.float16), np.empty((k, n), np.float16), np.empty((m, n), np.float16)
-    choice = tuner.tune(a, b, c)
+    args = lambda: (np.empty((m, k), np.float16), np.empty((k, n), np.float16), np.empty((m, n), np.float16))
+    choice = tawa.autotune(_gemm_declaring("(config(), config(BLOCK_N=128))"), timer=timer).tune(*args())
     assert {"BLOCK_N": 192, "schedule": "pingpong"} in timer.calls
     assert choice.config == {"BLOCK_N": 192, "schedule": "pingpong"}
-    # a shape the kernel's own tile suits adds nothing: one candidate left, nothing to time
+    # a declared candidate that is the same kernel is not timed twice (a 1x1 cluster is no cluster)
     timer.calls.clear()
-    square = tuner.tune(np.empty((4096, 512), np.float16), np.empty((512, 4096), np.float16),
-                        np.empty((4096, 4096), np.float16))
-    assert square.config == {"BLOCK_N": 256} and timer.calls == []
+    tawa.autotune(_gemm_declaring("(config(BLOCK_N=192, schedule=pingpong, cluster=(1, 1)), config())"),
+                  timer=timer).tune(*args())
+    assert sum(c.get("schedule") == "pingpong" for c in timer.calls[:2]) == 1 and len(timer.calls) <= 2 + 2 * 4
+    timer.calls.clear()
+    tawa.autotune(_gemm_declaring("(config(), config(BLOCK_N=128))"), timer=timer).tune(*args(), grid=(12, 24))
+    assert all(c.get("schedule") != "pingpong" for c in timer.calls)
+    timer.calls.clear()
+    tawa.autotune(_gemm_declaring("(config(),)"), configs=[{"BLOCK_N": 256}, {"BLOCK_N": 128}],
+                  timer=timer).tune(*args())
+    assert all(c.get("schedule") != "pingpong" for c in timer.calls) and timer.calls

@@ -40,6 +40,8 @@ CASES = {
     # fewer still and a long K: 64 tiles of 128x128, each K loop split in two
     ("gemm.tawa", 1000, 1024, 4104): (128, "persistent", 1),
     ("gemm_fp8.tawa", 512, 1024, 4096): (128, "persistent", 1),
+    # the linear layer: 176 tiles of its own 128x192 fill 0.65 of two waves, 128 of 128x256 0.97 of one
+    ("linear_gelu_residual.tawa", 1024, 4096, 512): (256, "persistent", 1),
     # the linear layer's W [N, K] with rows 1424 bytes apart: its own 128x192 ping-pong tile, in pairs
     ("linear_gelu_residual.tawa", 1000, 3000, 712): (192, "pingpong", 2),
 }

@@ -166,19 +166,24 @@ def test_compile_attaches_variants_only_without_tile_constants(tmp_path, monkeyp
     assert sk.compiled.stream_k and sk.compiled.constants["BLOCK_N"] == 256
 
 
-def test_linear_layer_keeps_its_own_kernel_on_a_sparse_wave(tmp_path, monkeypatch):
+def test_linear_layer_switches_tiles_but_never_to_stream_k(tmp_path, monkeypatch):
+    """The linear layer's epilogue loads its bias and residual, which stream-K refuses: the rule does not ask for
+    it (2112x2048x8192 keeps the own 128x192 tile), and picks among the tiles instead (1024x4096x4096: 176 tiles
+    of 128x192 fill 0.65 of two waves, 128 of 128x256 0.97 of one)."""
     monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path))
     path = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "linear_gelu_residual.tawa")
-    k = tawa.compile(path)
-    m, n, kk = 2112, 2048, 8192
-    args = (Array(m, kk), Array(n, kk), Array(n), Array(m, n), Array(m, n))
     from tawa.autotune import space
     from tawa.frontend import read_source
-    # the rule asks for stream-K here (one dot, 17 x 11 tiles of 128 x 192 on 132 SMs) ...
-    assert space.shape_defaults(space.space_info(*read_source(path)), {"M": m, "N": n, "K": kk}) == \
-        {"schedule": "streamk"}
-    # ... which the compiler refuses (the epilogue loads the bias and the residual): the kernel itself launches
-    assert k.variant_for(*args) is k
+    info = space.space_info(*read_source(path))
+    assert info["epilogue_loads"] and info["constants"]["BLOCK_N"] == 192
+    assert space.shape_defaults(info, {"M": 2112, "N": 2048, "K": 8192}) == {}
+    assert space.shape_defaults(info, {"M": 1024, "N": 4096, "K": 4096}) == {"BLOCK_N": 256, "schedule": "persistent"}
+    assert space.shape_defaults(info, {"M": 512, "N": 4096, "K": 4096}) == {"BLOCK_N": 128, "schedule": "persistent"}
+    k = tawa.compile(path)
+    args = lambda m, n, kk: (Array(m, kk), Array(n, kk), Array(n), Array(m, n), Array(m, n))
+    assert k.variant_for(*args(2112, 2048, 8192)) is k
+    wide = k.variant_for(*args(1024, 4096, 4096))
+    assert wide.compiled.constants["BLOCK_N"] == 256 and wide.compiled.persistent
 
 
 def test_an_explicit_schedule_is_never_overridden(tmp_path, monkeypatch):
@@ -194,3 +199,54 @@ def test_an_explicit_schedule_is_never_overridden(tmp_path, monkeypatch):
     paired = tawa.compile(path, cluster="2x1")
     assert paired.variant_for(*gemm_args(2112, 2048, 8192)) is paired
     assert tawa.compile(path, cluster="1x1").variant_for(*gemm_args(2112, 2048, 8192)).compiled.stream_k
+
+
+class CupyLike:
+    """A device array as CuPy shows it: `__cuda_array_interface__` and strides in bytes."""
+
+    def __init__(self, shape, ptr):
+        from runtime_fakes import FakeDeviceArray
+        self._array = FakeDeviceArray(shape, "bf16", ptr=ptr)
+        self.shape = tuple(shape)
+        self.strides = (shape[1] * 2, 2)
+
+    @property
+    def __cuda_array_interface__(self):
+        return self._array.__cuda_array_interface__
+
+
+@pytest.mark.parametrize("m,n,k", [(1536, 6145, 2048), (1536, 6144, 2001)], ids=["B-rows", "A-rows"])
+def test_rows_tma_cannot_copy_take_the_kernels_own_variant_without_tma(tmp_path, monkeypatch, m, n, k):
+    """A shape whose variant is persistent or clustered (which has no variant without TMA), called on rows TMA
+    cannot copy (a pitch not a multiple of 16 bytes): the launch goes to the kernel's own variant without TMA,
+    with its warning, not to an error."""
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from runtime_fakes import FakeDriver
+    from tawa.runtime import driver
+    from tawa.runtime.launcher import param_size_align
+    monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path))
+    kernel = tawa.compile(str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "gemm.tawa"))
+    fake = FakeDriver().install(monkeypatch, [param_size_align(p)[0] for p in kernel.compiled.abi])
+    monkeypatch.setattr(driver, "sm_count", lambda ordinal: 132)
+    monkeypatch.setattr(driver, "default_device", lambda: 0)
+    a, b = CupyLike((m, k), 0x7F0000000000), CupyLike((k, n), 0x7F1000000000)
+    c = CupyLike((m, n), 0x7F2000000000)
+    assert kernel.variant_for(a, b, c) is not kernel          # the shape picks a persistent variant
+    with pytest.warns(tawa.TawaPerformanceWarning, match="without TMA"):
+        kernel(a, b, c)
+    kernel(a, b, c)                                           # again: no recompiling, the same fallback
+    assert len(fake.launches) == 2 and kernel._fallback is not None
+
+
+def test_rows_off_sector_reads_every_kind_of_array():
+    from tawa.runtime.kernel import rows_off_sector
+    assert rows_off_sector(Strided(100, 5000)) and not rows_off_sector(Strided(100, 5008))
+    assert not rows_off_sector(Strided(100, 1001))          # not a multiple of 16 bytes: TMA cannot copy it at all
+    assert not rows_off_sector(Strided(1, 5000))            # one row
+    assert rows_off_sector(TorchLike(100, 5000)) and not rows_off_sector(TorchLike(100, 5000, row=5008))
+    class InterfaceOnly:                                    # only `__cuda_array_interface__` (C-contiguous)
+        shape = (100, 5000)
+        __cuda_array_interface__ = CupyLike((100, 5000), 0x7F0000000000).__cuda_array_interface__
+    assert rows_off_sector(InterfaceOnly())
+    assert not rows_off_sector(object()) and not rows_off_sector(Array(100))
