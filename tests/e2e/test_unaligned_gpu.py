@@ -65,7 +65,10 @@ def test_unaligned_rows_run_without_tma(example, constants, shape):
     torch.cuda.synchronize()
     assert not c.isnan().any()
     assert rel_err(c, ref) < 1e-2
-    assert auto.variant_for(*args, c)._fallback is not None      # (small M: the per-shape variant's)
+    # the per-shape variant's variant without TMA (small M), or the kernel's own where the variant has none
+    # (a persistent or clustered schedule)
+    variant = auto.variant_for(*args, c)
+    assert (variant._fallback or auto._fallback) is not None
 
 
 @pytest.mark.parametrize("example,constants", CASES)
