@@ -10,12 +10,12 @@ machines:
 
 `build` fills DIR/cache (the kernel cache: `TAWA_CACHE_DIR`) by asking each example's kernel which variant it
 launches for each shape; `run` launches through the same API (`kernel(*args)`) with that cache. SET is `all`
-(default), `gemm`, `few` (grids of fewer tiles than SMs), `fp8` or `linear`. DIR defaults to `.carry/defaults`.
+(default), `gemm`, `few` (grids of fewer tiles than SMs), `fp8`, `linear` or `bias_act`. DIR defaults to `.carry/defaults`.
 
 For each shape, in one process and alternating over rounds: "default" is `kernel(*args)` (the variant the shape
 picks), "own" the kernel's own tile (`kernel[grid](*args)` with the grid of its own constants, which keeps the
 kernel itself), and the anchor: torch.matmul (cuBLAS) for bf16, torch._scaled_mm with row-wise scales for FP8, the
-cuBLAS GEMM of the same shape (no epilogue) for the linear layer. Each default is first checked against float32 on
+cuBLAS GEMM of the same shape (no epilogue) for the linear layer and the GEMM + bias + GELU. Each default is first checked against float32 on
 fresh random inputs with a NaN-poisoned output.
 """
 from __future__ import annotations
@@ -52,12 +52,16 @@ FP8 = [(1536, 6144, 2048), (2176, 4096, 4096), (3072, 3072, 4096), (768, 8192, 4
 LINEAR = [(4096, 4096, 4104), (8192, 4096, 3000), (1536, 6144, 2048), (4096, 14336, 4096), (3000, 5000, 2000),
           (1024, 4096, 4096), (512, 4096, 4096), (2048, 4096, 4096), (1024, 14336, 4096), (4096, 4096, 4096),
           (1024, 11008, 4096), (512, 11008, 4096)]
+BIAS_ACT = [(4096, 4096, 4096), (8192, 8192, 4096), (1536, 6144, 2048), (2048, 2048, 8192), (1024, 4096, 4096),
+            (512, 4096, 4096), (3072, 3072, 4096), (16384, 4096, 1024), (4096, 14336, 4096), (2176, 4096, 4096)]
 SETS = {"gemm": [("gemm", s) for s in GEMM], "few": [("gemm", s) for s in FEW],
-        "fp8": [("fp8", s) for s in FP8], "linear": [("linear", s) for s in LINEAR]}
-SETS["all"] = SETS["gemm"] + SETS["few"] + SETS["fp8"] + SETS["linear"]
-SOURCES = {"gemm": "gemm.tawa", "fp8": "gemm_fp8.tawa", "linear": "linear_gelu_residual.tawa"}
+        "fp8": [("fp8", s) for s in FP8], "linear": [("linear", s) for s in LINEAR],
+        "bias_act": [("bias_act", s) for s in BIAS_ACT]}
+SETS["all"] = SETS["gemm"] + SETS["few"] + SETS["fp8"] + SETS["linear"] + SETS["bias_act"]
+SOURCES = {"gemm": "gemm.tawa", "fp8": "gemm_fp8.tawa", "linear": "linear_gelu_residual.tawa",
+           "bias_act": "gemm_bias_act.tawa"}
 #: The kernels' own tiles (their constants' defaults), for the grid that keeps the kernel itself.
-OWN_BLOCK_N = {"gemm": 256, "fp8": 256, "linear": 192}
+OWN_BLOCK_N = {"gemm": 256, "fp8": 256, "linear": 192, "bias_act": 128}
 
 
 class Shaped:
@@ -74,6 +78,8 @@ def argument_shapes(kind, m, n, k) -> list:
         return [((m, k), 2), ((k, n), 2), ((m, n), 2)]
     if kind == "fp8":
         return [((m, k), 1), ((n, k), 1), ((m,), 4), ((n,), 4), ((m, n), 2)]
+    if kind == "bias_act":
+        return [((m, k), 2), ((k, n), 2), ((n,), 4), ((m, n), 2)]
     return [((m, k), 2), ((n, k), 2), ((n,), 2), ((m, n), 2), ((m, n), 2)]
 
 
@@ -117,6 +123,13 @@ def _case(torch, kind, m, n, k):
         ref = (a.float() @ b.float().T) * sa[:, None] * sb[None, :]
         return [a, b, sa, sb], ref, lambda: torch._scaled_mm(a, b.T, scale_a=sa2, scale_b=sb2,
                                                              out_dtype=torch.bfloat16)
+    if kind == "bias_act":
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) * 0.05
+        bias = torch.randn(n, device="cuda", dtype=torch.float32)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        ref = torch.nn.functional.gelu(a.float() @ b.float() + bias, approximate="tanh")
+        return [a, b, bias], ref, lambda: torch.matmul(a, b, out=out)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.05
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
@@ -157,7 +170,7 @@ def run(out: str, only: str, json_out=None, plot=None) -> None:
               f"{res['anchor']:.0f} | {res['default'] / res['own']:.3f} | {res['default'] / res['anchor']:.3f} |",
               flush=True)
     geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-    for kind in ("gemm", "fp8", "linear"):
+    for kind in ("gemm", "fp8", "linear", "bias_act"):
         mine = [r["tflops"] for r in rows if r["set"] == kind]
         if mine:
             print(f"{kind}: geomean default / anchor {geo([t['default'] / t['anchor'] for t in mine]):.3f}, own tile / "

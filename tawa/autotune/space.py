@@ -183,10 +183,11 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fix
     return config
 
 
-#: The tiles a one-dot kernel whose own tile is 128x256 or 128x192 may switch between, each with its schedule and
-#: what it computes per tile slot against 128x256 (measured on 14 to 42 shapes, docs/performance.md): cooperative
+#: The tiles a one-dot kernel whose own tile is one of them may switch between, each with its schedule and what it
+#: computes per tile slot against 128x256 (measured on 10 to 42 shapes, docs/performance.md): cooperative
 #: persistent 128x256 and ping-pong 128x192 run level (a 128x192 tile is 3/4 the size, so the two quantize
-#: differently onto the SMs); persistent 128x128 (twice the CTAs of 128x256 for a grid of few tiles) at 0.93.
+#: differently onto the SMs); 128x128 (twice the CTAs of 128x256 for a grid of few tiles) at 0.93, persistent or
+#: as a kernel's own ping-pong tile.
 TILE_SWITCHES = {(128, 256): ({"BLOCK_N": 256, "schedule": "persistent"}, 1.0),
                  (128, 192): ({"BLOCK_N": 192, "schedule": "pingpong"}, 1.0),
                  (128, 128): ({"BLOCK_N": 128, "schedule": "persistent"}, 0.93)}
@@ -195,6 +196,11 @@ TILE_SWITCHES = {(128, 256): ({"BLOCK_N": 256, "schedule": "persistent"}, 1.0),
 #: linear layer split ran at two thirds of its own tile).
 SPLIT_SWITCH, SPLIT_RATE = {"BLOCK_N": 128, "split_k": 2}, 0.85
 SPLIT_MIN_K = 4096
+#: Below this K a cooperative tile's epilogue, which no other tile's main loop hides, weighs on a fused epilogue
+#: (one that loads a bias or a residual): there a cooperative tile computes EXPOSED_EPILOGUE_RATE of its rate per
+#: slot (GEMM + bias + GELU at 16384x4096x1024: 535 TFLOP/s cooperative 128x256 against 582 for its own
+#: ping-pong 128x128 and 622 for ping-pong 128x192, at equal fills).
+EXPOSED_EPILOGUE_K, EXPOSED_EPILOGUE_RATE = 2048, 0.85
 #: The share of its slots a stream-K launch keeps busy, as measured against the persistent kernel on 12 shapes (its
 #: partial sums and shared epilogues cost the rest): over two waves, where every tile is shared by two CTAs, about
 #: 0.75; over three or more, where only the last waves' tiles are, about 0.87.
@@ -214,11 +220,12 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, mi
     - Waves. A persistent CTA computes its tiles one after another, so a launch takes as long as its fullest
       CTA: `tawa.tile_plan.wave_fill` is the share of all the waves' tile slots that computes output. Over 41
       shapes the measured speed of 128x256 (cooperative) against 128x192 (ping-pong) followed the ratio of their
-      fills. A one-dot kernel whose own tile is 128x256 or 128x192 switches to another of `TILE_SWITCHES`, to
-      split-K 128x128 (a 128x256 GEMM, K >= 4096), or to its stream-K variant where that shares a sparse last
-      wave (K >= 1024; not for an epilogue that loads a tensor, which stream-K refuses), when that fills the
-      waves `SWITCH_MARGIN` better, weighted by what each computes per slot (GEMM 1536x6144x2048: 0.73 -> 0.97,
-      527 -> 680 TFLOP/s; the linear layer at 1024x4096x4096: 0.65 -> 0.97, 440 -> 607).
+      fills. A one-dot kernel whose own tile is one of `TILE_SWITCHES` switches to another of them (a
+      cooperative one weighs less below `EXPOSED_EPILOGUE_K` with a fused epilogue), to split-K 128x128 (a 128x256 GEMM,
+      K >= 4096), or to its stream-K variant where that shares a sparse last wave (K >= 1024; not for an epilogue
+      that loads a tensor, which stream-K refuses), when that fills the waves `SWITCH_MARGIN` better, weighted by
+      what each computes per slot (GEMM 1536x6144x2048: 0.73 -> 0.97, 527 -> 680 TFLOP/s; the linear layer at
+      1024x4096x4096: 0.65 -> 0.97, 440 -> 607).
     - Sectors. A B row pitch that is a multiple of 16 but not 32 bytes (a bf16 N of 8 mod 16: 1000, 3000, 5000)
       halves TMA's read rate of B; a pair of CTAs along M loading each B tile once for both (TMA multicast)
       recovers most of it (3000x5000x2000: 465 -> 630). Stream-K cannot run in clusters, so it is not taken
@@ -235,15 +242,19 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, mi
     config: dict = {}
     # one dot over a grid of output tiles only (no batch axis, which the wave count would miss)
     if may_switch and info.get("dots") == 1 and info.get("grid_axes") == 2:
-        switching = own in ((128, 256), (128, 192))
+        switching = own in TILE_SWITCHES
         rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
         own_fill = rate * tile_plan.wave_fill(m, n, own[0], own[1], sms)
         if own_fill <= 0:                   # an empty output: nothing to launch, nothing to compile
             return {}
+        exposed = info.get("epilogue_loads") and k is not None and k < EXPOSED_EPILOGUE_K
         choices = []
         if switching:
-            choices += [(other * tile_plan.wave_fill(m, n, bm, bn, sms), dict(switch))
-                        for (bm, bn), (switch, other) in TILE_SWITCHES.items() if (bm, bn) != own]
+            for (bm, bn), (switch, other) in TILE_SWITCHES.items():
+                if (bm, bn) != own:
+                    if exposed and switch.get("schedule") == "persistent":
+                        other *= EXPOSED_EPILOGUE_RATE
+                    choices.append((other * tile_plan.wave_fill(m, n, bm, bn, sms), dict(switch)))
         if own == (128, 256) and k is not None and k >= SPLIT_MIN_K and not sector_bound:
             choices.append((SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2), dict(SPLIT_SWITCH)))
         programs = grid_programs(info, Config({}), extents)

@@ -229,10 +229,28 @@ def test_tile_switches_need_one_dot_over_a_grid_of_tiles_and_a_free_schedule():
     for given in ({"schedule": "persistent"}, {"BLOCK_N": 256}, {"warp_specialize": True}, {"cluster": "2x1"}):
         assert space.shape_defaults(GEMM_INFO, few, fixed=given) == {}
     assert space.shape_defaults(GEMM_INFO, few, fixed={"cluster": "1x1"}) == PINGPONG
-    # a kernel whose own tile is not 128 x 256 keeps it, and still takes stream-K where that shares
+    # a kernel whose own tile is 128 x 128 switches too, and takes stream-K where that shares best
     own_128 = dict(GEMM_INFO, constants=dict(GEMM_INFO["constants"], BLOCK_N=128))
-    assert space.shape_defaults(own_128, few) == {}
+    assert space.shape_defaults(own_128, few) == PINGPONG
     assert space.shape_defaults(own_128, {"M": 1100, "N": 2048, "K": 4096}) == {"schedule": "streamk"}
+    # ... but another own tile keeps it
+    own_64 = dict(GEMM_INFO, constants=dict(GEMM_INFO["constants"], BLOCK_N=64))
+    assert space.shape_defaults(own_64, few) == {}
+
+
+def test_a_fused_epilogue_over_a_short_k_weighs_cooperative_tiles_less():
+    """Below K = 2048 a cooperative tile's epilogue is exposed: a kernel whose epilogue loads (bias, residual) does
+    not switch to one there for a few percent of fill (GEMM + bias + GELU at 16384x4096x1024 ran 535 cooperative
+    against 582 for its own ping-pong 128x128), while at K = 4096 it does (4096x4096x4096: 655 against 630), and
+    for a whole wave it still does (1024x4096x512: 128 tiles of 128x256 fill 0.97 of one wave, 256 of 128x128 0.97
+    of two)."""
+    fused = dict(GEMM_INFO, constants=dict(GEMM_INFO["constants"], BLOCK_N=128), epilogue_loads=True)
+    assert space.shape_defaults(fused, {"M": 16384, "N": 4096, "K": 1024}) == {}
+    assert space.shape_defaults(fused, {"M": 4096, "N": 4096, "K": 4096}) == {"BLOCK_N": 256, "schedule": "persistent"}
+    assert space.shape_defaults(dict(fused, epilogue_loads=False), {"M": 16384, "N": 4096, "K": 1024}) == \
+        {"BLOCK_N": 256, "schedule": "persistent"}
+    linear = dict(fused, constants=dict(GEMM_INFO["constants"], BLOCK_N=192))
+    assert space.shape_defaults(linear, {"M": 1024, "N": 4096, "K": 512}) == {"BLOCK_N": 256, "schedule": "persistent"}
 
 
 @pytest.mark.parametrize("extents, tried", [

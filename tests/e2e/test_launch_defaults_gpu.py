@@ -5,7 +5,8 @@ examples. Each case checks the variant chosen and the cluster size launched, the
 a NaN-poisoned output, two launches, against float64."""
 import pytest
 
-from e2e_support import EXAMPLES, PREFILL, check_launch, fp8_case, gemm_case, linear_case, record_launches
+from e2e_support import (EXAMPLES, PREFILL, bias_act_case, check_launch, fp8_case, gemm_case, linear_case,
+                          record_launches)
 
 pytestmark = pytest.mark.gpu
 
@@ -40,6 +41,8 @@ CASES = {
     # fewer still and a long K: 64 tiles of 128x128, each K loop split in two
     ("gemm.tawa", 1000, 1024, 4104): (128, "persistent", 1),
     ("gemm_fp8.tawa", 512, 1024, 4096): (128, "persistent", 1),
+    # GEMM + bias + GELU, own tile 128x128: 576 tiles fill 0.87 of 5 waves, 384 of 128x192 0.97 of 3
+    ("gemm_bias_act.tawa", 1536, 6144, 512): (192, "pingpong", 1),
     # the linear layer: 176 tiles of its own 128x192 fill 0.65 of two waves, 128 of 128x256 0.97 of one
     ("linear_gelu_residual.tawa", 1024, 4096, 512): (256, "persistent", 1),
     # the linear layer's W [N, K] with rows 1424 bytes apart: its own 128x192 ping-pong tile, in pairs
@@ -56,6 +59,8 @@ def _arguments(example, m, n, k):
     if example == "gemm_fp8.tawa":
         return [Shaped(m, k, itemsize=1), Shaped(n, k, itemsize=1), Shaped(m, itemsize=4), Shaped(n, itemsize=4),
                 Shaped(m, n)]
+    if example == "gemm_bias_act.tawa":
+        return [Shaped(m, k), Shaped(k, n), Shaped(n, itemsize=4), Shaped(m, n)]
     return [Shaped(m, k), Shaped(n, k), Shaped(n), Shaped(m, n), Shaped(m, n)]
 
 
@@ -78,7 +83,8 @@ def test_default_kernel_launches_the_variant_its_shape_calls_for(case, clusters)
     if PREFILL:
         pytest.skip("kernels compiled into the cache; the check runs on a GPU")
     import torch
-    make = {"gemm.tawa": gemm_case, "gemm_fp8.tawa": fp8_case, "linear_gelu_residual.tawa": linear_case}[example]
+    make = {"gemm.tawa": gemm_case, "gemm_fp8.tawa": fp8_case, "linear_gelu_residual.tawa": linear_case,
+            "gemm_bias_act.tawa": bias_act_case}[example]
     args, ref = make(torch, m, n, k, seed=m + n + k)
     check_launch(torch, kernel, args, ref, launches=2)
     if torch.cuda.get_device_properties(0).multi_processor_count == 132:
