@@ -1,5 +1,5 @@
-"""What a kernel compiled without tile constants launches per shape (`tawa.autotune.space.shape_defaults`: the
-tile, schedule and clusters chosen from the shape, no timing) against the kernel's own tile and the anchors, on
+"""What a kernel compiled without tile constants launches per shape (`tawa.autotune.launch_defaults`: the tile,
+schedule and clusters chosen from the shape, no timing) against the kernel's own tile and the anchors, on
 shapes outside the GEMM sweep: ragged and rows off the 32-byte sector grid, few tiles, grids of a few waves.
 
 Two steps, so that compilation (which needs MLIR) and execution (which needs a Hopper GPU) may run on different
@@ -10,13 +10,14 @@ machines:
 
 `build` fills DIR/cache (the kernel cache: `TAWA_CACHE_DIR`) by asking each example's kernel which variant it
 launches for each shape; `run` launches through the same API (`kernel(*args)`) with that cache. SET is `all`
-(default), `gemm`, `few` (grids of fewer tiles than SMs), `fp8`, `linear` or `bias_act`. DIR defaults to `.carry/defaults`.
+(default), `gemm`, `few` (grids of fewer tiles than SMs), `fp8`, `linear` or `bias_act`. DIR defaults to
+`.carry/defaults`.
 
 For each shape, in one process and alternating over rounds: "default" is `kernel(*args)` (the variant the shape
 picks), "own" the kernel's own tile (`kernel[grid](*args)` with the grid of its own constants, which keeps the
 kernel itself), and the anchor: torch.matmul (cuBLAS) for bf16, torch._scaled_mm with row-wise scales for FP8, the
-cuBLAS GEMM of the same shape (no epilogue) for the linear layer and the GEMM + bias + GELU. Each default is first checked against float32 on
-fresh random inputs with a NaN-poisoned output.
+cuBLAS GEMM of the same shape (no epilogue) for the linear layer and the GEMM + bias + GELU. Each default is first
+checked against float32 on fresh random inputs with a NaN-poisoned output.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """When a stream-K kernel shares its tail: the rule the compiled kernel evaluates and the runtime predicts.
 
 Pure Python (no MLIR), so that the runtime can choose a kernel's stream-K variant for a launch (see
-`tawa.autotune.space.shape_defaults`) by the same rule the kernel applies to itself on the GPU
+`tawa.autotune.launch_defaults.shape_defaults`) by the same rule the kernel applies to itself on the GPU
 (`tawa.lowering.stream_k`, which emits it as IR).
 """
 from __future__ import annotations

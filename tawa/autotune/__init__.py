@@ -9,7 +9,8 @@
     tawa.autotune.import_results("tuned.json")                    # ... and read in where no compiler is installed
 
 This module is callable (`tawa.autotune(...)` builds an `Autotuner`) and holds the functions around it. The parts:
-`config` (one candidate), `space` (where candidates come from, shape pruning), `compiling` (parallel compiles
+`config` (one candidate), `space` (where candidates come from, shape pruning), `launch_defaults` (what a kernel
+compiled without tile constants launches per shape, untuned; also one more candidate), `compiling` (parallel compiles
 through the kernel cache, pruning), `tuner` (the launchable object, choosing and timing), `results` (records on
 disk, export and import), `progress` (the progress bar); timing itself is `tawa.runtime.timing`. Nothing here
 imports MLIR or Lark until something must be compiled or parsed.

@@ -33,7 +33,7 @@ from tawa.errors import CompilationError, LaunchError, TawaError
 from tawa.options import CompileOptions, cluster_name
 from tawa.source import read_source
 
-from . import compiling, progress, results, space
+from . import compiling, launch_defaults, progress, results, space
 from .config import Config, parse_configs
 from .errors import AutotuneError
 
@@ -206,7 +206,8 @@ class Autotuner:
             candidates = candidates + [launched]
         if how == "on":
             record = results.load(self.identity, device, extents)
-            if record is not None and (Config(record["config"]) in self.configs or Config(record["config"]) == launched):
+            stored = Config(record["config"]) if record is not None else None
+            if stored is not None and (stored in self.configs or stored == launched):
                 outcome = compiling.compile_one(self.source, self.filename, Config(record["config"]), self.target,
                                                 self._defaults)
                 if outcome.kernel is not None:
@@ -220,9 +221,9 @@ class Autotuner:
 
     def _launch_default(self, args, extents: dict, ordinal):
         """The configuration the kernel compiled without tile constants launches for these arguments
-        (`space.shape_defaults`: a tile, schedule or clusters chosen by the shape), as one more candidate, so that
-        tuning never picks slower than not tuning; None where that is the kernel's own defaults."""
-        if self.target != "cuda" or not space.has_shape_defaults(self.info):
+        (`launch_defaults.shape_defaults`: a tile, schedule or clusters chosen by the shape), as one more candidate,
+        so that tuning never picks slower than not tuning; None where that is the kernel's own defaults."""
+        if self.target != "cuda" or not launch_defaults.has_shape_defaults(self.info):
             return None
         from tawa.runtime.kernel import rows_off_sector
         sms = hopper.TYPICAL_SMS
@@ -231,8 +232,9 @@ class Autotuner:
             sms = driver.sm_count(ordinal if ordinal is not None else driver.default_device())
         except Exception:                   # noqa: BLE001 -- no driver here: the typical Hopper count
             pass
-        misaligned = tuple(i for i in space.tile_row_operands(self.info) if i < len(args) and rows_off_sector(args[i]))
-        config = space.shape_defaults(self.info, extents, sms, misaligned, self.fixed)
+        misaligned = tuple(i for i in launch_defaults.tile_row_operands(self.info)
+                           if i < len(args) and rows_off_sector(args[i]))
+        config = launch_defaults.shape_defaults(self.info, extents, sms, misaligned, self.fixed)
         return Config(config).merged(self.fixed) if config else None
 
     def _first_that_compiles(self, candidates: list, shape_pruned: list) -> Choice:

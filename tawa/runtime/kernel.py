@@ -5,8 +5,8 @@ serves both targets: "cuda" launches the compiled cubin/PTX through the driver, 
 interpreter on numpy arrays (torch CPU tensors are read as numpy views of their memory). Nothing here imports
 MLIR unless the CPU target is launched.
 
-A kernel compiled from a GEMM-family source without tile constants carries `ShapeVariants`: small-M calls
-launch a variant with the tile and split-K that suit them (`tawa.autotune.space.shape_defaults`).
+A kernel compiled from a GEMM-family source without tile constants carries `ShapeVariants`: each call launches the
+variant its shape calls for (`tawa.autotune.launch_defaults`: tile, schedule, split-K, clusters).
 
 `dry_run()` turns launches into argument-count checks on the calling thread, for code that runs a launching
 function on tensors without memory (PyTorch's fake tensors, when `tawa.torch_ops` derives an op's output shapes).
@@ -80,7 +80,7 @@ class ShapeVariants:
     def _adopt(self, info) -> None:
         """Read where the shape symbols and the operands whose row alignment the rules read (`shape_defaults`) are
         among the arguments, from the kernel's tuning view."""
-        from tawa.autotune.space import has_shape_defaults, tile_row_operands
+        from tawa.autotune.launch_defaults import has_shape_defaults, tile_row_operands
         self._info = info
         applies = info is not None and has_shape_defaults(info)
         self._watched = tile_row_operands(info) if applies else ()
@@ -100,7 +100,7 @@ class ShapeVariants:
         key = (extents, misaligned)
         if key in self._by_extents:
             return self._by_extents[key]
-        from tawa.autotune.space import shape_defaults
+        from tawa.autotune.launch_defaults import shape_defaults
         names = [name for name, _, _ in self._info["symbols"]]
         config = shape_defaults(self._info, dict(zip(names, extents)), self._sms, misaligned, self._fixed)
         config = {k: v for k, v in config.items() if k not in self._fixed}

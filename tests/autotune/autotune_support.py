@@ -17,6 +17,14 @@ def scale(X: f32[M, N], Y: f32[M, N], BLOCK_M: const = 16, BLOCK_N: const = 32, 
 #: The same kernel with a declared space.
 SCALE_DECLARED = "@autotune(key=(M,), configs=product(BLOCK_M=(16, 64), BLOCK_N=(32, 64)))\n" + SCALE
 
+#: What `space_info` gives for examples/gemm.tawa, minus the declaration.
+GEMM_INFO = {"name": "gemm", "params": ["A", "B", "C"],
+             "constants": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "DTYPE": "bf16"},
+             "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]],
+             "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]], "grid_axes": 2,
+             "operands": [[0, ["M", "K"]], [1, ["K", "N"]], [2, ["M", "N"]]], "has_dot": True, "dots": 1,
+             "epilogue_loads": False, "declared": None}
+
 #: Candidate configurations of SCALE used by several tests.
 CONFIGS = [{"BLOCK_M": 16, "BLOCK_N": 32}, {"BLOCK_M": 64, "BLOCK_N": 32}, {"BLOCK_M": 64, "BLOCK_N": 64}]
 #: Timings of one tuning of CONFIGS with FakeTimer's default times (more than 5% apart): one pass, then the

@@ -1,5 +1,5 @@
-"""The launch-time choices of a kernel compiled without tile constants (`tawa.autotune.space.shape_defaults`), on
-the GPU: the ping-pong 128x192 tile where 128x256 tiles fill the waves badly, 2x1 clusters where B's rows start
+"""The launch-time choices of a kernel compiled without tile constants (`tawa.autotune.launch_defaults`), on the
+GPU: the ping-pong 128x192 tile where 128x256 tiles fill the waves badly, 2x1 clusters where B's rows start
 off the 32-byte sector grid (an odd tile-row count rounded up to pairs), for the GEMM, FP8 and linear-layer
 examples. Each case checks the variant chosen and the cluster size launched, then the output: fresh random inputs,
 a NaN-poisoned output, two launches, against float64."""

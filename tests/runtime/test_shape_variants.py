@@ -1,7 +1,8 @@
-"""A GEMM-family kernel from `tawa.compile` without tile constants launches, for small-M calls, the variant with
-64-row tiles and split-K that suits them (`tawa.autotune.space.shape_defaults`), compiled once per configuration
-and looked up per extents; an explicit grid (sized for the kernel's own tiles), given tile constants and other
-kernels keep the kernel itself. Launchers are faked here (the GPU test is tests/e2e/test_split_k_gpu.py)."""
+"""A GEMM-family kernel from `tawa.compile` without tile constants launches, per call, the variant its shape calls
+for (`tawa.autotune.launch_defaults.shape_defaults`: small-M tiles and split-K, other tiles and schedules, clusters
+where B's rows sit off the sector grid), compiled once per configuration and looked up per extents and alignment; an
+explicit grid (sized for the kernel's own tiles), given tile constants and other kernels keep the kernel itself.
+Launchers are faked here (the GPU tests are tests/e2e/test_split_k_gpu.py and test_launch_defaults_gpu.py)."""
 import pathlib
 import types
 
@@ -172,13 +173,14 @@ def test_linear_layer_switches_tiles_but_never_to_stream_k(tmp_path, monkeypatch
     of 128x192 fill 0.65 of two waves, 128 of 128x256 0.97 of one)."""
     monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path))
     path = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "linear_gelu_residual.tawa")
-    from tawa.autotune import space
+    from tawa.autotune import launch_defaults, space
     from tawa.frontend import read_source
     info = space.space_info(*read_source(path))
     assert info["epilogue_loads"] and info["constants"]["BLOCK_N"] == 192
-    assert space.shape_defaults(info, {"M": 2112, "N": 2048, "K": 8192}) == {}
-    assert space.shape_defaults(info, {"M": 1024, "N": 4096, "K": 4096}) == {"BLOCK_N": 256, "schedule": "persistent"}
-    assert space.shape_defaults(info, {"M": 512, "N": 4096, "K": 4096}) == {"BLOCK_N": 128, "schedule": "persistent"}
+    choose = lambda m, n, k: launch_defaults.shape_defaults(info, {"M": m, "N": n, "K": k})
+    assert choose(2112, 2048, 8192) == {}
+    assert choose(1024, 4096, 4096) == {"BLOCK_N": 256, "schedule": "persistent"}
+    assert choose(512, 4096, 4096) == {"BLOCK_N": 128, "schedule": "persistent"}
     k = tawa.compile(path)
     args = lambda m, n, kk: (Array(m, kk), Array(n, kk), Array(n), Array(m, n), Array(m, n))
     assert k.variant_for(*args(2112, 2048, 8192)) is k

@@ -1,0 +1,163 @@
+"""What a GEMM-family kernel compiled without tile constants launches for each call, chosen from the shape alone.
+
+`tawa.compile` gives such a kernel (a `dot`, a grid of `cdiv(M, BLOCK_M)` by `cdiv(N, BLOCK_N)`, compiled without
+`BLOCK_M`, `BLOCK_N` or `split_k`) per-shape variants (`tawa.runtime.kernel.ShapeVariants`): at each call the
+extents of its shape symbols, and whether the rows of the operand every tile row reads are 32-byte aligned, pick a
+configuration by `shape_defaults`, with no timing. The rules are fitted to side-by-side measurements
+(docs/performance.md, "what a kernel launches without tile constants"):
+
+- small M (decode shapes): 64-row tiles, and split-K where those leave most SMs idle over a long K;
+- larger M: the tile and schedule that fill the SMs' waves best (`tawa.tile_plan.wave_fill`), weighted by what each
+  computes per tile slot, and thread-block clusters where B's rows sit off the 32-byte sector grid.
+
+The tuner (`tawa.autotune`) adds the same configuration to the candidates it times, so that tuning never ends
+slower than not tuning. Pure Python: the runtime asks it on machines without the compiler.
+"""
+from __future__ import annotations
+
+from tawa import tile_plan
+from tawa.options import cluster_name
+
+from .config import Config
+from .space import _reduction_symbol, _stream_k_shares, grid_programs
+
+#: Rows at or below which a GEMM-family kernel called without tile constants takes 64-row tiles (and split-K).
+SMALL_M = 64
+#: K per split below which splitting is not worth its partials (8 iterations of a 64-deep K block).
+MIN_K_PER_SPLIT = 512
+#: K below which a default tile's sparse last wave is not worth sharing by stream-K (a tile of 16 iterations of a
+#: 64-deep K block takes about as long as the fix-up of a shared one).
+MIN_K_STREAM_K = 1024
+
+
+def has_shape_defaults(info: dict) -> bool:
+    """Whether `shape_defaults` can choose anything for this kernel (a GEMM-family kernel with a larger default
+    BLOCK_M than small-M calls want)."""
+    tiles = {c for c, _ in info.get("tiles", [])}
+    block_m = info.get("constants", {}).get("BLOCK_M")
+    return bool(info.get("has_dot")) and {"BLOCK_M", "BLOCK_N"} <= tiles and isinstance(block_m, int) and \
+        block_m > SMALL_M
+
+
+def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fixed=None) -> dict:
+    """The configuration a GEMM-family kernel compiled without tile constants launches for these extents (no
+    timing: the rules below are fitted to the measurements in docs/performance.md), or {} for its own defaults.
+
+    Applies to kernels with a dot whose grid tiles two symbols by BLOCK_M and BLOCK_N. For M <= 64 (decode
+    shapes) the 64 x 128 tile; and when those tiles leave the GPU mostly idle and the one other shape symbol (K)
+    is long, split-K: the most splits (4 or 2) that keep the programs within the SMs. For larger M see
+    `_large_m_defaults`. `misaligned` holds the argument indices of tensors whose rows do not start on 32-byte
+    boundaries; `fixed` the options the kernel was compiled with explicitly, which no rule overrides."""
+    if not has_shape_defaults(info):
+        return {}
+    tiles = dict((c, sym) for c, sym in info.get("tiles", []))
+    m, n = extents.get(tiles["BLOCK_M"]), extents.get(tiles["BLOCK_N"])
+    k = extents.get(_reduction_symbol(info))
+    if m is None or n is None:
+        return {}
+    if m > SMALL_M:
+        return _large_m_defaults(info, extents, m, n, k, sms, set(misaligned), dict(fixed or {}))
+    config = {"BLOCK_M": SMALL_M, "BLOCK_N": 128}
+    programs = -(-m // SMALL_M) * -(-n // 128)
+    for splits in (4, 2):
+        if k is not None and programs * splits <= sms and k >= splits * MIN_K_PER_SPLIT:
+            config["split_k"] = splits
+            break
+    return config
+
+
+#: The tiles a one-dot kernel whose own tile is one of them may switch between, each with its schedule and what it
+#: computes per tile slot against 128x256 (measured on 10 to 42 shapes, docs/performance.md): cooperative
+#: persistent 128x256 and ping-pong 128x192 run level (a 128x192 tile is 3/4 the size, so the two quantize
+#: differently onto the SMs); 128x128 (twice the CTAs of 128x256 for a grid of few tiles) at 0.93, persistent or
+#: as a kernel's own ping-pong tile.
+TILE_SWITCHES = {(128, 256): ({"BLOCK_N": 256, "schedule": "persistent"}, 1.0),
+                 (128, 192): ({"BLOCK_N": 192, "schedule": "pingpong"}, 1.0),
+                 (128, 128): ({"BLOCK_N": 128, "schedule": "persistent"}, 0.93)}
+#: A GEMM whose own tile is 128x256 may also split K in two over 128x128 tiles (four times the programs), at 0.85
+#: per slot, where K is long enough (SPLIT_MIN_K) for its partial sums to pay (a fused epilogue's did not: the
+#: linear layer split ran at two thirds of its own tile).
+SPLIT_SWITCH, SPLIT_RATE = {"BLOCK_N": 128, "split_k": 2}, 0.85
+SPLIT_MIN_K = 4096
+#: Below this K a cooperative tile's epilogue, which no other tile's main loop hides, weighs on a fused epilogue
+#: (one that loads a bias or a residual): there a cooperative tile computes EXPOSED_EPILOGUE_RATE of its rate per
+#: slot (GEMM + bias + GELU at 16384x4096x1024: 535 TFLOP/s cooperative 128x256 against 582 for its own
+#: ping-pong 128x128 and 622 for ping-pong 128x192, at equal fills).
+EXPOSED_EPILOGUE_K, EXPOSED_EPILOGUE_RATE = 2048, 0.85
+#: The share of its slots a stream-K launch keeps busy, as measured against the persistent kernel on 12 shapes (its
+#: partial sums and shared epilogues cost the rest): over two waves, where every tile is shared by two CTAs, about
+#: 0.75; over three or more, where only the last waves' tiles are, about 0.87.
+STREAM_K_FILL_TWO_WAVES, STREAM_K_FILL = 0.75, 0.87
+#: Another tile or schedule replaces the kernel's own only where it fills the waves by this factor more.
+SWITCH_MARGIN = 1.05
+#: Options given explicitly under which no other tile or schedule is launched ...
+_SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK_N", "tma", "num_consumer_groups")
+#: ... and under which no clusters are added.
+_CLUSTER_OPTIONS = ("warp_specialize", "split_k", "cluster", "tma", "num_consumer_groups")
+
+
+def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, misaligned: set, fixed: dict) -> dict:
+    """For M > 64: the tile and schedule that fill the GPU's waves best, and 2x1 clusters where the operand that
+    every tile row reads (B of a GEMM) has rows off the 32-byte sector grid.
+
+    - Waves. A persistent CTA computes its tiles one after another, so a launch takes as long as its fullest
+      CTA: `tawa.tile_plan.wave_fill` is the share of all the waves' tile slots that computes output. Over 41
+      shapes the measured speed of 128x256 (cooperative) against 128x192 (ping-pong) followed the ratio of their
+      fills. A one-dot kernel whose own tile is one of `TILE_SWITCHES` switches to another of them (a
+      cooperative one weighs less below `EXPOSED_EPILOGUE_K` with a fused epilogue), to split-K 128x128 (a 128x256 GEMM,
+      K >= 4096), or to its stream-K variant where that shares a sparse last wave (K >= 1024; not for an epilogue
+      that loads a tensor, which stream-K refuses), when that fills the waves `SWITCH_MARGIN` better, weighted by
+      what each computes per slot (GEMM 1536x6144x2048: 0.73 -> 0.97, 527 -> 680 TFLOP/s; the linear layer at
+      1024x4096x4096: 0.65 -> 0.97, 440 -> 607).
+    - Sectors. A B row pitch that is a multiple of 16 but not 32 bytes (a bf16 N of 8 mod 16: 1000, 3000, 5000)
+      halves TMA's read rate of B; a pair of CTAs along M loading each B tile once for both (TMA multicast)
+      recovers most of it (3000x5000x2000: 465 -> 630). Stream-K cannot run in clusters, so it is not taken
+      there."""
+    consts = info.get("constants", {})
+    own = (consts.get("BLOCK_M"), consts.get("BLOCK_N"))
+    if not all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in own):
+        return {}
+    may_cluster = not any(name in fixed for name in _CLUSTER_OPTIONS) and \
+        fixed.get("schedule") in (None, "persistent", "pingpong")
+    sector_bound = may_cluster and tile_plan.cdiv(m, own[0]) >= 2 and bool(set(tile_row_operands(info)) & misaligned)
+    may_switch = not any(name in fixed for name in _SCHEDULE_OPTIONS) and \
+        cluster_name(fixed.get("cluster", "1x1")) == "1x1"
+    config: dict = {}
+    # one dot over a grid of output tiles only (no batch axis, which the wave count would miss)
+    if may_switch and info.get("dots") == 1 and info.get("grid_axes") == 2:
+        switching = own in TILE_SWITCHES
+        rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
+        own_fill = rate * tile_plan.wave_fill(m, n, own[0], own[1], sms)
+        if own_fill <= 0:                   # an empty output: nothing to launch, nothing to compile
+            return {}
+        exposed = info.get("epilogue_loads") and k is not None and k < EXPOSED_EPILOGUE_K
+        choices = []
+        if switching:
+            for (bm, bn), (switch, other) in TILE_SWITCHES.items():
+                if (bm, bn) != own:
+                    if exposed and switch.get("schedule") == "persistent":
+                        other *= EXPOSED_EPILOGUE_RATE
+                    choices.append((other * tile_plan.wave_fill(m, n, bm, bn, sms), dict(switch)))
+        if own == (128, 256) and k is not None and k >= SPLIT_MIN_K and not sector_bound:
+            choices.append((SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2), dict(SPLIT_SWITCH)))
+        programs = grid_programs(info, Config({}), extents)
+        if not sector_bound and not info.get("epilogue_loads") and k is not None and k >= MIN_K_STREAM_K and \
+                _stream_k_shares(info, Config({}), extents, programs, sms):
+            fill = STREAM_K_FILL_TWO_WAVES if tile_plan.cdiv(programs, sms) <= 2 else STREAM_K_FILL
+            choices.append((rate * fill, {"schedule": "streamk"}))
+        if choices:
+            fill, switch = max(choices, key=lambda choice: choice[0])
+            if fill >= SWITCH_MARGIN * own_fill:
+                config = switch
+    if sector_bound and config.get("schedule") != "streamk":
+        # pairs along the grid axis that tiles M, which share the tiles of B
+        config["cluster"] = "2x1" if [c for c, _ in info.get("tiles", [])].index("BLOCK_M") == 0 else "1x2"
+    return config
+
+
+def tile_row_operands(info: dict) -> tuple:
+    """The argument indices of the tensors every tile row of the grid reads: their dims name the BLOCK_N symbol but
+    not the BLOCK_M one (B of a GEMM, W of a linear layer)."""
+    tiles = dict((c, sym) for c, sym in info.get("tiles", []))
+    return tuple(index for index, dims in info.get("operands", [])
+                 if tiles.get("BLOCK_N") in dims and tiles.get("BLOCK_M") not in dims)
