@@ -10,13 +10,14 @@ machines:
 
 `build` fills DIR/cache (the kernel cache: `TAWA_CACHE_DIR`) by asking each example's kernel which variant it
 launches for each shape; `run` launches through the same API (`kernel(*args)`) with that cache. SET is `all`
-(default), `gemm`, `few` (grids of fewer tiles than SMs), `fp8`, `linear` or `bias_act`. DIR defaults to
+(default), `gemm`, `few` (grids of fewer tiles than SMs), `fp8`, `linear`, `bias_act` or `batched`. DIR defaults to
 `.carry/defaults`.
 
 For each shape, in one process and alternating over rounds: "default" is `kernel(*args)` (the variant the shape
 picks), "own" the kernel's own tile (`kernel[grid](*args)` with the grid of its own constants, which keeps the
 kernel itself), and the anchor: torch.matmul (cuBLAS) for bf16, torch._scaled_mm with row-wise scales for FP8, the
-cuBLAS GEMM of the same shape (no epilogue) for the linear layer and the GEMM + bias + GELU. Each default is first
+cuBLAS GEMM of the same shape (no epilogue) for the linear layer and the GEMM + bias + GELU, torch.bmm for the
+batched GEMM. Each default is first
 checked against float32 on fresh random inputs with a NaN-poisoned output.
 """
 from __future__ import annotations
@@ -55,14 +56,17 @@ LINEAR = [(4096, 4096, 4104), (8192, 4096, 3000), (1536, 6144, 2048), (4096, 143
           (1024, 11008, 4096), (512, 11008, 4096)]
 BIAS_ACT = [(4096, 4096, 4096), (8192, 8192, 4096), (1536, 6144, 2048), (2048, 2048, 8192), (1024, 4096, 4096),
             (512, 4096, 4096), (3072, 3072, 4096), (16384, 4096, 1024), (4096, 14336, 4096), (2176, 4096, 4096)]
+#: Batched GEMMs (Z, M, N, K): `examples/batched_gemm.tawa`, the batch as grid axis 2.
+BATCHED = [(2, 1536, 6144, 2048), (3, 1536, 4096, 4096), (2, 2112, 2048, 4096), (3, 1000, 3000, 2048),
+           (4, 1024, 4096, 4096), (16, 512, 512, 4096), (4, 4096, 4096, 1024)]
 SETS = {"gemm": [("gemm", s) for s in GEMM], "few": [("gemm", s) for s in FEW],
         "fp8": [("fp8", s) for s in FP8], "linear": [("linear", s) for s in LINEAR],
-        "bias_act": [("bias_act", s) for s in BIAS_ACT]}
-SETS["all"] = SETS["gemm"] + SETS["few"] + SETS["fp8"] + SETS["linear"] + SETS["bias_act"]
+        "bias_act": [("bias_act", s) for s in BIAS_ACT], "batched": [("batched", s) for s in BATCHED]}
+SETS["all"] = SETS["gemm"] + SETS["few"] + SETS["fp8"] + SETS["linear"] + SETS["bias_act"] + SETS["batched"]
 SOURCES = {"gemm": "gemm.tawa", "fp8": "gemm_fp8.tawa", "linear": "linear_gelu_residual.tawa",
-           "bias_act": "gemm_bias_act.tawa"}
+           "bias_act": "gemm_bias_act.tawa", "batched": "batched_gemm.tawa"}
 #: The kernels' own tiles (their constants' defaults), for the grid that keeps the kernel itself.
-OWN_BLOCK_N = {"gemm": 256, "fp8": 256, "linear": 192, "bias_act": 128}
+OWN_BLOCK_N = {"gemm": 256, "fp8": 256, "linear": 192, "bias_act": 128, "batched": 256}
 
 
 class Shaped:
@@ -73,8 +77,10 @@ class Shaped:
         self.strides = tuple(itemsize * math.prod(shape[i + 1:]) for i in range(len(shape)))
 
 
-def argument_shapes(kind, m, n, k) -> list:
+def argument_shapes(kind, m, n, k, z=1) -> list:
     """[(shape, bytes per element)] of the kernel's arguments, the output last."""
+    if kind == "batched":
+        return [((z, m, k), 2), ((z, k, n), 2), ((z, m, n), 2)]
     if kind == "gemm":
         return [((m, k), 2), ((k, n), 2), ((m, n), 2)]
     if kind == "fp8":
@@ -104,13 +110,24 @@ def kernels() -> dict:
 def build(out: str, only: str) -> None:
     os.environ["TAWA_CACHE_DIR"] = os.path.join(out, "cache")
     ks = kernels()
-    for kind, (m, n, k) in SETS[only]:
-        variant = ks[kind].variant_for(*[Shaped(s, b) for s, b in argument_shapes(kind, m, n, k)])
-        print(f"{kind} {m}x{n}x{k}: {describe(ks[kind], variant)}", flush=True)
+    for kind, shape in SETS[only]:
+        z, m, n, k = _zmnk(shape)
+        variant = ks[kind].variant_for(*[Shaped(s, b) for s, b in argument_shapes(kind, m, n, k, z)])
+        print(f"{kind} {'x'.join(map(str, shape))}: {describe(ks[kind], variant)}", flush=True)
 
 
-def _case(torch, kind, m, n, k):
+def _zmnk(shape) -> tuple:
+    """(batch, M, N, K) of a set's shape: (M, N, K), or (Z, M, N, K) for the batched GEMM."""
+    return tuple(shape) if len(shape) == 4 else (1, *shape)
+
+
+def _case(torch, kind, m, n, k, z=1):
     """(arguments without the output, float32 reference, anchor launch)."""
+    if kind == "batched":
+        a = torch.randn(z, m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(z, k, n, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(z, m, n, device="cuda", dtype=torch.bfloat16)
+        return [a, b], a.float() @ b.float(), lambda: torch.bmm(a, b, out=out)
     if kind == "gemm":
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
@@ -148,30 +165,32 @@ def run(out: str, only: str, json_out=None, plot=None) -> None:
     gpu = torch.cuda.get_device_name()
     rows, wrong = [], 0
     torch.manual_seed(0)
-    print(f"| set | M x N x K | launched | default | own tile | anchor | default / own | default / anchor |")
+    print("| set | M x N x K | launched | default | own tile | anchor | default / own | default / anchor |")
     print("|---|---|---|---:|---:|---:|---:|---:|")
-    for kind, (m, n, k) in SETS[only]:
-        args, ref, anchor = _case(torch, kind, m, n, k)
+    for kind, shape in SETS[only]:
+        z, m, n, k = _zmnk(shape)
+        label = "x".join(map(str, shape))
+        args, ref, anchor = _case(torch, kind, m, n, k, z)
         kernel = ks[kind]
-        y = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        y = torch.full(tuple(ref.shape), float("nan"), device="cuda", dtype=torch.bfloat16)
         variant = kernel.variant_for(*args, y)
         kernel(*args, y)
         torch.cuda.synchronize()
         err = ((y.float() - ref).norm() / ref.norm()).item()
         if not err < 2e-2:
             wrong += 1
-            print(f"WRONG {kind} {m}x{n}x{k} ({describe(kernel, variant)}): rel err {err}")
+            print(f"WRONG {kind} {label} ({describe(kernel, variant)}): rel err {err}")
             continue
         y0 = torch.empty_like(y)
-        grid = (-(-m // 128), -(-n // OWN_BLOCK_N[kind]))
+        grid = (-(-m // 128), -(-n // OWN_BLOCK_N[kind])) + ((z,) if kind == "batched" else ())
         res = _side_by_side({"default": lambda: kernel(*args, y), "own": lambda: kernel[grid](*args, y0),
-                             "anchor": anchor}, 2 * m * n * k)
-        rows.append({"set": kind, "shape": [m, n, k], "launched": describe(kernel, variant), "tflops": res})
-        print(f"| {kind} | {m}x{n}x{k} | {describe(kernel, variant)} | {res['default']:.0f} | {res['own']:.0f} | "
+                             "anchor": anchor}, 2 * z * m * n * k)
+        rows.append({"set": kind, "shape": list(shape), "launched": describe(kernel, variant), "tflops": res})
+        print(f"| {kind} | {label} | {describe(kernel, variant)} | {res['default']:.0f} | {res['own']:.0f} | "
               f"{res['anchor']:.0f} | {res['default'] / res['own']:.3f} | {res['default'] / res['anchor']:.3f} |",
               flush=True)
     geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-    for kind in ("gemm", "fp8", "linear", "bias_act"):
+    for kind in SOURCES:
         mine = [r["tflops"] for r in rows if r["set"] == kind]
         if mine:
             print(f"{kind}: geomean default / anchor {geo([t['default'] / t['anchor'] for t in mine]):.3f}, own tile / "

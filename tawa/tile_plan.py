@@ -23,13 +23,13 @@ def shares_tail(tiles: int, ctas: int, trips: int) -> bool:
     return (slots - tiles) * IDLE_SHARE > slots
 
 
-def wave_fill(m: int, n: int, block_m: int, block_n: int, ctas: int, splits: int = 1) -> float:
+def wave_fill(m: int, n: int, block_m: int, block_n: int, ctas: int, splits: int = 1, batch: int = 1) -> float:
     """The share of the tile slots of all the waves that computes output (the rest is idle CTAs in the last wave
     and the padding of ragged edge tiles) when an m x n output in block_m x block_n tiles runs on `ctas` CTAs, each
     computing its tiles one after another (a persistent or ping-pong kernel: a ping-pong CTA's two groups
     alternate, so it finishes its tiles in the time of that many whole tiles). With `splits`, each tile is
-    `splits` programs of 1/splits of its K loop each."""
-    if min(m, n, block_m, block_n, ctas, splits) <= 0:
+    `splits` programs of 1/splits of its K loop each; with `batch`, there are that many m x n outputs."""
+    if min(m, n, block_m, block_n, ctas, splits, batch) <= 0:
         return 0.0
-    programs = cdiv(m, block_m) * cdiv(n, block_n) * splits
-    return m * n * splits / (cdiv(programs, ctas) * ctas * block_m * block_n)
+    programs = cdiv(m, block_m) * cdiv(n, block_n) * splits * batch
+    return m * n * splits * batch / (cdiv(programs, ctas) * ctas * block_m * block_n)

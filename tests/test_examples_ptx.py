@@ -12,7 +12,7 @@ import pytest
 import tawa
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
-DOT_EXAMPLES = ["gemm", "gemm_bias_act", "gemm_fp8", "swiglu", "flash_attention", "gqa_attention"]
+DOT_EXAMPLES = ["gemm", "gemm_bias_act", "gemm_fp8", "swiglu", "flash_attention", "gqa_attention", "batched_gemm"]
 
 
 def cuda_tool(name):

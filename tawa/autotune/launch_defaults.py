@@ -53,17 +53,31 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fix
     tiles = dict((c, sym) for c, sym in info.get("tiles", []))
     m, n = extents.get(tiles["BLOCK_M"]), extents.get(tiles["BLOCK_N"])
     k = extents.get(_reduction_symbol(info))
+    batch = _batch(info, extents)
     if m is None or n is None:
         return {}
     if m > SMALL_M:
-        return _large_m_defaults(info, extents, m, n, k, sms, set(misaligned), dict(fixed or {}))
+        return _large_m_defaults(info, extents, m, n, k, batch, sms, set(misaligned), dict(fixed or {}))
     config = {"BLOCK_M": SMALL_M, "BLOCK_N": 128}
     programs = -(-m // SMALL_M) * -(-n // 128)
     for splits in (4, 2):
-        if k is not None and programs * splits <= sms and k >= splits * MIN_K_PER_SPLIT:
+        # (split-K counts its programs along grid axis 2, which a batched grid already uses)
+        if k is not None and batch == 1 and info.get("grid_axes") == 2 and programs * splits <= sms and \
+                k >= splits * MIN_K_PER_SPLIT:
             config["split_k"] = splits
             break
     return config
+
+
+def _batch(info: dict, extents: dict):
+    """How many m x n outputs the grid computes: 1 for a grid of output tiles alone, the extent of a third axis
+    that is a shape symbol alone (`@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N), Z)`), else None (unknown)."""
+    if info.get("grid_axes") == 2:
+        return 1
+    axes = info.get("grid_symbols") or []
+    if info.get("grid_axes") == 3 and len(axes) == 3 and axes[2] is not None and axes[2] in extents:
+        return max(int(extents[axes[2]]), 0)
+    return None
 
 
 #: The tiles a one-dot kernel whose own tile is one of them may switch between, each with its schedule and what it
@@ -96,7 +110,8 @@ _SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK
 _CLUSTER_OPTIONS = ("warp_specialize", "split_k", "cluster", "tma", "num_consumer_groups")
 
 
-def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, misaligned: set, fixed: dict) -> dict:
+def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: int, misaligned: set,
+                      fixed: dict) -> dict:
     """For M > 64: the tile and schedule that fill the GPU's waves best, and 2x1 clusters where the operand that
     every tile row reads (B of a GEMM) has rows off the 32-byte sector grid.
 
@@ -123,11 +138,12 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, mi
     may_switch = not any(name in fixed for name in _SCHEDULE_OPTIONS) and \
         cluster_name(fixed.get("cluster", "1x1")) == "1x1"
     config: dict = {}
-    # one dot over a grid of output tiles only (no batch axis, which the wave count would miss)
-    if may_switch and info.get("dots") == 1 and info.get("grid_axes") == 2:
+    # one dot over a grid of output tiles, or of them times a batch axis (split-K and stream-K: without one)
+    if may_switch and info.get("dots") == 1 and batch is not None:
+        plain = info.get("grid_axes") == 2
         switching = own in TILE_SWITCHES
         rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
-        own_fill = rate * tile_plan.wave_fill(m, n, own[0], own[1], sms)
+        own_fill = rate * tile_plan.wave_fill(m, n, own[0], own[1], sms, batch=batch)
         if own_fill <= 0:                   # an empty output: nothing to launch, nothing to compile
             return {}
         exposed = info.get("epilogue_loads") and k is not None and k < EXPOSED_EPILOGUE_K
@@ -137,12 +153,12 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, sms: int, mi
                 if (bm, bn) != own:
                     if exposed and switch.get("schedule") == "persistent":
                         other *= EXPOSED_EPILOGUE_RATE
-                    choices.append((other * tile_plan.wave_fill(m, n, bm, bn, sms), dict(switch)))
-        if own == (128, 256) and k is not None and k >= SPLIT_MIN_K and not sector_bound:
+                    choices.append((other * tile_plan.wave_fill(m, n, bm, bn, sms, batch=batch), dict(switch)))
+        if plain and own == (128, 256) and k is not None and k >= SPLIT_MIN_K and not sector_bound:
             choices.append((SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2), dict(SPLIT_SWITCH)))
         programs = grid_programs(info, Config({}), extents)
-        if not sector_bound and not info.get("epilogue_loads") and k is not None and k >= MIN_K_STREAM_K and \
-                _stream_k_shares(info, Config({}), extents, programs, sms):
+        if plain and not sector_bound and not info.get("epilogue_loads") and k is not None and \
+                k >= MIN_K_STREAM_K and _stream_k_shares(info, Config({}), extents, programs, sms):
             fill = STREAM_K_FILL_TWO_WAVES if tile_plan.cdiv(programs, sms) <= 2 else STREAM_K_FILL
             choices.append((rate * fill, {"schedule": "streamk"}))
         if choices:

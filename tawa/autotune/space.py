@@ -139,9 +139,11 @@ def plain_defaults(info: dict) -> dict:
 
 
 def _reduction_symbol(info: dict):
-    """The one shape symbol the grid does not tile (a GEMM's K), or None."""
+    """The one shape symbol neither tiled by the grid nor one of its axes (a GEMM's K; a batch axis `Z` is the
+    latter), or None."""
+    axes = set(info.get("grid_symbols") or [])
     tiled = {symbol for _, symbol in info.get("tiles", [])}
-    others = [name for name, _, _ in info.get("symbols", []) if name not in tiled]
+    others = [name for name, _, _ in info.get("symbols", []) if name not in tiled and name not in axes]
     return others[0] if len(others) == 1 else None
 
 

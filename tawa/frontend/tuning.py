@@ -249,6 +249,14 @@ def grid_axes(kernel: S.Kernel) -> int:
     return max((len(d.args or ()) for d in kernel.decorators if d.name == "grid"), default=0)
 
 
+def grid_symbols(kernel: S.Kernel, symbols) -> list:
+    """Per `@grid` expression, the shape symbol it is when it is one alone (a batch axis: `Z`), else None."""
+    for d in kernel.decorators:
+        if d.name == "grid" and d.args:
+            return [a.id if isinstance(a, S.Name) and a.id in symbols else None for a in d.args]
+    return []
+
+
 def grid_tiles(kernel: S.Kernel, constants: dict, symbols) -> list:
     """[(CONST, SYMBOL)] for each `cdiv(SYMBOL, CONST)` in the `@grid` expressions: the constant is the tile size
     along the symbol's extent, which is what the tuner prunes oversized tiles by."""
@@ -331,6 +339,7 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "symbols": [[n, arg, axis] for n, (arg, axis) in symbols.items()],      # a list: declaration order
         "tiles": [list(p) for p in grid_tiles(k, constants, symbols)],
         "grid_axes": grid_axes(k),
+        "grid_symbols": grid_symbols(k, symbols),
         "operands": tensor_dims(k, constants),
         "has_dot": has_dot(k),
         "dots": dot_count(k),

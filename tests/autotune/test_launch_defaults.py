@@ -127,3 +127,22 @@ def test_a_fused_epilogue_over_a_short_k_weighs_cooperative_tiles_less():
         {"BLOCK_N": 256, "schedule": "persistent"}
     linear = dict(fused, constants=dict(GEMM_INFO["constants"], BLOCK_N=192))
     assert choose(linear, {"M": 1024, "N": 4096, "K": 512}) == {"BLOCK_N": 256, "schedule": "persistent"}
+
+
+BATCHED = dict(GEMM_INFO, symbols=[["Z", 0, 0], ["M", 0, 1], ["K", 0, 2], ["N", 1, 2]], grid_axes=3,
+               grid_symbols=[None, None, "Z"],
+               operands=[[0, ["Z", "M", "K"]], [1, ["Z", "K", "N"]], [2, ["Z", "M", "N"]]])
+
+
+def test_a_batched_grid_counts_its_batch_in_the_waves():
+    """`@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N), Z)`: Z outputs fill the waves together (2 x 288 tiles of 128x256
+    fill 0.87 of 5 waves, 2 x 384 of 128x192 0.97 of 6); split-K and stream-K, which would take grid axis 2, are not
+    chosen; a third axis that is not a symbol alone leaves the waves unknown."""
+    assert choose(BATCHED, {"Z": 2, "M": 1536, "N": 6144, "K": 2048}) == PINGPONG
+    assert choose(BATCHED, {"Z": 4, "M": 4096, "N": 4096, "K": 4096}) == {}
+    assert choose(BATCHED, {"Z": 1, "M": 1024, "N": 1024, "K": 8192}) == NARROW      # not split: axis 2 is Z
+    assert choose(BATCHED, {"Z": 1, "M": 2112, "N": 2048, "K": 8192}) != {"schedule": "streamk"}
+    assert choose(BATCHED, {"Z": 3, "M": 8192, "N": 5000, "K": 4096}, misaligned=(1,)) == {"cluster": "2x1"}
+    assert choose(BATCHED, {"Z": 8, "M": 8, "N": 4096, "K": 4096}) == {"BLOCK_M": 64, "BLOCK_N": 128}
+    unknown = dict(BATCHED, grid_symbols=[None, None, None])
+    assert choose(unknown, {"Z": 2, "M": 1536, "N": 6144, "K": 2048}) == {}

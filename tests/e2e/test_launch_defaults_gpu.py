@@ -89,3 +89,28 @@ def test_default_kernel_launches_the_variant_its_shape_calls_for(case, clusters)
     check_launch(torch, kernel, args, ref, launches=2)
     if torch.cuda.get_device_properties(0).multi_processor_count == 132:
         assert clusters == [pairs] * 2
+
+
+#: (Z, M, N, K) -> (BLOCK_N, schedule, cluster size on 132 SMs) for a batched GEMM (the batch is grid axis 2)
+BATCHED = {(2, 1536, 6144, 256): (192, "pingpong", 1),          # 2 x 288 tiles fill 0.87 of 5 waves, 2 x 384 0.97
+           (3, 1000, 3000, 136): (192, "pingpong", 2)}          # B's rows 6000 bytes apart: pairs along M
+
+
+@pytest.mark.parametrize("case", list(BATCHED), ids=lambda c: "x".join(map(str, c)))
+def test_a_batched_grid_launches_the_variant_its_waves_call_for(case, clusters):
+    import tawa
+    z, m, n, k = case
+    block_n, schedule, pairs = BATCHED[case]
+    kernel = tawa.compile(str(EXAMPLES / "batched_gemm.tawa"))
+    variant = kernel.variant_for(Shaped(z, m, k), Shaped(z, k, n), Shaped(z, m, n))
+    assert variant is not kernel and variant.compiled.constants["BLOCK_N"] == block_n
+    assert any(f"the {schedule} schedule" in note for note in variant.notes)
+    if PREFILL:
+        pytest.skip("kernels compiled into the cache; the check runs on a GPU")
+    import torch
+    torch.manual_seed(z + m + n + k)
+    a = torch.randn(z, m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(z, k, n, device="cuda", dtype=torch.bfloat16)
+    check_launch(torch, kernel, [a, b], a.double() @ b.double(), launches=2)
+    if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+        assert clusters == [pairs] * 2
