@@ -59,6 +59,8 @@ def evaluate(e, constants: dict, diag, what: str):
         args = [evaluate(a, constants, diag, what) for a in e.args]
         if len(args) != 2:
             raise diag.error(e, f"{e.func.id} takes 2 arguments, got {len(args)}")
+        if any(isinstance(a, DType) for a in args):
+            raise diag.error(e, f"{what}: '{e.func.id}' of a dtype")
         if e.func.id == "cdiv":
             if args[1] == 0:
                 raise diag.error(e, f"{what}: division by zero")
