@@ -16,6 +16,7 @@ slower than not tuning. Pure Python: the runtime asks it on machines without the
 from __future__ import annotations
 
 from tawa import tile_plan
+from tawa.hopper import SECTOR_BYTES, TMA_ALIGN_BYTES
 from tawa.options import cluster_name
 
 from .config import Config
@@ -62,20 +63,24 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fix
     programs = -(-m // SMALL_M) * -(-n // 128)
     for splits in (4, 2):
         # (split-K counts its programs along grid axis 2, which a batched grid already uses)
-        if k is not None and batch == 1 and info.get("grid_axes") == 2 and programs * splits <= sms and \
-                k >= splits * MIN_K_PER_SPLIT:
+        if k is not None and _plain(info) and programs * splits <= sms and k >= splits * MIN_K_PER_SPLIT:
             config["split_k"] = splits
             break
-    return config
+    return {name: value for name, value in config.items() if name not in (fixed or {})}
+
+
+def _plain(info: dict) -> bool:
+    """Whether the grid is the output's tiles alone (two axes, no batch axis)."""
+    return len(info.get("grid_symbols") or []) == 2
 
 
 def _batch(info: dict, extents: dict):
     """How many m x n outputs the grid computes: 1 for a grid of output tiles alone, the extent of a third axis
     that is a shape symbol alone (`@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N), Z)`), else None (unknown)."""
-    if info.get("grid_axes") == 2:
+    if _plain(info):
         return 1
     axes = info.get("grid_symbols") or []
-    if info.get("grid_axes") == 3 and len(axes) == 3 and axes[2] is not None and axes[2] in extents:
+    if len(axes) == 3 and axes[2] is not None and axes[2] in extents:
         return max(int(extents[axes[2]]), 0)
     return None
 
@@ -140,7 +145,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
     config: dict = {}
     # one dot over a grid of output tiles, or of them times a batch axis (split-K and stream-K: without one)
     if may_switch and info.get("dots") == 1 and batch is not None:
-        plain = info.get("grid_axes") == 2
+        plain = _plain(info)
         switching = own in TILE_SWITCHES
         rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
         own_fill = rate * tile_plan.wave_fill(m, n, own[0], own[1], sms, batch=batch)
@@ -177,3 +182,31 @@ def tile_row_operands(info: dict) -> tuple:
     tiles = dict((c, sym) for c, sym in info.get("tiles", []))
     return tuple(index for index, dims in info.get("operands", [])
                  if tiles.get("BLOCK_N") in dims and tiles.get("BLOCK_M") not in dims)
+
+
+def rows_off_sector(array) -> bool:
+    """Whether a tensor's rows (its next-to-last dimension) start off the 32-byte sector grid while TMA can still
+    copy them: a row pitch that is a multiple of 16 bytes but not of 32 (torch, numpy, CuPy, anything with
+    `__cuda_array_interface__`; False for anything else)."""
+    try:
+        if array.shape[-2] <= 1:
+            return False
+        strides = getattr(array, "strides", None)                   # numpy, CuPy: strides in bytes
+        if strides is not None:
+            pitch = strides[-2]
+        elif callable(getattr(array, "stride", None)):               # torch: strides in elements
+            pitch = array.stride()[-2] * array.element_size()
+        else:
+            cai = array.__cuda_array_interface__
+            if cai.get("strides") is not None:
+                pitch = cai["strides"][-2]
+            else:                                                    # C-contiguous: the row's bytes
+                pitch = int(cai["shape"][-1]) * int(cai["typestr"][2:])
+        return pitch % TMA_ALIGN_BYTES == 0 and pitch % SECTOR_BYTES != 0
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError, RuntimeError):
+        return False
+
+
+def misaligned_operands(indices, args) -> tuple:
+    """The indices among `indices` of the arguments whose rows sit off the sector grid (`rows_off_sector`)."""
+    return tuple(index for index in indices if index < len(args) and rows_off_sector(args[index]))

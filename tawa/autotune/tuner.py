@@ -225,15 +225,13 @@ class Autotuner:
         so that tuning never picks slower than not tuning; None where that is the kernel's own defaults."""
         if self.target != "cuda" or not launch_defaults.has_shape_defaults(self.info):
             return None
-        from tawa.runtime.kernel import rows_off_sector
         sms = hopper.TYPICAL_SMS
         try:
             from tawa.runtime import driver
             sms = driver.sm_count(ordinal if ordinal is not None else driver.default_device())
         except Exception:                   # noqa: BLE001 -- no driver here: the typical Hopper count
             pass
-        misaligned = tuple(i for i in launch_defaults.tile_row_operands(self.info)
-                           if i < len(args) and rows_off_sector(args[i]))
+        misaligned = launch_defaults.misaligned_operands(launch_defaults.tile_row_operands(self.info), args)
         config = launch_defaults.shape_defaults(self.info, extents, sms, misaligned, self.fixed)
         return Config(config).merged(self.fixed) if config else None
 

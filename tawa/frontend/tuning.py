@@ -244,13 +244,9 @@ def tensor_dims(kernel: S.Kernel, constants: dict) -> list:
     return out
 
 
-def grid_axes(kernel: S.Kernel) -> int:
-    """How many expressions the `@grid` declares (0 without one)."""
-    return max((len(d.args or ()) for d in kernel.decorators if d.name == "grid"), default=0)
-
-
 def grid_symbols(kernel: S.Kernel, symbols) -> list:
-    """Per `@grid` expression, the shape symbol it is when it is one alone (a batch axis: `Z`), else None."""
+    """Per `@grid` expression (as many as the grid has axes; [] without one), the shape symbol it is when it is
+    one alone (a batch axis: `Z`), else None."""
     for d in kernel.decorators:
         if d.name == "grid" and d.args:
             return [a.id if isinstance(a, S.Name) and a.id in symbols else None for a in d.args]
@@ -338,7 +334,6 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "dtype_constants": [n for n, v in constants.items() if isinstance(v, DType)],
         "symbols": [[n, arg, axis] for n, (arg, axis) in symbols.items()],      # a list: declaration order
         "tiles": [list(p) for p in grid_tiles(k, constants, symbols)],
-        "grid_axes": grid_axes(k),
         "grid_symbols": grid_symbols(k, symbols),
         "operands": tensor_dims(k, constants),
         "has_dot": has_dot(k),

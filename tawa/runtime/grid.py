@@ -210,8 +210,7 @@ def cluster_size_for(cluster: Optional[Sequence[int]], tile_grid: tuple, most_ct
     if not cluster or max(cluster) <= 1:
         return 1
     axis, size = cluster_axis(cluster)
-    tiles = tile_grid[0] * tile_grid[1] * tile_grid[2]
-    walked = _round_up(tile_grid[axis], size) * (tiles // tile_grid[axis]) if tile_grid[axis] else 0
+    tiles, walked = _tiles(tile_grid), _walked_tiles(tile_grid, axis, size)
     ctas = min(walked, most_ctas) // size * size
     if ctas < size:
         return 1
@@ -220,8 +219,13 @@ def cluster_size_for(cluster: Optional[Sequence[int]], tile_grid: tuple, most_ct
     return size
 
 
-def _round_up(n: int, size: int) -> int:
-    return -(-n // size) * size
+def _tiles(tile_grid: tuple) -> int:
+    return tile_grid[0] * tile_grid[1] * tile_grid[2]
+
+
+def _walked_tiles(tile_grid: tuple, axis: int, size: int) -> int:
+    """The tiles the pair walk covers: the grid with `axis` rounded up to whole clusters of `size`."""
+    return _tiles(tile_grid) // tile_grid[axis] * (-(-tile_grid[axis] // size) * size) if tile_grid[axis] else 0
 
 
 def persistent_launch(cluster: Optional[Sequence[int]], tile_grid: tuple, most_ctas: int) -> tuple:
@@ -230,9 +234,6 @@ def persistent_launch(cluster: Optional[Sequence[int]], tile_grid: tuple, most_c
     many, in the clusters `cluster_size_for` allows, a whole number of them. The GPU runtime and the interpreter
     both launch through it, so the interpreter walks tiles and clusters as the GPU does."""
     size = cluster_size_for(cluster, tile_grid, most_ctas)
-    tiles = tile_grid[0] * tile_grid[1] * tile_grid[2]
-    if size > 1:
-        axis, _ = cluster_axis(cluster)
-        tiles = tiles // tile_grid[axis] * _round_up(tile_grid[axis], size)
+    tiles = _walked_tiles(tile_grid, cluster_axis(cluster)[0], size) if size > 1 else _tiles(tile_grid)
     ctas = min(tiles, most_ctas)
     return (ctas // size * size, 1, 1), size

@@ -18,8 +18,6 @@ import threading
 
 from tawa.abi import CompiledKernel
 from tawa.errors import TawaPerformanceWarning, TmaAlignmentError
-from tawa.hopper import SECTOR_BYTES, TMA_ALIGN_BYTES
-from tawa.options import cluster_name
 
 
 class _DryRun(threading.local):
@@ -58,6 +56,7 @@ class ShapeVariants:
         self._fixed = dict(fixed or {})
         self._positions = None              # [(argument index, axis)] per shape symbol; [] when not applicable
         self._watched = ()                  # argument indices whose row alignment the rules read
+        self._misaligned = None             # `launch_defaults.misaligned_operands`, bound when the rules apply
         self._info = None
         self._sms = 132
         self._by_extents: dict = {}         # extents -> the Kernel to launch (None: the kernel itself)
@@ -80,7 +79,8 @@ class ShapeVariants:
     def _adopt(self, info) -> None:
         """Read where the shape symbols and the operands whose row alignment the rules read (`shape_defaults`) are
         among the arguments, from the kernel's tuning view."""
-        from tawa.autotune.launch_defaults import has_shape_defaults, tile_row_operands
+        from tawa.autotune.launch_defaults import has_shape_defaults, misaligned_operands, tile_row_operands
+        self._misaligned = misaligned_operands
         self._info = info
         applies = info is not None and has_shape_defaults(info)
         self._watched = tile_row_operands(info) if applies else ()
@@ -96,16 +96,13 @@ class ShapeVariants:
             extents = tuple(int(args[arg].shape[axis]) for arg, axis in self._positions)
         except (IndexError, AttributeError, TypeError, ValueError):
             return None                     # the launcher's own checks say what is wrong with the arguments
-        misaligned = tuple(index for index in self._watched if index < len(args) and rows_off_sector(args[index]))
+        misaligned = self._misaligned(self._watched, args)
         key = (extents, misaligned)
         if key in self._by_extents:
             return self._by_extents[key]
         from tawa.autotune.launch_defaults import shape_defaults
         names = [name for name, _, _ in self._info["symbols"]]
         config = shape_defaults(self._info, dict(zip(names, extents)), self._sms, misaligned, self._fixed)
-        config = {k: v for k, v in config.items() if k not in self._fixed}
-        if "schedule" in config and cluster_name(self._fixed.get("cluster", "1x1")) != "1x1":
-            config = {}
         variant = self._variant(config) if config else None
         if len(self._by_extents) >= 1024:
             self._by_extents.clear()
@@ -125,29 +122,6 @@ class ShapeVariants:
                                 if drop in config), None)
                 self._variants[label] = self._variant(smaller) if smaller else None
         return self._variants[label]
-
-
-def rows_off_sector(array) -> bool:
-    """Whether a tensor's rows (its next-to-last dimension) start off the 32-byte sector grid while TMA can still
-    copy them: a row pitch that is a multiple of 16 bytes but not of 32 (torch, numpy, CuPy, anything with
-    `__cuda_array_interface__`; False for anything else)."""
-    try:
-        if array.shape[-2] <= 1:
-            return False
-        strides = getattr(array, "strides", None)                   # numpy, CuPy: strides in bytes
-        if strides is not None:
-            pitch = strides[-2]
-        elif callable(getattr(array, "stride", None)):               # torch: strides in elements
-            pitch = array.stride()[-2] * array.element_size()
-        else:
-            cai = array.__cuda_array_interface__
-            if cai.get("strides") is not None:
-                pitch = cai["strides"][-2]
-            else:                                                    # C-contiguous: the row's bytes
-                pitch = int(cai["shape"][-1]) * int(cai["typestr"][2:])
-        return pitch % TMA_ALIGN_BYTES == 0 and pitch % SECTOR_BYTES != 0
-    except (AttributeError, IndexError, KeyError, TypeError, ValueError, RuntimeError):
-        return False
 
 
 class Kernel:

@@ -21,7 +21,7 @@ SCALE_DECLARED = "@autotune(key=(M,), configs=product(BLOCK_M=(16, 64), BLOCK_N=
 GEMM_INFO = {"name": "gemm", "params": ["A", "B", "C"],
              "constants": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "DTYPE": "bf16"},
              "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]],
-             "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]], "grid_axes": 2,
+             "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]],
              "operands": [[0, ["M", "K"]], [1, ["K", "N"]], [2, ["M", "N"]]], "has_dot": True, "dots": 1,
              "grid_symbols": [None, None], "epilogue_loads": False, "declared": None}
 

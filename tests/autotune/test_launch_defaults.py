@@ -100,7 +100,7 @@ def test_the_pairs_run_along_the_grid_axis_of_m_and_nothing_is_chosen_for_an_emp
 def test_tile_switches_need_one_dot_over_a_grid_of_tiles_and_a_free_schedule():
     few = {"M": 1536, "N": 6144, "K": 2048}
     assert choose(GEMM_INFO, few) == PINGPONG
-    assert choose(dict(GEMM_INFO, grid_axes=3), few) == {}          # a batch axis in the grid
+    assert choose(dict(GEMM_INFO, grid_symbols=[None, None, None]), few) == {}   # a third axis, not a batch
     assert choose(dict(GEMM_INFO, dots=2), few) == {}
     for given in ({"schedule": "persistent"}, {"BLOCK_N": 256}, {"warp_specialize": True}, {"cluster": "2x1"}):
         assert choose(GEMM_INFO, few, fixed=given) == {}
@@ -129,7 +129,7 @@ def test_a_fused_epilogue_over_a_short_k_weighs_cooperative_tiles_less():
     assert choose(linear, {"M": 1024, "N": 4096, "K": 512}) == {"BLOCK_N": 256, "schedule": "persistent"}
 
 
-BATCHED = dict(GEMM_INFO, symbols=[["Z", 0, 0], ["M", 0, 1], ["K", 0, 2], ["N", 1, 2]], grid_axes=3,
+BATCHED = dict(GEMM_INFO, symbols=[["Z", 0, 0], ["M", 0, 1], ["K", 0, 2], ["N", 1, 2]],
                grid_symbols=[None, None, "Z"],
                operands=[[0, ["Z", "M", "K"]], [1, ["Z", "K", "N"]], [2, ["Z", "M", "N"]]])
 

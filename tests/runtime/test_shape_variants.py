@@ -14,7 +14,7 @@ from tawa.runtime.kernel import Kernel, ShapeVariants
 
 INFO = {"name": "gemm", "constants": {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64},
         "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]], "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]],
-        "grid_axes": 2, "operands": [[0, ["M", "K"]], [1, ["K", "N"]], [2, ["M", "N"]]], "has_dot": True, "dots": 1}
+        "grid_symbols": [None, None], "operands": [[0, ["M", "K"]], [1, ["K", "N"]], [2, ["M", "N"]]], "has_dot": True, "dots": 1}
 
 
 class FakeLauncher:
@@ -242,7 +242,7 @@ def test_rows_tma_cannot_copy_take_the_kernels_own_variant_without_tma(tmp_path,
 
 
 def test_rows_off_sector_reads_every_kind_of_array():
-    from tawa.runtime.kernel import rows_off_sector
+    from tawa.autotune.launch_defaults import rows_off_sector
     assert rows_off_sector(Strided(100, 5000)) and not rows_off_sector(Strided(100, 5008))
     assert not rows_off_sector(Strided(100, 1001))          # not a multiple of 16 bytes: TMA cannot copy it at all
     assert not rows_off_sector(Strided(1, 5000))            # one row
