@@ -170,7 +170,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
             fill, switch = max(choices, key=lambda choice: choice[0])
             if fill >= SWITCH_MARGIN * own_fill:
                 config = switch
-    if sector_bound and config.get("schedule") != "streamk":
+    if sector_bound:                        # (stream-K, which cannot run in clusters, was not a choice then)
         # pairs along the grid axis that tiles M, which share the tiles of B
         config["cluster"] = "2x1" if [c for c, _ in info.get("tiles", [])].index("BLOCK_M") == 0 else "1x2"
     return config

@@ -66,7 +66,7 @@ from tawa.ir.ops import (ArefGetOp, ArefPutOp, DotOp, ForOp, LoadOp, create_spli
                          create_split_k_sum, warp_group_role, warp_groups)
 from tawa.ir.traversal import backward_slice, ops_of, walk
 from tawa.lowering import split_k, ws_ir
-from tawa.lowering.ws_ir import i32, redirect_uses, trip_count
+from tawa.lowering.ws_ir import cdiv, i32, redirect_uses, trip_count
 from tawa.tile_plan import IDLE_SHARE
 
 #: CTAs that meet over one tile of the shared tail: its workspace record holds this many partials.
@@ -128,7 +128,7 @@ class _Plan:
     def __init__(self, cta, ctas, tiles, trips):
         i64 = ir.IntegerType.get_signless(64)
         zero, one, two = i32(0), i32(1), i32(2)
-        waves = arith.DivUIOp(arith.AddIOp(tiles, arith.SubIOp(ctas, one).result).result, ctas).result
+        waves = cdiv(tiles, ctas)
         slots = arith.MulIOp(waves, ctas).result
         idle = arith.SubIOp(slots, tiles).result
         sparse = arith.CmpIOp(arith.CmpIPredicate.ugt, arith.MulIOp(idle, i32(IDLE_SHARE)).result, slots).result
@@ -139,7 +139,7 @@ class _Plan:
         self.whole = arith.SelectOp(self.shared, arith.MulIOp(arith.SubIOp(waves, two).result, ctas).result,
                                     tiles).result
         mine = arith.MaxSIOp(arith.SubIOp(self.whole, cta).result, zero).result
-        self.own_whole = arith.DivUIOp(arith.AddIOp(mine, arith.SubIOp(ctas, one).result).result, ctas).result
+        self.own_whole = cdiv(mine, ctas)
         # the shared tail: iterations [start, end) of its (tiles - whole) * trips, in 64 bits (c * I overflows)
         wide = lambda v: arith.ExtUIOp(i64, v).result
         narrow = lambda v: arith.TruncIOp(ir.IntegerType.get_signless(32), v).result
@@ -196,14 +196,10 @@ def rewrite_region(region) -> None:
         last = arith.AddIOp(lb, arith.MulIOp(arith.SubIOp(k1, i32(1)).result, step).result).result
         origin = arith.SelectOp(whole, lb, last).result
         sign = arith.SelectOp(whole, i32(1), i32(-1)).result
-    iv = kl.iv
-    first = ops_of(kl.body)[0]
-    with ir.InsertionPoint(first), k_loop.location:
-        offset = arith.SubIOp(iv, lb)
+    with ir.InsertionPoint.at_block_begin(kl.body), k_loop.location:
+        offset = arith.SubIOp(kl.iv, lb)
         seen = arith.AddIOp(origin, arith.MulIOp(sign, offset.result).result)
-    for use in list(iv.uses):
-        if use.owner != offset.operation:
-            use.owner.operands[use.operand_number] = seen.result
+    kl.iv.replace_all_uses_except(seen.result, offset.operation)
     if warp_group_role(region) == attrs.CONSUMER:
         _fix_up(loop, k_loop, plan, k0, k1)
 

@@ -49,8 +49,12 @@ def i32(value: int) -> ir.Value:
 
 def trip_count(lb: ir.Value, ub: ir.Value, step: ir.Value) -> ir.Value:
     """The iterations of `scf.for %i = lb to ub step step` (step > 0), at the current insertion point."""
-    span = arith.MaxSIOp(arith.SubIOp(ub, lb).result, i32(0)).result
-    return arith.DivUIOp(arith.AddIOp(span, arith.SubIOp(step, i32(1)).result).result, step).result
+    return cdiv(arith.MaxSIOp(arith.SubIOp(ub, lb).result, i32(0)).result, step)
+
+
+def cdiv(a: ir.Value, b: ir.Value) -> ir.Value:
+    """ceil(a / b) for unsigned i32 `a` and `b` > 0, at the current insertion point."""
+    return arith.DivUIOp(arith.AddIOp(a, arith.SubIOp(b, i32(1)).result).result, b).result
 
 
 def redirect_uses(ops, old: list, new: list) -> None:

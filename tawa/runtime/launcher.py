@@ -402,14 +402,13 @@ class GpuLauncher:
                 scalar_slots.append((j, p.arg, p.dtype, self._scalar_where(p)))
                 _scalar_value(args[p.arg], p.dtype, scalar_slots[-1][3])
         # split-K: one workspace record per output tile (the programs of the grid it was written for)
-        records = grid3[0] * grid3[1] * (grid3[2] // self.kernel.split_k)
+        tiles = grid3[0] * grid3[1] * (grid3[2] // self.kernel.split_k)
         cluster = 1
         if self.kernel.persistent:
             grid3, cluster = persistent_launch(self.kernel.cluster, grid3, self._resident_ctas(grid3, ordinal))
-        if self.kernel.stream_k:
-            # stream-K: one record per boundary between two CTAs (`tawa.lowering.stream_k`), so one per CTA
-            records = grid3[0] * grid3[1] * grid3[2]
         if workspace is not None:
+            # stream-K: one record per boundary between two CTAs (`tawa.lowering.stream_k`), so one per CTA
+            records = grid3[0] * grid3[1] * grid3[2] if self.kernel.stream_k else tiles
             workspace = (workspace, records * self.kernel.workspace_per_tile)
         return _Plan(grid3, ordinal if known else None, template, ptr_slots, scalar_slots, map_slots, tma_checks,
                      workspace, cluster)

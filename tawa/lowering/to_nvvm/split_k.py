@@ -30,6 +30,7 @@ from .context import Ctx, Tile
 COUNTER_BYTES = 128
 #: f32 registers per 16-byte access.
 VECTOR = 4
+VTYPE = f"vector<{VECTOR}xf32>"
 
 
 def _slot_bytes(ctx: Ctx, tile: Tile) -> int:
@@ -96,19 +97,27 @@ def _vector(regs: list) -> list:
     return [regs[i:i + VECTOR] + [regs[i]] * (VECTOR - len(regs[i:i + VECTOR])) for i in range(0, len(regs), VECTOR)]
 
 
+def _load(b, base: V, off: V) -> V:
+    """One register group (16 bytes) of a slot, from global memory."""
+    return b.op(f"llvm.load {b.gep(base, off)} {{alignment = 16 : i64}} : !llvm.ptr<1> -> {VTYPE}", VTYPE)
+
+
+def _elements(b, vec: V) -> list:
+    return [b.op(f"llvm.extractelement {vec}[{b.i32(i)} : i32] : {VTYPE}", "f32") for i in range(VECTOR)]
+
+
 def lower_split_k_store(ctx: Ctx, op) -> None:
     b = ctx.b
     view = SplitKStoreOp(op)
     record = _record(ctx, op)
     tile = ctx.get(view.value)
     base = _slot_base(ctx, ctx.get(view.tile), ctx.get(view.split), view.slot, record)
-    vtype = f"vector<{VECTOR}xf32>"
     groups = _vector(tile.regs)
     for off, group in zip(_thread_offsets(ctx, len(groups)), groups):
-        vec = b.op(f"llvm.mlir.undef : {vtype}", vtype)
+        vec = b.op(f"llvm.mlir.undef : {VTYPE}", VTYPE)
         for i, r in enumerate(group):
-            vec = b.op(f"llvm.insertelement {r}, {vec}[{b.i32(i)} : i32] : {vtype}", vtype)
-        b.line(f"llvm.store {vec}, {b.gep(base, off)} {{alignment = 16 : i64}} : {vtype}, !llvm.ptr<1>")
+            vec = b.op(f"llvm.insertelement {r}, {vec}[{b.i32(i)} : i32] : {VTYPE}", VTYPE)
+        b.line(f"llvm.store {vec}, {b.gep(base, off)} {{alignment = 16 : i64}} : {VTYPE}, !llvm.ptr<1>")
 
 
 def lower_split_k_arrive(ctx: Ctx, op) -> None:
@@ -137,7 +146,6 @@ def lower_split_k_sum(ctx: Ctx, op) -> None:
     record = _record(ctx, op)
     tile = ctx.get(view.value)
     fence_gpu(b)                         # the other programs' partials, after the count said they are there
-    vtype = f"vector<{VECTOR}xf32>"
     groups = -(-len(tile.regs) // VECTOR)
     offsets = _thread_offsets(ctx, groups)
     if view.splits == 2:
@@ -151,8 +159,7 @@ def lower_split_k_sum(ctx: Ctx, op) -> None:
     for g, off in enumerate(offsets):
         acc = None
         for base in bases:
-            vec = b.op(f"llvm.load {b.gep(base, off)} {{alignment = 16 : i64}} : !llvm.ptr<1> -> {vtype}", vtype)
-            parts = [b.op(f"llvm.extractelement {vec}[{b.i32(i)} : i32] : {vtype}", "f32") for i in range(VECTOR)]
+            parts = _elements(b, _load(b, base, off))
             acc = parts if acc is None else [b.op(f"arith.addf {x}, {y} : f32", "f32") for x, y in zip(acc, parts)]
         # The asm counts as a memory access for LLVM, so the next group's loads are not hoisted above it.
         sums.extend(sync.fence_registers(b, acc))
@@ -168,18 +175,16 @@ def _add_other_half(ctx: Ctx, view: SplitKSumOp, tile: Tile, record: dict, offse
     """Two splits: this program's partial is in its registers and the other's is loaded. a + b == b + a, so the
     sum is the same whichever program arrived last."""
     b = ctx.b
-    vtype = f"vector<{VECTOR}xf32>"
     other = b.sub(b.i32(1), ctx.get(view.split))
     base = _slot_base(ctx, ctx.get(view.tile), other, view.slot, record)
     mine = _vector(tile.regs)
     sums: list = []
     for first in range(0, len(offsets), GROUPS_IN_FLIGHT):
         batch = range(first, min(first + GROUPS_IN_FLIGHT, len(offsets)))
-        loaded = [b.op(f"llvm.load {b.gep(base, offsets[g])} {{alignment = 16 : i64}} : !llvm.ptr<1> -> {vtype}",
-                       vtype) for g in batch]
+        loaded = [_load(b, base, offsets[g]) for g in batch]
         added = []
         for g, vec in zip(batch, loaded):
-            parts = [b.op(f"llvm.extractelement {vec}[{b.i32(i)} : i32] : {vtype}", "f32") for i in range(VECTOR)]
+            parts = _elements(b, vec)
             added.extend(b.op(f"arith.addf {x}, {y} : f32", "f32") for x, y in zip(mine[g], parts))
         sums.extend(sync.fence_registers(b, added))
     ctx.set(view.result, Tile(sums[:len(tile.regs)], tile.layout, tile.elem))
