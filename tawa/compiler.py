@@ -25,7 +25,7 @@ from typing import Callable
 from tawa.abi import CompiledKernel
 from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import kernel_info, verify
-from tawa.ir.location import source_location
+from tawa.ir.location import source_location, where
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, epilogue_prefetch,
                            launch_order,
                            lazy_rescale, lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles,
@@ -138,8 +138,11 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     if schedule in PERSISTENT_SCHEDULES:
         group, why = persistent_tiles.tile_group([ld for p in loop_plans for ld in p.loads], options,
                                                  2 if schedule == "pingpong" else 1)
-        notes.append(f"kernel '{kernel_info.kernel_name(func)}' visits its tiles in runs of {group} along grid "
-                     f"axis 0 for each tile along axis 1 ({why})")
+        order = {persistent_tiles.WHOLE_AXIS: "all of grid axis 0 for each tile along axis 1",
+                 persistent_tiles.SNAKE: "all of grid axis 0 for each tile along axis 1, every other row "
+                                         "backwards"}.get(
+            group, f"runs of {group} along grid axis 0 for each tile along axis 1")
+        notes.append(f"kernel '{kernel_info.kernel_name(func)}' visits its tiles in {order} ({why})")
     elif options.group_m:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' ignores group_m={options.group_m}: only a persistent "
                      f"schedule orders its tiles (this kernel runs one program per CTA, in the hardware's order)")
@@ -179,6 +182,13 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
                                         "tiles; compile with schedule='tile' or let the kernel specialize")
         return "tile", ""
     ok, reason = persistent_tiles.can_persist(func, loop_plans, options)
+    prologue = persistent_tiles.prologue_operand(func, loop_plans)
+    if ok and prologue is not None and options.schedule is None:
+        # Measured (docs/performance.md, persistent attention): the ring Q takes per tile, and the epilogue's
+        # staging beside it, leave the K/V rings a slot less; that costs more than the CTA starts it saves except
+        # for short sequences, which the tuning space covers.
+        return "tile", (f"one program per CTA: persistent, its dot operand loaded{where(prologue)} before the loop "
+                        f"would take a ring of its own (schedule='persistent' asks for that)")
     if ok and options.schedule == "streamk":
         ok, reason = stream_k.can_stream_k(func, options)
         if ok:

@@ -22,6 +22,12 @@ the located reason.
 Depth: `options.num_buffers`, else as many slots as fit in Hopper's shared memory per CTA (`tawa.hopper`) next to the
 other tiles the kernel loads and its largest tile stored inside a loop (a store after the loops is staged in
 the drained ring), between 2 and 6 (4 under the ping-pong schedule).
+
+Prologue operands under the persistent schedule: a dot operand loaded once per program before its loop
+(attention's Q block) also goes through an aref, of one slot or two (`prologue_depth`): put and get where it was
+loaded, consumed after the last op of the program that reads it (the loop). A persistent CTA computes many
+programs in turn, so the producer copies the next program's block while the consumers finish this one; one
+program per CTA stages such a load itself (the conversion's one-shot copy), and then it keeps no aref.
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ from mlir import ir
 
 from tawa import hopper
 from tawa.errors import CompilationError
-from tawa.ir.kernel_info import kernels
+from tawa.ir.kernel_info import body_block, kernels
 from tawa.ir.location import source_location
 from tawa.ir.ops import (ArefCreateOp, DotOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get,
                          create_put, readers_through_transposes)
@@ -235,6 +241,43 @@ def insert_for_loop(p: ws_analysis.LoopPlan, depth: int, lookahead: bool = True)
     return creates
 
 
+def prologue_loads(func_op, heavy) -> list:
+    """Dot operands loaded directly in the kernel's body, outside the pipelined loops (attention's Q block)."""
+    return [op for op in ops_of(body_block(func_op)) if op.name == LoadOp.NAME and op not in heavy
+            and ws_analysis.feeds_dot(op)]
+
+
+def prologue_depth(func_op, heavy, depth: int, options) -> int:
+    """Slots of a prologue operand's ring: two where the second fits next to everything else (the producer then
+    copies the next program's block as soon as this one's arrives), else one (copied once the consumers are done
+    with this one, under their epilogue)."""
+    loads = prologue_loads(func_op, heavy)
+    extra = sum(-(-tile_bytes(LoadOp(ld).result.type) // SMEM_TILE_ALIGN) * SMEM_TILE_ALIGN for ld in loads)
+    tiles = hopper.smem_for_tiles(getattr(options, "ctas_per_sm", None) or 1)
+    used = depth * slot_bytes(heavy) + other_smem_bytes(func_op, set(heavy), True)
+    return 2 if used + extra <= tiles else 1
+
+
+def insert_prologue_load(func_op, load, depth: int) -> None:
+    """Route one prologue operand through an aref of `depth` slots (see the module docstring)."""
+    block = body_block(func_op)
+    value = LoadOp(load).result
+    create = create_aref([value.type], depth, loc=load.location, name=_load_names([load]))
+    ir.InsertionPoint(ops_of(block)[0]).insert(create)
+    aref = ArefCreateOp(create).result
+    put = create_put(aref, [value], loc=load.location)
+    get = create_get(aref, loc=load.location)
+    ip = ir.InsertionPoint.at_block_terminator(block)
+    ip.insert(put)
+    ip.insert(get)
+    put.move_after(load)
+    get.move_after(put)
+    value.replace_all_uses_except(get.results[0], put)
+    consumed = create_consumed(aref, loc=load.location)
+    ir.InsertionPoint.at_block_terminator(block).insert(consumed)
+    consumed.move_after(_last_user([get.results[0]], block, get))
+
+
 def check_depth(depth: int, slot_bytes: int, options, loop) -> None:
     """Refuse, at the loop, an explicit `num_buffers` whose rings alone cannot fit in a block's shared memory
     (the backend refuses, at the same loop, a ring that only overflows next to the kernel's other tiles)."""
@@ -264,4 +307,8 @@ def run(module: ir.Module, options) -> ir.Module:
             lookahead = getattr(options, "consumer_lookahead", None) is not False
             for p in plans:
                 insert_for_loop(p, depth, lookahead)
+            if getattr(options, "schedule", None) == "persistent":
+                q_depth = prologue_depth(func, heavy, depth, options)
+                for load in prologue_loads(func, heavy):
+                    insert_prologue_load(func, load, q_depth)
     return module

@@ -14,7 +14,8 @@ Takes: a partitioned kernel after `register-realloc` (one producer region, consu
   waits for its P.V wgmma every iteration (docs/performance.md), so it stays off there. A GEMM main loop, whose
   dots only accumulate, gains nothing from it and never gets it;
 - `tawa.lookahead` on a consumer loop whose first dot can be issued one iteration early, unless
-  `consumer_lookahead=False`: its A operand is a tile loaded before the loop, its B operand an aref slot's tile
+  `consumer_lookahead=False`: its A operand is a shared tile from before the loop (loaded there, or a prologue
+  ring's slot in a persistent kernel), its B operand an aref slot's tile
   (or its transpose), its accumulator zero, and the ring has at least two slots. The conversion then issues
   iteration j+1's dot before iteration j's math on the result of iteration j's (FlashAttention-3's
   intra-warpgroup overlap: attention's Q K^T for the next key block runs under the current block's softmax); when
@@ -58,8 +59,9 @@ def lookahead_dot(loop):
         return None
     dot = DotOp(dots[0])
     a = defining_op(dot.a)
-    if a is None or a.name != LoadOp.NAME or is_ancestor(loop, a) or \
-            any(u.name != DotOp.NAME for u in users(LoadOp(a).result)):
+    # A is in shared memory before the loop: loaded there, or taken from a prologue ring (a persistent kernel)
+    if a is None or a.name not in (LoadOp.NAME, ArefGetOp.NAME) or is_ancestor(loop, a) or \
+            any(u.name != DotOp.NAME for u in users(dot.a)):
         return None
     b = defining_op(dot.b)
     if b is not None and b.name == TransOp.NAME and b.block == body:

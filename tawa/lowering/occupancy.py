@@ -61,7 +61,8 @@ def choose(func, options, plans, schedule: str, cluster: str) -> tuple[int, str]
     if options.ctas_per_sm is not None:
         n = options.ctas_per_sm
         return n, (f"keeps {n} CTAs resident per SM (ctas_per_sm={n})" if n > 1 else "")
-    if options.target != "cuda" or plans is None or schedule != "tile" or cluster != "1x1" or options.split_k > 1:
+    if options.target != "cuda" or plans is None or schedule not in ("tile", "persistent") or cluster != "1x1" \
+            or options.split_k > 1:
         return 1, ""
     loops = [p.loop for p in plans]
     if not any(chains_dots(loop) for loop in loops):
@@ -71,7 +72,8 @@ def choose(func, options, plans, schedule: str, cluster: str) -> tuple[int, str]
     if regs > TILE_REGISTER_LIMIT:
         return 1, ""
     heavy = {ld for p in plans for ld in p.loads}
-    if not aref_insertion.smallest_ring_fits(func, heavy, options, ctas_per_sm=2)[0]:
+    if not aref_insertion.smallest_ring_fits(func, heavy, options, persistent=schedule == "persistent",
+                                             ctas_per_sm=2)[0]:
         return 1, ""
     return 2, (f"keeps 2 CTAs resident per SM: its consumer loop feeds math on one dot's result into another "
                f"dot and its register tiles take {regs} registers per consumer thread, so two CTAs fit and hide "

@@ -15,6 +15,9 @@ aref_consumed`). Gives: the kernel body
        iter_args, the epilogue and stores>
     }
 
+A put directly in the kernel's body (a prologue operand of a persistent kernel, `aref_insertion`) moves to the
+producer the same way, with its load and index math, in program order among the loops.
+
 Why: the two regions run concurrently on different warp groups and meet only at the arefs, so TMA loads for
 later iterations overlap the tensor-core work of the current one. Scalar control is replicated rather than
 shared so each warp group computes what it needs from program ids and kernel arguments without any
@@ -115,6 +118,14 @@ def _build_producer_loop(loop, ip_top: ir.InsertionPoint, mapping: dict):
     return body_ops, puts
 
 
+def _build_producer_put(put_op, ip_top: ir.InsertionPoint, mapping: dict) -> None:
+    """The producer's copy of a put in the kernel's body: its load and the load's index math, then the put."""
+    put = ArefPutOp(put_op)
+    values = ws_ir.clone_slice(list(put.values), ip_top, mapping,
+                               can_clone=lambda op: op.name == LoadOp.NAME or ws_ir.is_scalar_control(op))
+    create_put(put.aref, values, loc=put_op.location, ip=ip_top)
+
+
 def _erase_dead(ops):
     """Erase scalar-control ops (and the moved loads) whose results are no longer used, latest first."""
     changed = True
@@ -154,11 +165,15 @@ def partition_kernel(func_op, options):
 
     mapping: dict = {}
     ip_top = ir.InsertionPoint(prod_yield)
-    for loop in loops:
-        body_ops, puts = _build_producer_loop(loop, ip_top, mapping)
-        for p in puts:
-            p.erase()
-        _erase_dead(body_ops)
+    for op in ops:
+        if op.name == ArefPutOp.NAME:
+            _build_producer_put(op, ip_top, mapping)
+            op.erase()
+        elif op in loops:
+            body_ops, puts = _build_producer_loop(op, ip_top, mapping)
+            for p in puts:
+                p.erase()
+            _erase_dead(body_ops)
     _erase_dead([op for op in ops_of(consumer.regions[0].blocks[0]) if op != cons_yield])
     if pingpong:
         # One consumer region per warp group, each computing whole tiles (persistent-tiles gives each its share).

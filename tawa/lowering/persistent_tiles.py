@@ -58,7 +58,7 @@ from tawa.ir.kernel_info import kernels
 from tawa.ir.location import source_location, where
 from tawa.ir.ops import (ClusterSizeOp, GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_group_role,
                          warp_groups)
-from tawa.ir.traversal import ops_of, walk
+from tawa.ir.traversal import ops_of, parent_op, walk
 from tawa.ir.types import elem_type, tile_bytes, tile_shape
 from tawa.lowering import aref_insertion, ws_analysis, ws_ir
 from tawa.lowering.assign_layouts import smem_swizzle
@@ -66,21 +66,35 @@ from tawa.options import cluster_axis
 
 #: The group when the kernel's operands do not split into row and column tiles (Triton's usual GROUP_SIZE_M).
 DEFAULT_GROUP = 8
+#: The group that walks all of grid axis 0 before the next program along axis 1.
+WHOLE_AXIS = 0
+#: WHOLE_AXIS with every other row along axis 0 walked backwards: where loop lengths grow along axis 0, a CTA that
+#: takes every S-th tile (S CTAs, a multiple of the row) alternates long and short ones instead of always the same.
+SNAKE = -1
 
 
 def can_persist(func_op, plans: list, options=None) -> tuple:
     """(True, "") if the tile loop keeps the kernel correct and useful, else (False, why not). `plans`: the
     kernel's `ws_analysis.plan`.
 
-    Loads of dot operands outside the pipelined loops (attention's Q block) are staged by the consumers through
-    shared memory with a one-shot barrier; they would need their own ring to repeat per tile. The ring must also
-    leave room for the epilogue's staging, which in a persistent kernel cannot reuse the drained ring."""
+    A dot operand loaded directly in the kernel's body, outside the pipelined loops (attention's Q block), gets a
+    ring of its own that repeats per tile (`aref_insertion.prologue_loads`); one loaded under other control flow
+    is staged by the consumers once per program and cannot repeat. The ring must also leave room for the
+    epilogue's staging, which in a persistent kernel cannot reuse the drained ring."""
     heavy = {ld for p in plans for ld in p.loads}
+    prologue = set(aref_insertion.prologue_loads(func_op, heavy))
     for op in walk(func_op.operation):
-        if op.name == LoadOp.NAME and op not in heavy and ws_analysis.feeds_dot(op):
-            return False, (f"the dot operand loaded{where(op)} outside the pipelined loop is staged once per "
-                           f"program")
+        if op.name == LoadOp.NAME and op not in heavy and op not in prologue and ws_analysis.feeds_dot(op):
+            return False, (f"the dot operand loaded{where(op)} outside the pipelined loop, inside other control "
+                           f"flow, is staged once per program")
     return aref_insertion.smallest_ring_fits(func_op, heavy, options, persistent=True)
+
+
+def prologue_operand(func_op, plans: list):
+    """The first dot operand the kernel loads directly in its body, outside its pipelined loops (attention's Q
+    block: a persistent kernel routes it through a ring of its own), or None."""
+    heavy = {ld for p in plans for ld in p.loads}
+    return next(iter(aref_insertion.prologue_loads(func_op, heavy)), None)
 
 
 #: f32 accumulator registers per thread one consumer warp group may hold in the ping-pong schedule (its whole
@@ -100,6 +114,11 @@ def can_pingpong(func_op, plans: list, options=None) -> tuple:
         return False, "split-K gives the programs of a tile K loops of different lengths"
     if getattr(options, "num_consumer_groups", None) == 1:
         return False, "it has one consumer warp group (num_consumer_groups=1)"
+    prologue = prologue_operand(func_op, plans)
+    if prologue is not None:
+        return False, (f"the dot operand loaded{where(prologue)} before the loop is shared by the tile's consumer "
+                       f"groups")
+    heavy = {ld for p in plans for ld in p.loads}
     for p in plans:
         if ws_ir.computed_from_program(p.loop.operands[:3]):
             return False, f"the trip count of the loop{where(p.loop)} depends on the program"
@@ -185,6 +204,13 @@ def tile_group(loads: list, options=None, tiles_per_cta: int = 1) -> tuple:
     if options is not None and getattr(options, "group_m", None):
         return options.group_m, f"group_m={options.group_m}"
     row, col = _bytes_along(loads, 0), _bytes_along(loads, 1)
+    if col and not row and not any(_depends_on_program(LoadOp(ld).offsets, 0) for ld in loads):
+        if any(_depends_on_program(parent_op(ld).operands[:3], 0) for ld in loads):
+            return SNAKE, ("the tiles along axis 0 load the same operands and their loops' lengths depend on "
+                           "their program along axis 0 (causal attention's query blocks): they run side by side, "
+                           "every other row of them backwards")
+        return WHOLE_AXIS, ("the tiles along axis 0 load the same operands (attention's query blocks of one head): "
+                            "they run side by side")
     if not row or not col:
         return DEFAULT_GROUP, "its operand tiles do not split into ones along M and ones along N"
     resident = hopper.TYPICAL_SMS * tiles_per_cta
@@ -214,6 +240,13 @@ def _grouped_program(t, gx, gy, group: int) -> tuple:
     per_z = arith.MulIOp(gx, gy).result
     p2 = arith.DivUIOp(t, per_z).result
     r = arith.RemUIOp(t, per_z).result
+    if group == WHOLE_AXIS:
+        return arith.RemUIOp(r, gx).result, arith.DivUIOp(r, gx).result, p2
+    if group == SNAKE:
+        p0, p1 = arith.RemUIOp(r, gx).result, arith.DivUIOp(r, gx).result
+        odd = arith.CmpIOp(arith.CmpIPredicate.ne, arith.AndIOp(p1, ws_ir.i32(1)).result, ws_ir.i32(0)).result
+        back = arith.SubIOp(arith.SubIOp(gx, ws_ir.i32(1)).result, p0).result
+        return arith.SelectOp(odd, back, p0).result, p1, p2
     size = arith.MulIOp(gy, ws_ir.i32(group)).result
     gid = arith.DivUIOp(r, size).result
     first = arith.MulIOp(gid, ws_ir.i32(group)).result
@@ -276,8 +309,9 @@ def run(module: ir.Module, options=None) -> ir.Module:
             groups = warp_groups(func)
             if not groups or attrs.PERSISTENT.get(func):
                 continue
+            # the loads of the pipelined loops (a prologue operand's is once per tile, at the loops' top level)
             loads = [op for region in groups if warp_group_role(region) == attrs.PRODUCER for op in walk(region)
-                     if op.name == LoadOp.NAME and ws_ir.feeds_puts(op)]
+                     if op.name == LoadOp.NAME and ws_ir.feeds_puts(op) and parent_op(op).name == "scf.for"]
             cluster = _cluster_of(options)
             if cluster:
                 attrs.CLUSTER.set(func, list(options.cluster_dims()))

@@ -65,7 +65,7 @@ from tawa.ir.location import where
 from tawa.ir.ops import (ArefGetOp, ArefPutOp, DotOp, ForOp, LoadOp, create_split_k_arrive, create_split_k_store,
                          create_split_k_sum, warp_group_role, warp_groups)
 from tawa.ir.traversal import backward_slice, ops_of, walk
-from tawa.lowering import split_k, ws_ir
+from tawa.lowering import split_k, ws_analysis, ws_ir
 from tawa.lowering.ws_ir import cdiv, i32, redirect_uses, trip_count
 from tawa.tile_plan import IDLE_SHARE
 
@@ -86,6 +86,9 @@ def can_stream_k(func_op, options=None) -> tuple:
     if ws_ir.computed_from_program(ForOp(loop).bounds):
         return False, f"the trip count of the K loop{where(loop)} depends on the program"
     body = ops_of(loop.block)
+    for op in body[:body.index(loop)]:
+        if op.name == LoadOp.NAME and ws_analysis.feeds_dot(op):
+            return False, f"a dot operand is loaded{where(op)} before the K loop, once per tile"
     for op in body[body.index(loop) + 1:]:
         for inner in [op, *walk(op)]:
             if inner.name == LoadOp.NAME:

@@ -120,6 +120,28 @@ def test_flash_attention(shape, causal, options):
     check_attention(torch, kernel, shape, causal, seed=5 + sum(shape))
 
 
+# The persistent attention schedule (`schedule="persistent"`: each CTA loops over query blocks, Q through a ring of
+# its own): grids of several query blocks per CTA (512 and 384 of them over 132 or 264 resident CTAs), ragged S, a
+# single key, and S smaller than one block; head dim 64 runs two persistent CTAs per SM.
+PERSISTENT_ATTENTION_SHAPES = [(4, 16, 1000, 128), (4, 16, 700, 64), (2, 2, 1, 128), (1, 3, 77, 64)]
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("shape", PERSISTENT_ATTENTION_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_flash_attention_persistent(shape, causal):
+    kernel = compiled("flash_attention.tawa", CAUSAL=causal, HEAD_DIM=shape[-1], schedule="persistent")
+    assert kernel.compiled.persistent
+    import torch
+    check_attention(torch, kernel, shape, causal, seed=7 + sum(shape))
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_gqa_attention_persistent(causal):
+    kernel = compiled("gqa_attention.tawa", CAUSAL=causal, HEAD_DIM=128, schedule="persistent")
+    import torch
+    check_attention(torch, kernel, (2, 32, 900, 128), causal, seed=3 + causal, kv_heads=8)
+
+
 # (batch, query heads, key/value heads, S, head dim): Llama-style groups of 4 and 8, multi-query, ragged S.
 GQA_SHAPES = [(2, 32, 8, 1000, 128), (1, 16, 2, 129, 128), (2, 8, 1, 300, 64), (1, 4, 4, 77, 64), (1, 8, 2, 1, 128)]
 

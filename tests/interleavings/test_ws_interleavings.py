@@ -228,6 +228,44 @@ def test_flash_attention_interleavings(causal, S, depth, block_n):
     assert str(m).count('"tawa.aref_create"') == (2 if depth == 2 else 1)
 
 
+def attention_case(Z, H, S, D, causal, seed, HKV=None):
+    """Q, K, V (bf16, K and V with `HKV` heads) and the float32 softmax(Q K^T / sqrt(D)) V reference."""
+    HKV = HKV or H
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((Z, H, S, D)).astype(BF16)
+    k, v = (rng.standard_normal((Z, HKV, S, D)).astype(BF16) for _ in range(2))
+    scale = np.float32(1.0 / np.sqrt(D))
+    kk, vv = (np.repeat(x.astype(np.float32), H // HKV, axis=1) for x in (k, v))
+    s = np.einsum("zhqd,zhkd->zhqk", q.astype(np.float32), kk) * scale
+    if causal:
+        s = np.where(np.tril(np.ones((S, S), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    ref = np.einsum("zhqk,zhkd->zhqd", p / p.sum(-1, keepdims=True), vv)
+    return (lambda: [q.copy(), k.copy(), v.copy(), np.zeros((Z, H, S, D), BF16), scale]), ref
+
+
+@pytest.mark.parametrize("name,causal,S,depth,block_n", [
+    ("flash_attention", 0, 45, 2, 16),     # 2 x 2 x 2 = 8 tiles over 3 CTAs, K and V rings of their own
+    ("flash_attention", 1, 70, 3, 16),     # causal: tiles of 1 to 5 key blocks, one K/V ring
+    ("flash_attention", 0, 10, 1, 16),     # one key block per tile, one slot
+    ("gqa_attention", 1, 37, 2, 16),       # grouped-query heads
+])
+def test_persistent_attention_interleavings(name, causal, S, depth, block_n):
+    """The persistent attention schedule: each CTA loops over query blocks, Q comes through a ring of its own
+    (`aref_insertion.prologue_loads`) that the producer fills for the next block while the consumers finish
+    this one, and the K/V rings run across blocks."""
+    Z, H, D = 2, 2, 32
+    make_args, ref = attention_case(Z, H * (2 if name == "gqa_attention" else 1), S, D, causal, 21 + causal,
+                                    HKV=H if name == "gqa_attention" else None)
+    m = run_all_seeds(name, {"HEAD_DIM": D, "BLOCK_M": 32, "BLOCK_N": block_n, "CAUSAL": causal}, make_args, 3,
+                      ref, 3e-2, num_buffers=depth, persistent=True)
+    text = str(m)
+    assert "tawa.persistent" in text
+    # Q's ring: put in the producer's tile loop, taken in the consumer's, released after the key loop
+    q_ring = re.search(r'(%\d+) = "tawa.aref_create"\(\) : \(\) -> !tawa.aref<\[tensor<32x32xbf16>\], (\d) : i32>', text)
+    assert q_ring, text
+
+
 @pytest.mark.parametrize("causal", [0, 1])
 def test_gqa_attention_interleavings(causal):
     """Grouped-query attention (8 query heads over 2 key/value heads), specialized, under random interleavings."""

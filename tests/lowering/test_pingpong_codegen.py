@@ -84,7 +84,7 @@ def test_fused_128x192_epilogue_reads_its_residual_boxes_as_it_writes():
 @pytest.mark.parametrize("example,constants,reason", [
     ("gemm", {}, "would hold 256 accumulator registers per thread"),
     ("gemm", {"BLOCK_N": 128, "split_k": 2}, "split-K gives the programs of a tile K loops of different lengths"),
-    ("flash_attention", {}, "staged once per program"),
+    ("flash_attention", {}, "before the loop is shared by the tile's consumer groups"),
 ])
 def test_pingpong_refusals_say_why(example, constants, reason):
     with pytest.raises(CompilationError) as info:

@@ -19,7 +19,7 @@ def compiled_mlir(example, **options):
 
 
 def group_of(example, **options):
-    m = re.search(r"tawa\.tile_group = (\d+)", str(compiled_mlir(example, **options)))
+    m = re.search(r"tawa\.tile_group = (-?\d+)", str(compiled_mlir(example, **options)))
     return int(m.group(1)) if m else None
 
 
@@ -41,6 +41,19 @@ def group_of(example, **options):
 ])
 def test_group_follows_the_operand_bytes(example, options, group):
     assert group_of(example, **options) == group
+
+
+@pytest.mark.parametrize("causal,group", [(0, 0), (1, -1)], ids=["whole-axis", "snake"])
+def test_persistent_attention_walks_the_query_blocks_of_a_head_together(causal, group):
+    """Attention's query blocks of one head share its K and V: the persistent order walks all of them before the
+    next head (WHOLE_AXIS), every other head backwards where causal masking makes the blocks' loops grow along the
+    axis (SNAKE: a CTA taking every 132nd tile of 4-block heads would otherwise always take the same block)."""
+    assert group_of("flash_attention", CAUSAL=causal, schedule="persistent") == group
+    path = EXAMPLES / "flash_attention.tawa"
+    k = compile_source(path.read_text(), str(path), CompileOptions(constants={"CAUSAL": causal},
+                                                                   schedule="persistent"))
+    assert any("all of grid axis 0 for each tile along axis 1" in n for n in k.notes)
+    assert any("every other row backwards" in n for n in k.notes) == bool(causal)
 
 
 def test_notes_say_the_group_and_why():
