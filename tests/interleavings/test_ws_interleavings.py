@@ -209,25 +209,6 @@ def test_gemm_fp8_interleavings():
                   num_buffers=2)
 
 
-@pytest.mark.parametrize("causal,S,depth,block_n", [(0, 45, 2, 16), (1, 45, 3, 16), (0, 10, 1, 16), (1, 100, 2, 48)])
-def test_flash_attention_interleavings(causal, S, depth, block_n):
-    """Depth 2 gives K and V rings of their own (`aref_insertion.release_groups`), 1 and 3 one ring; 48-key
-    blocks (not a power of two) over 32-row query blocks leave partial diagonal and last blocks."""
-    Z, H, D = 1, 2, 32
-    rng = np.random.default_rng(5 + causal)
-    q, k, v = (rng.standard_normal((Z, H, S, D)).astype(BF16) for _ in range(3))
-    scale = np.float32(1.0 / np.sqrt(D))
-    s = np.einsum("zhqd,zhkd->zhqk", q.astype(np.float32), k.astype(np.float32)) * scale
-    if causal:
-        s = np.where(np.tril(np.ones((S, S), bool)), s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    ref = np.einsum("zhqk,zhkd->zhqd", p / p.sum(-1, keepdims=True), v.astype(np.float32))
-    m = run_all_seeds("flash_attention", {"HEAD_DIM": D, "BLOCK_M": 32, "BLOCK_N": block_n, "CAUSAL": causal},
-                      lambda: [q.copy(), k.copy(), v.copy(), np.zeros((Z, H, S, D), BF16), scale], 3, ref, 3e-2,
-                      num_buffers=depth)
-    assert str(m).count('"tawa.aref_create"') == (2 if depth == 2 else 1)
-
-
 def attention_case(Z, H, S, D, causal, seed, HKV=None):
     """Q, K, V (bf16, K and V with `HKV` heads) and the float32 softmax(Q K^T / sqrt(D)) V reference."""
     HKV = HKV or H
@@ -242,6 +223,16 @@ def attention_case(Z, H, S, D, causal, seed, HKV=None):
     p = np.exp(s - s.max(-1, keepdims=True))
     ref = np.einsum("zhqk,zhkd->zhqd", p / p.sum(-1, keepdims=True), vv)
     return (lambda: [q.copy(), k.copy(), v.copy(), np.zeros((Z, H, S, D), BF16), scale]), ref
+
+
+@pytest.mark.parametrize("causal,S,depth,block_n", [(0, 45, 2, 16), (1, 45, 3, 16), (0, 10, 1, 16), (1, 100, 2, 48)])
+def test_flash_attention_interleavings(causal, S, depth, block_n):
+    """Depth 2 gives K and V rings of their own (`aref_insertion.release_groups`), 1 and 3 one ring; 48-key
+    blocks (not a power of two) over 32-row query blocks leave partial diagonal and last blocks."""
+    make_args, ref = attention_case(1, 2, S, 32, causal, 5 + causal)
+    m = run_all_seeds("flash_attention", {"HEAD_DIM": 32, "BLOCK_M": 32, "BLOCK_N": block_n, "CAUSAL": causal},
+                      make_args, 3, ref, 3e-2, num_buffers=depth)
+    assert str(m).count('"tawa.aref_create"') == (2 if depth == 2 else 1)
 
 
 @pytest.mark.parametrize("name,causal,S,depth,block_n", [
@@ -269,20 +260,9 @@ def test_persistent_attention_interleavings(name, causal, S, depth, block_n):
 @pytest.mark.parametrize("causal", [0, 1])
 def test_gqa_attention_interleavings(causal):
     """Grouped-query attention (8 query heads over 2 key/value heads), specialized, under random interleavings."""
-    Z, H, HKV, S, D = 1, 8, 2, 37, 32
-    rng = np.random.default_rng(11 + causal)
-    q = rng.standard_normal((Z, H, S, D)).astype(BF16)
-    k, v = (rng.standard_normal((Z, HKV, S, D)).astype(BF16) for _ in range(2))
-    scale = np.float32(1.0 / np.sqrt(D))
-    kk, vv = (np.repeat(x.astype(np.float32), H // HKV, axis=1) for x in (k, v))
-    s = np.einsum("zhqd,zhkd->zhqk", q.astype(np.float32), kk) * scale
-    if causal:
-        s = np.where(np.tril(np.ones((S, S), bool)), s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    ref = np.einsum("zhqk,zhkd->zhqd", p / p.sum(-1, keepdims=True), vv)
-    run_all_seeds("gqa_attention", {"HEAD_DIM": D, "BLOCK_M": 32, "BLOCK_N": 16, "CAUSAL": causal},
-                  lambda: [q.copy(), k.copy(), v.copy(), np.zeros((Z, H, S, D), BF16), scale], 3, ref, 3e-2,
-                  num_buffers=2)
+    make_args, ref = attention_case(1, 8, 37, 32, causal, 11 + causal, HKV=2)
+    run_all_seeds("gqa_attention", {"HEAD_DIM": 32, "BLOCK_M": 32, "BLOCK_N": 16, "CAUSAL": causal}, make_args, 3,
+                  ref, 3e-2, num_buffers=2)
 
 
 # ---- the persistent schedule: every warp group loops over tiles, the ring runs across tile boundaries ------------
