@@ -16,8 +16,8 @@ machines:
 `python bench/bench_attention.py` (or `all`) does both on one machine. DIR defaults to `.carry/` in the repository
 root. The run step imports neither `mlir` nor `lark`.
 
-Variants (VARIANTS, named fa_d{HEAD_DIM}_c{CAUSAL}_n{BLOCK_N}_{ws|uni|...}, BLOCK_M = 128 throughout): head dim 64
-and 128, causal 0 and 1, BLOCK_N 64 and 128, warp specialization auto ("ws": the compiler specializes where it
+Variants (VARIANTS, named fa_d{HEAD_DIM}_c{CAUSAL}_n{BLOCK_N}_{ws|uni|...}, BLOCK_M = 128 throughout): head dim 64,
+96 and 128, causal 0 and 1, BLOCK_N 64 and 128, warp specialization auto ("ws": the compiler specializes where it
 applies; the build prints the thread count, 384 = producer + 2 consumer warp groups) and off ("uni": the
 uniform-warp software pipeline, two warp groups).
 
@@ -48,7 +48,7 @@ from bench_gemm import _load, _time, rotated  # noqa: E402
 
 SOURCE = os.path.join(ROOT, "examples", "flash_attention.tawa")
 BLOCK_M = 128
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 96, 128)
 TOL = 2e-2
 
 
@@ -83,7 +83,7 @@ for _d in HEAD_DIMS:
         if _d == 128:
             VARIANTS[variant_name(_d, _c, 176, True)] = (
                 {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 176, "CAUSAL": _c}, {"warp_specialize": None})
-        else:
+        elif _d == 64:
             VARIANTS[variant_name(_d, _c, 80, "two")] = (
                 {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 80, "CAUSAL": _c},
                 {"warp_specialize": None, "ctas_per_sm": 2})
@@ -106,7 +106,7 @@ for _d in HEAD_DIMS:
 #: Timed shapes (B, H, S, D); each is run non-causal and causal.
 SHAPES = [(4, 16, 4096, 128), (2, 16, 8192, 128), (8, 16, 2048, 64)]
 #: Correctness-only shapes (ragged S, tiny S, odd head counts); each non-causal and causal.
-RAGGED = [(1, 2, 1000, 128), (1, 3, 77, 64), (2, 1, 1, 128), (1, 1, 129, 64)]
+RAGGED = [(1, 2, 1000, 128), (1, 3, 77, 64), (2, 1, 1, 128), (1, 1, 129, 64), (1, 2, 300, 96), (2, 1, 1, 96)]
 #: The Tawa columns of the tables, per (shape, causal): the variant of that head dim and causal setting.
 TAWA_COLS = [("WS n64", 64, True), ("WS n128", 128, True), ("uni n64", 64, False), ("uni n128", 128, False),
              ("WS+pp n64", 64, "pp"), ("WS+pp n128", 128, "pp"),

@@ -187,8 +187,9 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
         # Measured (docs/performance.md, persistent attention): the ring Q takes per tile, and the epilogue's
         # staging beside it, leave the K/V rings a slot less; that costs more than the CTA starts it saves except
         # for short sequences, which the tuning space covers.
-        return "tile", (f"one program per CTA: persistent, its dot operand loaded{where(prologue)} before the loop "
-                        f"would take a ring of its own (schedule='persistent' asks for that)")
+        return "tile", (f"one program per CTA; schedule='persistent' would copy the dot operand loaded"
+                        f"{where(prologue)} before the loop once per tile through a ring of its own, which pays "
+                        f"only for short loops and is not chosen by itself")
     if ok and options.schedule == "streamk":
         ok, reason = stream_k.can_stream_k(func, options)
         if ok:

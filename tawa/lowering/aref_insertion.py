@@ -66,8 +66,10 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
     instead of four, next to a 64 KiB residual that never occupied shared memory of its own)."""
     stored = epilogue.stored_tiles(func_op)
     loads, vectors, store = 0, 0, 0
+    prologue = set(prologue_loads(func_op, heavy)) if persistent else set()
     for op in walk(func_op.operation):
-        if op.name == LoadOp.NAME and op not in heavy and not epilogue.read_through_staging(LoadOp(op), stored):
+        if op.name == LoadOp.NAME and op not in heavy and (
+                op in prologue or not epilogue.read_through_staging(LoadOp(op), stored)):
             t = LoadOp(op).result.type
             if len(tile_shape(t)) == 1:
                 # a vector broadcast over the tile (a bias, a scale) is staged by each group that stages its own
@@ -110,12 +112,14 @@ def smallest_ring_fits(func_op, heavy, options, persistent: bool = False, stagin
     other = other_smem_bytes(func_op, heavy, persistent, stagings)
     if depth * slot + other <= hopper.smem_for_tiles(ctas_per_sm):
         return True, ""
-    staging = f"{other // 1024} KiB of epilogue staging" if stagings == 1 else \
-        f"two epilogue stagings of {other // 2048} KiB"
+    staging = f"{other // 1024} KiB of other tiles and epilogue staging" if stagings == 1 else \
+        f"two epilogue stagings and other tiles of {other // 1024} KiB"
     return False, f"{depth} ring slots of {slot // 1024} KiB and {staging} do not fit in shared memory together"
 
 
-def choose_depth(slot_bytes: int, func_op, options, heavy=()) -> int:
+def choose_depth(slot_bytes: int, func_op, options, heavy=(), prologue_slots: int = 0) -> int:
+    """Slots of the pipelined loops' rings; `prologue_slots`: those the prologue operands' rings take beside them
+    (counted once among the other loads already)."""
     if options.num_buffers is not None:     # validated with the other options
         return options.num_buffers
     schedule = getattr(options, "schedule", None)
@@ -125,12 +129,16 @@ def choose_depth(slot_bytes: int, func_op, options, heavy=()) -> int:
     # (At two CTAs per SM, each gets half the SM's shared memory.)
     tiles = hopper.smem_for_tiles(getattr(options, "ctas_per_sm", None) or 1)
     budget = tiles - other_smem_bytes(func_op, set(heavy), persistent, stagings)
+    if prologue_slots > 1:
+        budget -= (prologue_slots - 1) * prologue_bytes(func_op, heavy)
     deepest = MAX_AUTO_DEPTH_PINGPONG if schedule == "pingpong" else MAX_AUTO_DEPTH
     depth = min(deepest, budget // max(slot_bytes, 1))
     if depth >= 2:
         return depth
-    # Even two slots do not fit next to the epilogue: give the ring what there is (the backend reports if one
-    # slot is still too large).
+    # Even two slots do not fit next to the rest: one, where that fits (attention's head dim 192: Q's 48 KiB beside
+    # one slot of K and V), else two where they fit alone (the backend then reports what does not fit).
+    if budget >= slot_bytes:
+        return 1
     return 2 if 2 * slot_bytes <= tiles else 1
 
 
@@ -242,20 +250,26 @@ def insert_for_loop(p: ws_analysis.LoopPlan, depth: int, lookahead: bool = True)
 
 
 def prologue_loads(func_op, heavy) -> list:
-    """Dot operands loaded directly in the kernel's body, outside the pipelined loops (attention's Q block)."""
+    """Dot operands loaded directly in the kernel's body, outside the pipelined loops (attention's Q block), that
+    a producer can copy into a ring: 2-D tiles whose offsets it can recompute (scalar control of program ids,
+    arguments and constants)."""
     return [op for op in ops_of(body_block(func_op)) if op.name == LoadOp.NAME and op not in heavy
-            and ws_analysis.feeds_dot(op)]
+            and ws_analysis.feeds_dot(op) and len(tile_shape(LoadOp(op).result.type)) == 2
+            and ws_analysis.replicable(op)]
 
 
-def prologue_depth(func_op, heavy, depth: int, options) -> int:
-    """Slots of a prologue operand's ring: two where the second fits next to everything else (the producer then
-    copies the next program's block as soon as this one's arrives), else one (copied once the consumers are done
-    with this one, under their epilogue)."""
-    loads = prologue_loads(func_op, heavy)
-    extra = sum(-(-tile_bytes(LoadOp(ld).result.type) // SMEM_TILE_ALIGN) * SMEM_TILE_ALIGN for ld in loads)
-    tiles = hopper.smem_for_tiles(getattr(options, "ctas_per_sm", None) or 1)
-    used = depth * slot_bytes(heavy) + other_smem_bytes(func_op, set(heavy), True)
-    return 2 if used + extra <= tiles else 1
+def prologue_bytes(func_op, heavy) -> int:
+    """Bytes of one slot of every prologue operand's ring (each 1024-aligned)."""
+    return sum(-(-tile_bytes(LoadOp(ld).result.type) // SMEM_TILE_ALIGN) * SMEM_TILE_ALIGN
+               for ld in prologue_loads(func_op, heavy))
+
+
+def prologue_depth(func_op, heavy, options) -> int:
+    """Slots of the prologue operands' rings: two (the producer then copies the next program's block as soon as
+    this one's arrives, and its first K/V blocks with it) where the pipelined loops' ring keeps at least two slots
+    beside them, else one (the next block is copied once the consumers are done with this one)."""
+    heavy = list(heavy)
+    return 2 if choose_depth(slot_bytes(heavy), func_op, options, heavy, prologue_slots=2) >= 2 else 1
 
 
 def insert_prologue_load(func_op, load, depth: int) -> None:
@@ -301,14 +315,14 @@ def run(module: ir.Module, options) -> ir.Module:
             plans = ws_analysis.required_plan(func)
             heavy = [ld for p in plans for ld in p.loads]
             slot = slot_bytes(heavy)
-            depth = choose_depth(slot, func, options, heavy)
+            prologue = prologue_loads(func, heavy) if getattr(options, "schedule", None) == "persistent" else []
+            q_depth = prologue_depth(func, heavy, options) if prologue else 0
+            depth = choose_depth(slot, func, options, heavy, q_depth)
             if plans:
                 check_depth(depth, slot, options, plans[0].loop)
             lookahead = getattr(options, "consumer_lookahead", None) is not False
             for p in plans:
                 insert_for_loop(p, depth, lookahead)
-            if getattr(options, "schedule", None) == "persistent":
-                q_depth = prologue_depth(func, heavy, depth, options)
-                for load in prologue_loads(func, heavy):
-                    insert_prologue_load(func, load, q_depth)
+            for load in prologue:
+                insert_prologue_load(func, load, q_depth)
     return module

@@ -68,13 +68,12 @@ SWIZZLES = (32, 64, hopper.SWIZZLE_BYTES)
 def smem_swizzle(cols: int, elem: str) -> int | None:
     """The swizzle width (bytes) of a shared tile whose rows hold `cols` elements, None when no mode fits.
 
-    Rows of a multiple of 128 bytes are cut into 128-byte column boxes with the 128-byte swizzle; rows of exactly
-    32 or 64 bytes (BLOCK_K of 16 or 32 for 16-bit operands, 64 for fp8) are one box with the swizzle of that
-    width. wgmma reads all of them: the width only changes the row pitch and the descriptor's mode."""
+    Rows are cut into column boxes of the widest swizzle that divides them: 128 bytes where they are a multiple of
+    128 bytes; else 64 or 32 bytes (BLOCK_K of 16 or 32 for 16-bit operands, one box; head dims of 96 or 80,
+    three 64-byte or five 32-byte boxes). wgmma reads all of them: the width only changes the row pitch, the
+    boxes' distance and the descriptor's mode (the narrower swizzles conflict more on shared-memory banks)."""
     row = cols * elem_bytes(elem)
-    if row % hopper.SWIZZLE_BYTES == 0:
-        return hopper.SWIZZLE_BYTES
-    return row if row in SWIZZLES else None
+    return next((w for w in reversed(SWIZZLES) if row % w == 0), None)
 
 
 def check_dot_tile(t, location) -> None:

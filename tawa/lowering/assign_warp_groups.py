@@ -151,13 +151,21 @@ def _is_block_arg(value, block) -> bool:
     return defining_op(value) is None and value.owner == block
 
 
+def consumer_loops(region) -> list:
+    """The loops of a consumer region that may take its schedules: those directly in it, and in a persistent
+    kernel those directly in its tile loop (the pass runs after `persistent-tiles`)."""
+    loops = []
+    for op in ops_of(region.regions[0].blocks[0]):
+        if op.name == ForOp.NAME:
+            loops.append(op)
+            loops.extend(o for o in ops_of(ForOp(op).body) if o.name == ForOp.NAME)
+    return loops
+
+
 def _softmax_pipelined(region) -> bool:
     """Whether a consumer region's loop gets the softmax-pipelined schedule (where ping-pong is on by default)."""
-    for loop in ops_of(region.regions[0].blocks[0]):
-        if loop.name == ForOp.NAME and attrs.LOOKAHEAD.get(loop) and \
-                pipelined_second_dot(loop, lookahead_dot(loop)) is not None:
-            return True
-    return False
+    return any(attrs.LOOKAHEAD.get(loop) and pipelined_second_dot(loop, lookahead_dot(loop)) is not None
+               for loop in consumer_loops(region))
 
 
 def annotate_kernel(func, options=None) -> None:
@@ -177,8 +185,8 @@ def annotate_kernel(func, options=None) -> None:
         for g in groups:
             if warp_group_role(g) != attrs.CONSUMER:
                 continue
-            for loop in ops_of(g.regions[0].blocks[0]):
-                if loop.name == ForOp.NAME and lookahead_dot(loop) is not None:
+            for loop in consumer_loops(g):
+                if lookahead_dot(loop) is not None:
                     attrs.LOOKAHEAD.set(loop)
     pingpong = getattr(options, "consumer_pingpong", None)
     for g in groups:

@@ -85,8 +85,12 @@ def can_persist(func_op, plans: list, options=None) -> tuple:
     prologue = set(aref_insertion.prologue_loads(func_op, heavy))
     for op in walk(func_op.operation):
         if op.name == LoadOp.NAME and op not in heavy and op not in prologue and ws_analysis.feeds_dot(op):
-            return False, (f"the dot operand loaded{where(op)} outside the pipelined loop, inside other control "
-                           f"flow, is staged once per program")
+            return False, (f"the dot operand loaded{where(op)} outside the pipelined loop is staged once per "
+                           f"program (a ring of its own per tile needs a 2-D tile loaded in the kernel's body at "
+                           f"offsets the producer can compute)")
+    if prologue and getattr(options, "split_k", 1) > 1:
+        op = next(iter(prologue))
+        return False, f"split-K and the dot operand loaded{where(op)} before the loop, once per tile, do not combine"
     return aref_insertion.smallest_ring_fits(func_op, heavy, options, persistent=True)
 
 
@@ -118,7 +122,6 @@ def can_pingpong(func_op, plans: list, options=None) -> tuple:
     if prologue is not None:
         return False, (f"the dot operand loaded{where(prologue)} before the loop is shared by the tile's consumer "
                        f"groups")
-    heavy = {ld for p in plans for ld in p.loads}
     for p in plans:
         if ws_ir.computed_from_program(p.loop.operands[:3]):
             return False, f"the trip count of the loop{where(p.loop)} depends on the program"

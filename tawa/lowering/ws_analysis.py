@@ -22,7 +22,7 @@ from mlir import ir
 
 from tawa.ir.kernel_info import body_block
 from tawa.ir.location import source_location, where
-from tawa.ir.ops import ForOp, warp_group_role
+from tawa.ir.ops import ForOp, LoadOp, warp_group_role
 from tawa.ir.traversal import defining_op, ops_of, parent_op, walk
 from tawa.ir.types import is_tile
 from tawa import hopper
@@ -71,6 +71,18 @@ def _enclosing_loop(op):
             return cur
         cur = parent_op(cur)
     return None
+
+
+def replicable(load) -> bool:
+    """Whether a producer outside any loop can recompute the offsets of `load` (kernel arguments and scalar
+    control of them)."""
+    try:
+        seen: set = set()
+        for v in LoadOp(load).offsets:
+            _check_replicable(v, None, "offset", load, seen)
+    except NotSpecializable:
+        return False
+    return True
 
 
 def _check_replicable(v: ir.Value, loop, what: str, load, seen):

@@ -138,8 +138,34 @@ def test_flash_attention_persistent(shape, causal):
 @pytest.mark.parametrize("causal", [0, 1])
 def test_gqa_attention_persistent(causal):
     kernel = compiled("gqa_attention.tawa", CAUSAL=causal, HEAD_DIM=128, schedule="persistent")
+    assert kernel.compiled.persistent
     import torch
     check_attention(torch, kernel, (2, 32, 900, 128), causal, seed=3 + causal, kv_heads=8)
+
+
+# Head dims whose rows are not a multiple of 128 bytes (96: three 64-byte swizzled boxes per row, 80: five of 32
+# bytes) and the large ones (192: one K/V slot beside Q; 256), under both schedules.
+HEAD_DIM_CASES = [pytest.param(shape, options, id=f"{'x'.join(map(str, shape))}-{name}")
+                  for shape in [(2, 3, 300, 96), (1, 2, 77, 80), (1, 2, 200, 192), (1, 2, 130, 256), (2, 1, 1, 96)]
+                  for name, options in [("auto", {}), ("persistent", {"schedule": "persistent"}),
+                                        ("uniform", {"warp_specialize": False})]
+                  # (persistent does not fit above head dim 128: refused at compile time, tested on the CPU)
+                  if not (name == "persistent" and shape[-1] > 128)]
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("shape,options", HEAD_DIM_CASES)
+def test_flash_attention_head_dims(shape, causal, options):
+    kernel = compiled("flash_attention.tawa", CAUSAL=causal, HEAD_DIM=shape[-1], **options)
+    import torch
+    check_attention(torch, kernel, shape, causal, seed=11 + sum(shape))
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_gqa_attention_head_dim_96(causal):
+    kernel = compiled("gqa_attention.tawa", CAUSAL=causal, HEAD_DIM=96)
+    import torch
+    check_attention(torch, kernel, (1, 8, 333, 96), causal, seed=13 + causal, kv_heads=2)
 
 
 # (batch, query heads, key/value heads, S, head dim): Llama-style groups of 4 and 8, multi-query, ragged S.

@@ -235,16 +235,18 @@ def test_flash_attention_interleavings(causal, S, depth, block_n):
     assert str(m).count('"tawa.aref_create"') == (2 if depth == 2 else 1)
 
 
-@pytest.mark.parametrize("name,causal,S,depth,block_n", [
-    ("flash_attention", 0, 45, 2, 16),     # 2 x 2 x 2 = 8 tiles over 3 CTAs, K and V rings of their own
-    ("flash_attention", 1, 70, 3, 16),     # causal: tiles of 1 to 5 key blocks, one K/V ring
-    ("flash_attention", 0, 10, 1, 16),     # one key block per tile, one slot
-    ("gqa_attention", 1, 37, 2, 16),       # grouped-query heads
+@pytest.mark.parametrize("name,causal,S,depth,block_n,q_slots", [
+    ("flash_attention", 0, 45, 2, 16, 2),     # 2 x 2 x 2 = 8 tiles over 3 CTAs, K and V rings of their own
+    ("flash_attention", 1, 70, 3, 16, 2),     # causal: tiles of 1 to 5 key blocks, one K/V ring
+    ("flash_attention", 1, 70, 2, 16, 1),     # ... with one slot for Q: the next tile's waits for this one's
+    ("flash_attention", 0, 10, 1, 16, 1),     # one key block per tile, one slot each
+    ("gqa_attention", 1, 37, 2, 16, 2),       # grouped-query heads
 ])
-def test_persistent_attention_interleavings(name, causal, S, depth, block_n):
+def test_persistent_attention_interleavings(name, causal, S, depth, block_n, q_slots, monkeypatch):
     """The persistent attention schedule: each CTA loops over query blocks, Q comes through a ring of its own
     (`aref_insertion.prologue_loads`) that the producer fills for the next block while the consumers finish
     this one, and the K/V rings run across blocks."""
+    monkeypatch.setattr(aref_insertion, "prologue_depth", lambda *args: q_slots)
     Z, H, D = 2, 2, 32
     make_args, ref = attention_case(Z, H * (2 if name == "gqa_attention" else 1), S, D, causal, 21 + causal,
                                     HKV=H if name == "gqa_attention" else None)
@@ -253,8 +255,8 @@ def test_persistent_attention_interleavings(name, causal, S, depth, block_n):
     text = str(m)
     assert "tawa.persistent" in text
     # Q's ring: put in the producer's tile loop, taken in the consumer's, released after the key loop
-    q_ring = re.search(r'(%\d+) = "tawa.aref_create"\(\) : \(\) -> !tawa.aref<\[tensor<32x32xbf16>\], (\d) : i32>', text)
-    assert q_ring, text
+    q_ring = re.search(r'"tawa.aref_create"\(\) : \(\) -> !tawa.aref<\[tensor<32x32xbf16>\], (\d) : i32>', text)
+    assert q_ring and int(q_ring.group(1)) == q_slots, text
 
 
 @pytest.mark.parametrize("causal", [0, 1])

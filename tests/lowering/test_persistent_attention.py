@@ -1,0 +1,70 @@
+"""The persistent attention schedule on the CPU (its numerics: tests/interleavings and the GPU tests in
+tests/e2e/test_examples_gpu.py): a dot operand loaded before the loop gets a ring of its own only where the
+producer can copy it per tile, the consumer loop keeps FlashAttention-3's schedule inside the tile loop, and what
+cannot be made persistent is refused with a located reason."""
+import re
+
+import pytest
+
+import tawa
+from tawa.compiler import compile_module, compile_source
+from tawa.frontend import parse_and_lower
+from tawa.errors import CompilationError
+from tawa.options import CompileOptions
+from ws_support import EXAMPLES
+
+FA = EXAMPLES / "flash_attention.tawa"
+
+
+def attention(emit="kernel", **options):
+    constants = {k: options.pop(k) for k in list(options) if k.isupper()}
+    return compile_source(FA.read_text(), str(FA), CompileOptions(constants=constants, **options), emit=emit)
+
+
+@pytest.mark.parametrize("head_dim,causal", [(128, 0), (128, 1), (96, 0)])
+def test_the_key_loop_keeps_the_softmax_pipeline_and_the_pingpong(head_dim, causal):
+    """assign-warp-groups runs after persistent-tiles: it finds the key loop inside the tile loop, with Q's ring
+    slot as the lookahead dot's A operand (without it the loop fell back to completing every dot in turn)."""
+    def placed(schedule):
+        module = parse_and_lower(FA.read_text(), str(FA), {"HEAD_DIM": head_dim, "CAUSAL": causal})
+        return str(compile_module(module, CompileOptions(schedule=schedule), stop_after="assign-warp-groups"))
+    text, tile = placed("persistent"), placed("tile")
+    assert "tawa.persistent" in text
+    for attr in ("tawa.lookahead", "tawa.pingpong"):
+        assert text.count(attr) == tile.count(attr) == 1, attr
+
+
+def test_q_takes_two_slots_where_the_key_ring_keeps_two():
+    """Q's second slot comes before the K/V ring's third: at head dim 128 two of each fit beside O's staging."""
+    text = str(attention(emit="mlir", HEAD_DIM=128, schedule="persistent"))
+    depths = re.findall(r'"tawa.aref_create"\(\) : \(\) -> !tawa.aref<\[tensor<128x128xbf16>\], (\d) : i32>', text)
+    assert sorted(depths) == ["2", "2", "2"], depths
+
+
+@pytest.mark.parametrize("head_dim", [192, 256])
+def test_persistent_refused_where_the_rings_do_not_fit(head_dim):
+    with pytest.raises(CompilationError, match="do not fit in shared memory together") as info:
+        attention(HEAD_DIM=head_dim, schedule="persistent")
+    assert info.value.location is not None
+
+
+def test_the_default_says_why_it_stays_one_block_per_cta():
+    k = attention(HEAD_DIM=128)
+    note = next(n for n in k.notes if "uses the tile schedule" in n)
+    assert "schedule='persistent' would copy the dot operand loaded at" in note and "flash_attention.tawa:" in note
+
+
+def test_split_k_and_a_prologue_operand_are_refused(tmp_path):
+    src = tmp_path / "pre.tawa"
+    src.write_text(
+        "@grid(cdiv(M, BM), cdiv(N, BN))\n"
+        "def pre(X: bf16[M, 64], W: bf16[K, 64], B: bf16[K, N], C: bf16[M, N], BM: const = 128, BN: const = 128):\n"
+        "    x = load(X, (program_id(0), 0), (BM, 64))\n"
+        "    acc = zeros((BM, BN), f32)\n"
+        "    for k in range(cdiv(K, 64)):\n"
+        "        w = load(W, (k, 0), (64, 64))\n"
+        "        b = load(B, (k, program_id(1)), (64, BN))\n"
+        "        acc = dot(dot(x, w.T).to(bf16), b, acc)\n"
+        "    store(C, (program_id(0), program_id(1)), acc.to(bf16))\n")
+    with pytest.raises(CompilationError, match="split-K and the dot operand loaded at .*pre.tawa:3:9"):
+        tawa.compile(str(src), cache=False, schedule="persistent", split_k=2)
