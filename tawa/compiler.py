@@ -30,7 +30,7 @@ from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, c
                            launch_order,
                            lazy_rescale, lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles,
                            protocol_check, register_realloc, software_pipeline, split_k, stream_k, to_nvvm,
-                           ws_analysis)
+                           ws_analysis, ws_ir)
 from tawa.options import PERSISTENT_SCHEDULES, CompileOptions
 
 
@@ -184,12 +184,23 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
     ok, reason = persistent_tiles.can_persist(func, loop_plans, options)
     prologue = persistent_tiles.prologue_operand(func, loop_plans)
     if ok and prologue is not None and options.schedule is None:
-        # Measured (docs/performance.md, persistent attention): the ring Q takes per tile, and the epilogue's
-        # staging beside it, leave the K/V rings a slot less; that costs more than the CTA starts it saves except
-        # for short sequences, which the tuning space covers.
-        return "tile", (f"one program per CTA; schedule='persistent' would copy the dot operand loaded"
-                        f"{where(prologue)} before the loop once per tile through a ring of its own, which pays "
-                        f"only for short loops and is not chosen by itself")
+        # Measured (docs/performance.md, persistent attention): where every tile's loop has the same length, the
+        # persistent kernel runs level with one program per CTA on long loops and up to a fifth faster on short
+        # ones. Loops whose length depends on the program (causal attention) keep the hardware's dynamic
+        # assignment of programs to SMs: a fixed assignment of tiles to CTAs left long causal grids 23% slower.
+        # A kernel already at two CTAs per SM (attention at head dim 64) gets its overlap from the other CTA.
+        why = None
+        if any(ws_ir.computed_from_program(p.loop.operands[:3]) for p in loop_plans):
+            why = ("its loop's length depends on the program, and the hardware hands programs to SMs as they free "
+                   "up, where persistent CTAs would take fixed shares of unequal tiles")
+        elif occupancy.choose(func, options, loop_plans, "tile", "1x1")[0] > 1:
+            why = "two CTAs per SM already overlap one program's start and end with the other's loop"
+        if why:
+            return "tile", (f"one program per CTA: {why} (schedule='persistent' copies the dot operand loaded"
+                            f"{where(prologue)} before the loop once per tile instead)")
+        return "persistent", ("about one CTA per SM, each looping over tiles; the dot operand loaded"
+                              f"{where(prologue)} before the loop comes through a ring of its own that the producer "
+                              "fills for the next tile while the consumers finish this one")
     if ok and options.schedule == "streamk":
         ok, reason = stream_k.can_stream_k(func, options)
         if ok:

@@ -114,28 +114,33 @@ def test_attention_k_and_v_rings_of_their_own(causal):
     just before P V_{k-1} is issued and released after it completes. The consumer's part of the kernel, in order:
     the peeled first block (wait K_0, S_0, release K_0), the loop (wait K_k, wait V_{k-1}, S_k, P V_{k-1}, wait 1,
     release K_k, wait 0, release V_{k-1}), and the last P V (wait V, issue, wait 0, release)."""
-    kernel = tawa.compile(str(EXAMPLES / "flash_attention.tawa"), cache=False, BLOCK_N=176, CAUSAL=causal)
+    kernel = tawa.compile(str(EXAMPLES / "flash_attention.tawa"), cache=False, BLOCK_N=176, CAUSAL=causal,
+                          schedule="tile")
     consumer = ("try_wait commit wait0 arrive "
                 "try_wait try_wait commit commit wait1 arrive wait0 arrive "
                 "try_wait commit wait0 arrive")
     assert _sync_events(kernel.ptx).endswith(consumer), _sync_events(kernel.ptx)
     # At 128 keys three slots of both fit: one ring, released once P V_{k-1} completes.
-    whole = tawa.compile(str(EXAMPLES / "flash_attention.tawa"), cache=False, CAUSAL=causal)
+    whole = tawa.compile(str(EXAMPLES / "flash_attention.tawa"), cache=False, CAUSAL=causal, schedule="tile")
     assert _sync_events(whole.ptx).endswith("try_wait commit wait0 try_wait commit commit wait1 wait0 arrive "
                                             "commit wait0 arrive"), _sync_events(whole.ptx)
 
 
+@pytest.mark.parametrize("schedule", ["tile", "persistent"])
 @pytest.mark.parametrize("example", ["flash_attention", "gqa_attention"])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_attention_softmax_runs_under_the_previous_pv(example, head_dim):
+def test_attention_softmax_runs_under_the_previous_pv(example, head_dim, schedule):
     """The consumer loop is softmax-pipelined (`ws_softmax_pipeline_loop`): S_0 is issued and awaited before the
     loop (wait 0); in the loop S_k and P·V of block k-1 are committed back to back and only S_k is awaited
     (wait 1) before the softmax, then P·V (wait 0); the last P·V is issued after the loop. Nothing serializes.
-    One CTA per SM: at head dim 64 the default (two CTAs, BLOCK_N 64) turns this lookahead off."""
-    kernel = tawa.compile(str(EXAMPLES / f"{example}.tawa"), cache=False, HEAD_DIM=head_dim, ctas_per_sm=1)
+    One CTA per SM: at head dim 64 the default (two CTAs, BLOCK_N 64) turns this lookahead off. A persistent
+    kernel runs the same loop inside its tile loop, then releases Q's ring slot (a last wait 0)."""
+    kernel = tawa.compile(str(EXAMPLES / f"{example}.tawa"), cache=False, HEAD_DIM=head_dim, ctas_per_sm=1,
+                          schedule=schedule)
     events = re.findall(r"wgmma\.(commit_group|wait_group)\.sync\.aligned\s*(\d?)", kernel.ptx)
     sequence = " ".join(kind if kind == "commit_group" else f"wait{n}" for kind, n in events)
-    assert sequence == "commit_group wait0 commit_group commit_group wait1 wait0 commit_group wait0", sequence
+    expected = "commit_group wait0 commit_group commit_group wait1 wait0 commit_group wait0"
+    assert sequence == expected + (" wait0" if schedule == "persistent" else ""), sequence
     report = [n for n in kernel.notes if n.startswith("ptxas")]
     assert report and not any(SERIALIZED.search(n) for n in report), report
 
@@ -179,7 +184,7 @@ def test_single_dot_lookahead_waits_before_releasing(depth):
     """A lookahead loop whose only dot feeds math (no later dot completes its wgmmas): the ring's release waits for
     the wgmma groups (S_k, and S_{k+1} issued early) before the slot is freed and before the back edge, so no
     group is in flight where its registers are read (ptxas would serialize every wgmma, C7514)."""
-    kernel = tawa.compile(ROW_MAX, cache=False, num_buffers=depth)
+    kernel = tawa.compile(ROW_MAX, cache=False, num_buffers=depth, schedule="tile")
     events = _sync_events(kernel.ptx)
     assert events.endswith("commit wait0 commit wait0 try_wait arrive wait0"), events
     report = [n for n in kernel.notes if n.startswith("ptxas")]

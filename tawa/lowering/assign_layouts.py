@@ -2,7 +2,7 @@
 
 Takes a tawa kernel (docs/ir.md); gives the same kernel with
 - `tawa.smem` on each `tawa.load` (and `tawa.trans` of one) whose value only feeds `tawa.dot` operands: that tile
-  lives in shared memory (TMA, swizzled rows of 32, 64 or 128 bytes: `smem_swizzle`) and has no register layout;
+  lives in shared memory (TMA, swizzled boxes of 32, 64 or 128 bytes: `smem_swizzle`) and has no register layout;
 - `tawa.layout = "<layout>"` on every other op producing a tile, and `tawa.layouts = [...]` (one entry per
   result, "" for scalars) on `scf.for` / `scf.if` carrying tiles.
 
@@ -87,10 +87,10 @@ def check_dot_tile(t, location) -> None:
     width = smem_swizzle(cols, elem)
     if width is None:
         raise CompilationError(
-            f"a tile read by a dot needs rows of 32 or 64 bytes or a multiple of {hopper.SWIZZLE_BYTES} bytes, got "
-            f"{cols} {elem} elements ({cols * elem_bytes(elem)} bytes)", location,
-            note=f"make the loaded tile's last dimension {32 // elem_bytes(elem)}, {64 // elem_bytes(elem)} or a "
-                 f"multiple of {box_cols}: the copy engine writes swizzled rows of 32, 64 or 128 bytes (a B tile "
+            f"a tile read by a dot needs rows of a multiple of 32 bytes, got {cols} {elem} elements "
+            f"({cols * elem_bytes(elem)} bytes)", location,
+            note=f"make the loaded tile's last dimension a multiple of {32 // elem_bytes(elem)} ({box_cols} or more "
+                 f"for the widest swizzle): the copy engine writes swizzled boxes of 32, 64 or 128 bytes (a B tile "
                  f"narrower than that can be loaded as [BLOCK_N, BLOCK_K] from a K-major tensor and used as b.T)")
     if rows > 256:
         raise CompilationError(

@@ -235,19 +235,21 @@ def test_flash_attention_interleavings(causal, S, depth, block_n):
     assert str(m).count('"tawa.aref_create"') == (2 if depth == 2 else 1)
 
 
-@pytest.mark.parametrize("name,causal,S,depth,block_n,q_slots", [
-    ("flash_attention", 0, 45, 2, 16, 2),     # 2 x 2 x 2 = 8 tiles over 3 CTAs, K and V rings of their own
-    ("flash_attention", 1, 70, 3, 16, 2),     # causal: tiles of 1 to 5 key blocks, one K/V ring
-    ("flash_attention", 1, 70, 2, 16, 1),     # ... with one slot for Q: the next tile's waits for this one's
-    ("flash_attention", 0, 10, 1, 16, 1),     # one key block per tile, one slot each
-    ("gqa_attention", 1, 37, 2, 16, 2),       # grouped-query heads
+@pytest.mark.parametrize("name,causal,S,heads,depth,q_slots", [
+    ("flash_attention", 0, 45, 2, 2, 2),     # 2 x 2 x 2 = 8 tiles over 3 CTAs, K and V rings of their own
+    ("flash_attention", 1, 70, 2, 3, 2),     # causal: tiles of 1 to 5 key blocks, one K/V ring
+    ("flash_attention", 1, 70, 2, 2, 1),     # ... with one slot for Q: the next tile's waits for this one's
+    ("flash_attention", 0, 10, 2, 1, 1),     # one key block per tile, one slot each
+    ("gqa_attention", 1, 37, 2, 2, 2),       # grouped-query heads
+    # causal over 2 x 5 heads: 20 tiles of 1 or 2 key blocks over 3 CTAs, odd heads walked backwards
+    ("flash_attention", 1, 45, 5, 2, 2),
 ])
-def test_persistent_attention_interleavings(name, causal, S, depth, block_n, q_slots, monkeypatch):
+def test_persistent_attention_interleavings(name, causal, S, heads, depth, q_slots, monkeypatch):
     """The persistent attention schedule: each CTA loops over query blocks, Q comes through a ring of its own
     (`aref_insertion.prologue_loads`) that the producer fills for the next block while the consumers finish
     this one, and the K/V rings run across blocks."""
     monkeypatch.setattr(aref_insertion, "prologue_depth", lambda *args: q_slots)
-    Z, H, D = 2, 2, 32
+    Z, H, D, block_n = 2, heads, 32, 16
     make_args, ref = attention_case(Z, H * (2 if name == "gqa_attention" else 1), S, D, causal, 21 + causal,
                                     HKV=H if name == "gqa_attention" else None)
     m = run_all_seeds(name, {"HEAD_DIM": D, "BLOCK_M": 32, "BLOCK_N": block_n, "CAUSAL": causal}, make_args, 3,

@@ -48,10 +48,19 @@ def test_persistent_refused_where_the_rings_do_not_fit(head_dim):
     assert info.value.location is not None
 
 
-def test_the_default_says_why_it_stays_one_block_per_cta():
-    k = attention(HEAD_DIM=128)
-    note = next(n for n in k.notes if "uses the tile schedule" in n)
-    assert "schedule='persistent' would copy the dot operand loaded at" in note and "flash_attention.tawa:" in note
+@pytest.mark.parametrize("head_dim,causal,schedule,why", [
+    (128, 0, "persistent", "the dot operand loaded at"),
+    (96, 0, "persistent", "a ring of its own that the producer fills for the next tile"),
+    (128, 1, "tile", "its loop's length depends on the program"),
+    (64, 0, "tile", "two CTAs per SM already overlap"),
+])
+def test_the_compiler_chooses_the_schedule_and_says_why(head_dim, causal, schedule, why):
+    """Persistent where every query block's loop has the same length; one block per CTA with causal masking (the
+    hardware's dynamic assignment evens out unequal blocks) and at two CTAs per SM."""
+    k = attention(HEAD_DIM=head_dim, CAUSAL=causal)
+    assert k.persistent == (schedule == "persistent")
+    note = next(n for n in k.notes if f"uses the {schedule} schedule" in n)
+    assert why in note and "flash_attention.tawa:" in note
 
 
 def test_split_k_and_a_prologue_operand_are_refused(tmp_path):

@@ -76,10 +76,8 @@ def slot_tile(t, op=None) -> tuple:
     elem = elem_type(t)
     if smem_swizzle(cols, elem) is None:       # check_dot_tile refused such tiles at their load, with a location
         raise CompilationError(
-            f"a tile carried by an aref needs rows of 32 or 64 bytes or a multiple of {hopper.SWIZZLE_BYTES} "
-            f"bytes, got {t}",
-            note=f"make the tile's last dimension a multiple of {hopper.SWIZZLE_BYTES // elem_bytes(elem)} "
-                 f"elements, or compile with warp_specialize=False")
+            f"a tile carried by an aref needs rows of a multiple of 32 bytes, got {t}",
+            note=f"make the tile's last dimension a multiple of {32 // elem_bytes(elem)} elements")
     return rows, cols, elem, rows * cols * elem_bytes(elem)
 
 

@@ -1,8 +1,8 @@
 """Lowering of `tawa.dot` to Hopper wgmma with shared-memory descriptors computed here.
 
 Operands live in shared memory as TMA wrote them: row-major `[rows, cols]` with swizzled rows of W = 32, 64 or 128
-bytes (`assign_layouts.smem_swizzle`: rows of a multiple of 128 bytes are cut into 128-byte column boxes, box j at
-byte `j * rows * 128`; rows of 32 or 64 bytes are one box of that width). The accumulator is a register tile in the
+bytes (`assign_layouts.smem_swizzle`: rows are cut into column boxes of the widest of them that divides the row,
+box j at byte `j * rows * W`). The accumulator is a register tile in the
 `mma` layout. Per 64-row slab of each warp group and per k-step (32 bytes of K) one
 `wgmma.mma_async.m64nNk{8,16,32}` is issued through inline PTX (so that the accumulate-or-overwrite input can be a
 run-time predicate: the first dot of a loop whose accumulator starts at zero overwrites).

@@ -33,7 +33,7 @@ from ..epilogue import stored_by_kernel
 # ---- TMA loads into shared tiles ---------------------------------------------------------------------------
 class TmaLoad:
     """How one `tawa.load` of a 2-D tile is cut into TMA boxes: rows of a multiple of 128 bytes into 128-byte
-    column boxes with the 128-byte swizzle, rows of 32 or 64 bytes into one box with the swizzle of that width
+    column boxes with the 128-byte swizzle, other rows of a multiple of 32 bytes into 64- or 32-byte boxes
     (`assign_layouts.smem_swizzle`, which the dot lowering reads the same way)."""
 
     def __init__(self, ctx: Ctx, op, parts: int = 1):
