@@ -42,6 +42,28 @@ def test_gemm_192_wide(shape, ws):
     check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape) + 192))
 
 
+# Rows that are a multiple of 64 or 32 bytes but not of 128 (64- and 32-byte swizzled boxes, several per row):
+# B tiles 96 and 80 wide (MN-major), A and B tiles 96 and 80 deep (K-major A), under each schedule.
+NARROW_SWIZZLE_TILES = [pytest.param({"BLOCK_N": 96}, id="n96"), pytest.param({"BLOCK_N": 80}, id="n80"),
+                        pytest.param({"BLOCK_K": 96}, id="k96"), pytest.param({"BLOCK_K": 80}, id="k80")]
+
+
+@pytest.mark.parametrize("ws", WIDE_SCHEDULES)
+@pytest.mark.parametrize("tile", NARROW_SWIZZLE_TILES)
+@pytest.mark.parametrize("shape", [(1000, 600, 712), (129, 200, 88)], ids=lambda s: "x".join(map(str, s)))
+def test_gemm_narrow_swizzles(shape, tile, ws):
+    kernel = compiled("gemm.tawa", **tile, **ws)
+    import torch
+    check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape) + 96))
+
+
+@pytest.mark.parametrize("tile", [pytest.param({"BLOCK_K": 96}, id="k96"), pytest.param({"BLOCK_N": 96}, id="n96")])
+def test_gemm_fp8_narrow_swizzles(tile):
+    kernel = compiled("gemm_fp8.tawa", **tile)
+    import torch
+    check_launch(torch, kernel, *fp8_case(torch, 500, 296, 400, seed=9))
+
+
 @pytest.mark.parametrize("ws", WIDE_SCHEDULES[:2])
 @pytest.mark.parametrize("shape", [(1300, 696, 264), (64, 200, 40)], ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("example", ["swiglu", "linear_gelu_residual"])
