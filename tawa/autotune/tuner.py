@@ -171,7 +171,9 @@ class Autotuner:
         compiled with tma=False for arguments that break TMA's 16-byte rules, as `tawa.compile`'s kernels do."""
         from tawa.runtime.kernel import Kernel
         def without_tma():
-            variant = compiling.compile_one(self.source, self.filename, Config(dict(config, tma=False)),
+            # (the schedules and clusters that need TMA's rings are left to the compiler's choice without TMA)
+            plain = {k: v for k, v in config.items() if k not in ("schedule", "cluster")}
+            variant = compiling.compile_one(self.source, self.filename, Config(dict(plain, tma=False)),
                                             self.target, self._defaults)
             if variant.kernel is None:
                 raise CompilationError(str(variant.error))

@@ -111,8 +111,8 @@ def is_pow2(n: int) -> bool:
 
 
 #: Tile extents that are not powers of two must be multiples of this: a wgmma's K step of 16-bit operands and a
-#: multiple of its N granularity (8). (A tile's last dimension must also fill 32, 64 or a multiple of 128 bytes
-#: to be swizzled for a dot, which the backend checks: 192 bf16 elements do, 96 do not.)
+#: multiple of its N granularity (8). (A tile's last dimension must also be a multiple of 32 bytes to be swizzled
+#: for a dot, which the backend checks; 16 bf16 elements are.)
 TILE_EXTENT_MULTIPLE = 16
 
 

@@ -95,8 +95,13 @@ def _in_loop(op) -> bool:
 
 def slot_bytes(heavy) -> int:
     """Bytes of one ring slot of every ring together: one iteration's heavy loads of each pipelined loop (all
-    rings are created up front and live at once, so they share the budget)."""
-    return sum(tile_bytes(LoadOp(ld).result.type) for ld in heavy)
+    rings are created up front and live at once, so they share the budget), each tile 1024-aligned in its slot
+    as the backend places it (`to_nvvm.arefs`)."""
+    return sum(_aligned(tile_bytes(LoadOp(ld).result.type)) for ld in heavy)
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // SMEM_TILE_ALIGN) * SMEM_TILE_ALIGN
 
 
 def smallest_ring_fits(func_op, heavy, options, persistent: bool = False, stagings: int = 1,
@@ -260,8 +265,7 @@ def prologue_loads(func_op, heavy) -> list:
 
 def prologue_bytes(func_op, heavy) -> int:
     """Bytes of one slot of every prologue operand's ring (each 1024-aligned)."""
-    return sum(-(-tile_bytes(LoadOp(ld).result.type) // SMEM_TILE_ALIGN) * SMEM_TILE_ALIGN
-               for ld in prologue_loads(func_op, heavy))
+    return sum(_aligned(tile_bytes(LoadOp(ld).result.type)) for ld in prologue_loads(func_op, heavy))
 
 
 def prologue_depth(func_op, heavy, options) -> int:
@@ -269,6 +273,10 @@ def prologue_depth(func_op, heavy, options) -> int:
     this one's arrives, and its first K/V blocks with it) where the pipelined loops' ring keeps at least two slots
     beside them, else one (the next block is copied once the consumers are done with this one)."""
     heavy = list(heavy)
+    if options.num_buffers is not None:         # the loops' ring as asked; Q's second slot only where it fits
+        tiles = hopper.smem_for_tiles(getattr(options, "ctas_per_sm", None) or 1)
+        used = options.num_buffers * slot_bytes(heavy) + other_smem_bytes(func_op, set(heavy), True)
+        return 2 if used + prologue_bytes(func_op, heavy) <= tiles else 1
     return 2 if choose_depth(slot_bytes(heavy), func_op, options, heavy, prologue_slots=2) >= 2 else 1
 
 

@@ -147,6 +147,10 @@ def can_cluster(func_op, plans: list, options, schedule: str) -> tuple:
                       "or 'pingpong')"
     if getattr(options, "split_k", 1) > 1:
         return False, "split-K programs of one tile would have to meet across clusters"
+    prologue = prologue_operand(func_op, plans)
+    if prologue is not None:
+        return False, (f"the dot operand loaded{where(prologue)} before the loop comes through a ring of its own, "
+                       f"which clusters do not pair yet")
     axis, size = cluster_axis(options.cluster_dims())
     for p in plans:
         # the CTAs of a pair fill and release each other's ring slots in step: their loops must run alike

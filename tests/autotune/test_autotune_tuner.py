@@ -369,3 +369,18 @@ def test_the_launch_default_is_always_a_candidate(no_results):
     tawa.autotune(_gemm_declaring("(config(),)"), configs=[{"BLOCK_N": 256}, {"BLOCK_N": 128}],
                   timer=timer).tune(*args())
     assert all(c.get("schedule") != "pingpong" for c in timer.calls) and timer.calls
+
+
+def test_the_variant_without_tma_leaves_the_schedule_to_the_compiler(own_cache):
+    """A candidate whose schedule or clusters need TMA's rings (ping-pong, persistent attention) falls back, for
+    arguments TMA cannot copy, to the same tiles compiled without TMA under the compiler's own schedule: asked with
+    the candidate's schedule and tma=False, the compile is refused ("not warp-specialized")."""
+    gemm = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "gemm.tawa")
+    tuner = tawa.autotune(gemm, configs=[{"BLOCK_N": 192, "schedule": "pingpong", "cluster": "2x1"}],
+                          timer=NoTimer())
+    config = {"BLOCK_N": 192, "schedule": "pingpong", "cluster": "2x1"}
+    outcome = compiling.compile_one(tuner.source, tuner.filename, Config(config), "cuda", tuner._defaults)
+    fallback = tuner._kernel(outcome, config)._without_tma()
+    assert fallback.compiled.constants["BLOCK_N"] == 192 and not fallback.compiled.persistent
+    with pytest.raises(tawa.CompilationError, match="not warp-specialized"):
+        tawa.compile(gemm, cache=False, BLOCK_N=192, schedule="pingpong", tma=False)

@@ -168,7 +168,8 @@ def test_gqa_attention_persistent(causal):
 # Head dims whose rows are not a multiple of 128 bytes (96: three 64-byte swizzled boxes per row, 80: five of 32
 # bytes) and the large ones (192: one K/V slot beside Q; 256), under both schedules.
 HEAD_DIM_CASES = [pytest.param(shape, options, id=f"{'x'.join(map(str, shape))}-{name}")
-                  for shape in [(2, 3, 300, 96), (1, 2, 77, 80), (1, 2, 200, 192), (1, 2, 130, 256), (2, 1, 1, 96)]
+                  for shape in [(2, 3, 300, 96), (1, 2, 77, 80), (1, 2, 200, 192), (1, 2, 130, 256), (2, 1, 1, 96),
+                                (2, 4, 333, 32)]
                   for name, options in [("auto", {}), ("persistent", {"schedule": "persistent"}),
                                         ("uniform", {"warp_specialize": False})]
                   # (persistent does not fit above head dim 128: refused at compile time, tested on the CPU)

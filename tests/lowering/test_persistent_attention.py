@@ -77,3 +77,21 @@ def test_split_k_and_a_prologue_operand_are_refused(tmp_path):
         "    store(C, (program_id(0), program_id(1)), acc.to(bf16))\n")
     with pytest.raises(CompilationError, match="split-K and the dot operand loaded at .*pre.tawa:3:9"):
         tawa.compile(str(src), cache=False, schedule="persistent", split_k=2)
+
+
+@pytest.mark.parametrize("constants,options", [
+    # slots of tiles whose bytes are not a multiple of 1024 (112-element rows): each tile of a slot is 1024-aligned
+    ({"HEAD_DIM": 112, "CAUSAL": 1}, {}),
+    ({"HEAD_DIM": 144, "BLOCK_N": 112, "CAUSAL": 1}, {}),
+    ({"HEAD_DIM": 80, "BLOCK_N": 48}, {}),                              # ... at two CTAs per SM
+    # an explicit ring depth: Q's second slot only where it fits beside it
+    ({"HEAD_DIM": 64, "BLOCK_N": 128}, {"schedule": "persistent", "num_buffers": 6}),
+])
+def test_the_chosen_rings_fit_in_shared_memory(constants, options):
+    k = attention(**constants, **options)
+    assert 0 < k.shared_bytes <= 232448
+
+
+def test_clusters_refuse_a_prologue_ring():
+    with pytest.raises(CompilationError, match="before the loop comes through a ring of its own, which clusters"):
+        attention(HEAD_DIM=128, cluster="2x1")
