@@ -122,20 +122,27 @@ def smallest_ring_fits(func_op, heavy, options, persistent: bool = False, stagin
     return False, f"{depth} ring slots of {slot // 1024} KiB and {staging} do not fit in shared memory together"
 
 
-def choose_depth(slot_bytes: int, func_op, options, heavy=(), prologue_slots: int = 0) -> int:
-    """Slots of the pipelined loops' rings; `prologue_slots`: those the prologue operands' rings take beside them
-    (counted once among the other loads already)."""
-    if options.num_buffers is not None:     # validated with the other options
-        return options.num_buffers
+def ring_budget(func_op, options, heavy=(), prologue_slots: int = 0) -> int:
+    """Shared memory left to the pipelined loops' rings: a block's share (half the SM's at two CTAs per SM) less
+    the other tiles and the epilogue staging (`other_smem_bytes`; each consumer group's own under ping-pong) and
+    the prologue operands' rings of `prologue_slots` slots (their first slot is among the other tiles)."""
     schedule = getattr(options, "schedule", None)
     persistent = schedule in PERSISTENT_SCHEDULES
-    # Ping-pong: each consumer warp group stages its own epilogue.
     stagings = 2 if schedule == "pingpong" else 1
-    # (At two CTAs per SM, each gets half the SM's shared memory.)
     tiles = hopper.smem_for_tiles(getattr(options, "ctas_per_sm", None) or 1)
     budget = tiles - other_smem_bytes(func_op, set(heavy), persistent, stagings)
     if prologue_slots > 1:
         budget -= (prologue_slots - 1) * prologue_bytes(func_op, heavy)
+    return budget
+
+
+def choose_depth(slot_bytes: int, func_op, options, heavy=(), prologue_slots: int = 0) -> int:
+    """Slots of the pipelined loops' rings, beside prologue rings of `prologue_slots` slots (`ring_budget`)."""
+    if options.num_buffers is not None:     # validated with the other options
+        return options.num_buffers
+    schedule = getattr(options, "schedule", None)
+    tiles = hopper.smem_for_tiles(getattr(options, "ctas_per_sm", None) or 1)
+    budget = ring_budget(func_op, options, heavy, prologue_slots)
     deepest = MAX_AUTO_DEPTH_PINGPONG if schedule == "pingpong" else MAX_AUTO_DEPTH
     depth = min(deepest, budget // max(slot_bytes, 1))
     if depth >= 2:
@@ -273,27 +280,22 @@ def prologue_depth(func_op, heavy, options) -> int:
     this one's arrives, and its first K/V blocks with it) where the pipelined loops' ring keeps at least two slots
     beside them, else one (the next block is copied once the consumers are done with this one)."""
     heavy = list(heavy)
-    if options.num_buffers is not None:         # the loops' ring as asked; Q's second slot only where it fits
-        tiles = hopper.smem_for_tiles(getattr(options, "ctas_per_sm", None) or 1)
-        used = options.num_buffers * slot_bytes(heavy) + other_smem_bytes(func_op, set(heavy), True)
-        return 2 if used + prologue_bytes(func_op, heavy) <= tiles else 1
-    return 2 if choose_depth(slot_bytes(heavy), func_op, options, heavy, prologue_slots=2) >= 2 else 1
+    # (the loops' ring as asked, or at least two slots of it)
+    ring = (options.num_buffers or 2) * slot_bytes(heavy)
+    return 2 if ring <= ring_budget(func_op, options, heavy, prologue_slots=2) else 1
 
 
 def insert_prologue_load(func_op, load, depth: int) -> None:
     """Route one prologue operand through an aref of `depth` slots (see the module docstring)."""
     block = body_block(func_op)
     value = LoadOp(load).result
+    ops = ops_of(block)
     create = create_aref([value.type], depth, loc=load.location, name=_load_names([load]))
-    ir.InsertionPoint(ops_of(block)[0]).insert(create)
+    ir.InsertionPoint(ops[0]).insert(create)
     aref = ArefCreateOp(create).result
-    put = create_put(aref, [value], loc=load.location)
-    get = create_get(aref, loc=load.location)
-    ip = ir.InsertionPoint.at_block_terminator(block)
-    ip.insert(put)
-    ip.insert(get)
-    put.move_after(load)
-    get.move_after(put)
+    after = ir.InsertionPoint(ops[ops.index(load) + 1])      # (a load is never the block's terminator)
+    put = create_put(aref, [value], loc=load.location, ip=after)
+    get = create_get(aref, loc=load.location, ip=after)
     value.replace_all_uses_except(get.results[0], put)
     consumed = create_consumed(aref, loc=load.location)
     ir.InsertionPoint.at_block_terminator(block).insert(consumed)

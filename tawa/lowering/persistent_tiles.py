@@ -211,7 +211,7 @@ def tile_group(loads: list, options=None, tiles_per_cta: int = 1) -> tuple:
     if options is not None and getattr(options, "group_m", None):
         return options.group_m, f"group_m={options.group_m}"
     row, col = _bytes_along(loads, 0), _bytes_along(loads, 1)
-    if col and not row and not any(_depends_on_program(LoadOp(ld).offsets, 0) for ld in loads):
+    if col and not any(_depends_on_program(LoadOp(ld).offsets, 0) for ld in loads):
         if any(_depends_on_program(parent_op(ld).operands[:3], 0) for ld in loads):
             return SNAKE, ("the tiles along axis 0 load the same operands and their loops' lengths depend on "
                            "their program along axis 0 (causal attention's query blocks): they run side by side, "
@@ -247,13 +247,12 @@ def _grouped_program(t, gx, gy, group: int) -> tuple:
     per_z = arith.MulIOp(gx, gy).result
     p2 = arith.DivUIOp(t, per_z).result
     r = arith.RemUIOp(t, per_z).result
-    if group == WHOLE_AXIS:
-        return arith.RemUIOp(r, gx).result, arith.DivUIOp(r, gx).result, p2
-    if group == SNAKE:
+    if group in (WHOLE_AXIS, SNAKE):
         p0, p1 = arith.RemUIOp(r, gx).result, arith.DivUIOp(r, gx).result
-        odd = arith.CmpIOp(arith.CmpIPredicate.ne, arith.AndIOp(p1, ws_ir.i32(1)).result, ws_ir.i32(0)).result
-        back = arith.SubIOp(arith.SubIOp(gx, ws_ir.i32(1)).result, p0).result
-        return arith.SelectOp(odd, back, p0).result, p1, p2
+        if group == SNAKE:
+            odd = arith.CmpIOp(arith.CmpIPredicate.ne, arith.AndIOp(p1, ws_ir.i32(1)).result, ws_ir.i32(0)).result
+            p0 = arith.SelectOp(odd, arith.SubIOp(arith.SubIOp(gx, ws_ir.i32(1)).result, p0).result, p0).result
+        return p0, p1, p2
     size = arith.MulIOp(gy, ws_ir.i32(group)).result
     gid = arith.DivUIOp(r, size).result
     first = arith.MulIOp(gid, ws_ir.i32(group)).result
