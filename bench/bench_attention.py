@@ -95,6 +95,14 @@ for _d in HEAD_DIMS:
                 VARIANTS[variant_name(_d, _c, _n, _s)] = (
                     {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
                     {"warp_specialize": None, "schedule": "persistent" if _s == "pers" else "tile"})
+    # 192-row query blocks: three consumer warp groups of 64 rows each (FlashAttention-3's tile at head dim 64)
+    for _c in (0, 1):
+        for _n in (64, 128):
+            VARIANTS[variant_name(_d, _c, _n, "m192")] = (
+                {"HEAD_DIM": _d, "BLOCK_M": 192, "BLOCK_N": _n, "CAUSAL": _c}, {"warp_specialize": None})
+            VARIANTS[variant_name(_d, _c, _n, "m192t")] = (
+                {"HEAD_DIM": _d, "BLOCK_M": 192, "BLOCK_N": _n, "CAUSAL": _c},
+                {"warp_specialize": None, "schedule": "tile"})
     if _d == 64:
         # Ablation of two CTAs per SM: at head dim 64 with BLOCK_N 64 the compiler keeps two CTAs resident per SM
         # ("ws"); "one" holds the same kernel to one (ctas_per_sm=1).
@@ -112,7 +120,9 @@ TAWA_COLS = [("WS n64", 64, True), ("WS n128", 128, True), ("uni n64", 64, False
              ("WS+pp n64", 64, "pp"), ("WS+pp n128", 128, "pp"),
              ("WS-nola n64", 64, "nola"), ("WS-nola n128", 128, "nola"),
              ("WS 1 CTA/SM n64", 64, "one"),
-             ("tile n64", 64, "tile"), ("tile n128", 128, "tile"), ("pers n64", 64, "pers"), ("pers n128", 128, "pers"), ("WS n176", 176, True), ("WS 2 CTAs/SM n80", 80, "two")]
+             ("tile n64", 64, "tile"), ("tile n128", 128, "tile"), ("pers n64", 64, "pers"), ("pers n128", 128, "pers"),
+             ("M192 n64", 64, "m192"), ("M192 n128", 128, "m192"), ("M192 tile n64", 64, "m192t"),
+             ("M192 tile n128", 128, "m192t"), ("WS n176", 176, True), ("WS 2 CTAs/SM n80", 80, "two")]
 ANCHORS = ["cudnn", "fa2", "triton"]
 ANCHOR_LABEL = {"cudnn": "cuDNN", "fa2": "FA2", "triton": "Triton"}
 #: Problems with at most this many score elements (B * H * S * S) get the float64 reference.
@@ -129,7 +139,7 @@ def select(regex):
 
 
 def parse_name(name):
-    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni|pp|nola|one|two|tile|pers)", name)
+    m = re.fullmatch(r"fa_d(\d+)_c([01])_n(\d+)_(ws|uni|pp|nola|one|two|tile|pers|m192|m192t)", name)
     return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4) != "uni"
 
 

@@ -68,6 +68,16 @@ GEMM_VARIANTS = {
     "split4_128x256": ({"BLOCK_N": 256}, {"warp_specialize": True, "split_k": 4}),
     "split2_128x128": ({"BLOCK_N": 128}, {"warp_specialize": True, "split_k": 2}),
     "split4_128x128": ({"BLOCK_N": 128}, {"warp_specialize": True, "split_k": 4}),
+    # 192-row tiles: three consumer warp groups of one 64-row slab each (the tile cuBLAS takes for grids of about
+    # one wave, e.g. 1100 rows: 6 x 22 tiles of 192x192 fill 132 SMs once)
+    "pers_192x192": ({"BLOCK_M": 192, "BLOCK_N": 192}, {"warp_specialize": True, "schedule": "persistent"}),
+    "pers_192x128": ({"BLOCK_M": 192, "BLOCK_N": 128}, {"warp_specialize": True, "schedule": "persistent"}),
+    "pers_192x256": ({"BLOCK_M": 192, "BLOCK_N": 256}, {"warp_specialize": True, "schedule": "persistent"}),
+    "ws_192x192": ({"BLOCK_M": 192, "BLOCK_N": 192}, {"warp_specialize": True, "schedule": "tile"}),
+    "pers_192x192_c12": ({"BLOCK_M": 192, "BLOCK_N": 192}, {"warp_specialize": True, "schedule": "persistent",
+                                                          "cluster": "1x2"}),
+    "pers_192x192_c21": ({"BLOCK_M": 192, "BLOCK_N": 192}, {"warp_specialize": True, "schedule": "persistent",
+                                                          "cluster": "2x1"}),
     "uni_128x128": ({"BLOCK_N": 128}, {"warp_specialize": False, "num_stages": 3}),
     "uni_128x256": ({"BLOCK_N": 256}, {"warp_specialize": False, "num_stages": 3, "num_warps": 8}),
 }
@@ -114,6 +124,12 @@ FUSED_VARIANTS = {
     "linear_pp_n192_c21": ("linear_gelu_residual.tawa", {"BLOCK_N": 192}, {"schedule": "pingpong",
                                                                           "cluster": "2x1"}),
     "swiglu_pp_m64n192": ("swiglu.tawa", {"BLOCK_M": 64, "BLOCK_N": 192}, {"schedule": "pingpong"}),
+    # 192-row tiles (three consumer warp groups): B's tiles shared by 192 rows instead of 128
+    "swiglu_pers_m192n128": ("swiglu.tawa", {"BLOCK_M": 192, "BLOCK_N": 128}, {"schedule": "persistent"}),
+    "swiglu_pers_m192n128_c21": ("swiglu.tawa", {"BLOCK_M": 192, "BLOCK_N": 128}, {"schedule": "persistent",
+                                                                                  "cluster": "2x1"}),
+    "linear_pers_m192n192": ("linear_gelu_residual.tawa", {"BLOCK_M": 192, "BLOCK_N": 192}, {"schedule": "persistent"}),
+    "fp8_pers_m192n192": ("gemm_fp8.tawa", {"BLOCK_M": 192, "BLOCK_N": 192}, {"schedule": "persistent"}),
     "fp8_pers_c21": ("gemm_fp8.tawa", {}, {"schedule": "persistent", "cluster": "2x1"}),
     "fp8_pers_c12": ("gemm_fp8.tawa", {}, {"schedule": "persistent", "cluster": "1x2"}),
 }

@@ -17,7 +17,7 @@ from tawa.errors import CompilationError
 #: Targets the compiler knows: "cuda" (sm_90a PTX/cubin) and "cpu" (the interpreter).
 TARGETS = ("cuda", "cpu")
 #: Consumer warp groups a specialized kernel may have.
-CONSUMER_GROUPS = (1, 2)
+CONSUMER_GROUPS = (1, 2, 3)
 #: Tile schedules of a warp-specialized kernel: one program per output tile as the grid declares ("tile"), about
 #: one CTA per SM looping over the output tiles ("persistent", the consumer warp groups sharing each tile), or
 #: persistent with each consumer warp group on tiles of its own, one group's epilogue under the other's main loop
@@ -84,7 +84,8 @@ class CompileOptions:
                    "it cannot apply)")
     num_consumer_groups: Optional[int] = _opt(
         None, choices=CONSUMER_GROUPS,
-        help="consumer warp groups of a specialized kernel (1 or 2; default: 2 for accumulators of 128+ rows)")
+        help="consumer warp groups of a specialized kernel (1, 2 or 3; default: 3 for accumulators of 192 rows, 2 for "
+             "128 rows or more, else 1)")
     consumer_pingpong: Optional[bool] = _opt(
         None, help="order the tensor-core phases of two consumer warp groups with named barriers, so that one "
                    "group's math (a softmax) runs under the other's wgmma, where the consumer loop does math on a "
@@ -191,7 +192,7 @@ class CompileOptions:
                 "compiler)")
         if self.num_consumer_groups is not None and (not is_int(self.num_consumer_groups)
                                                      or self.num_consumer_groups not in CONSUMER_GROUPS):
-            bad("num_consumer_groups", self.num_consumer_groups, "1 or 2 (or None: chosen by the compiler)")
+            bad("num_consumer_groups", self.num_consumer_groups, "1, 2 or 3 (or None: chosen by the compiler)")
         self.cluster = cluster_name(self.cluster)
         if self.cluster is not None and self.cluster not in CLUSTERS:
             bad("cluster", self.cluster, " or ".join(repr(c) for c in CLUSTERS) + ", the same as (x, y), or None "
@@ -214,8 +215,11 @@ class CompileOptions:
             if (not is_int(v) or v % hopper.SETMAXNREG_STEP
                     or not hopper.SETMAXNREG_MIN <= v <= hopper.SETMAXNREG_MAX):
                 bad(name, v, f"{_REGISTERS} (what setmaxnreg accepts)")
-        if self.num_consumer_groups is not None:
-            # With the consumer count known, the budgets can be checked here against the registers the block
+        if self.num_consumer_groups is not None and not (
+                self.num_consumer_groups > 2 and (self.producer_registers, self.consumer_registers)
+                == (CompileOptions.__dataclass_fields__["producer_registers"].default,
+                    CompileOptions.__dataclass_fields__["consumer_registers"].default)):
+            # With the consumer count known (and budgets other than the defaults, which three groups replace), the budgets can be checked here against the registers the block
             # starts with (setmaxnreg only moves those between its warp groups); otherwise the register-realloc
             # pass checks them once partitioning has chosen the count.
             threads = hopper.THREADS_PER_WARP_GROUP * (1 + self.num_consumer_groups)

@@ -24,7 +24,7 @@ BAD = [
     ("warp_specialize", "maybe"), ("warp_specialize", 1), ("warp_specialize", "on"),
     ("producer_registers", 41), ("producer_registers", 16), ("producer_registers", 264),
     ("consumer_registers", 0), ("consumer_registers", 300), ("consumer_registers", 232.0),
-    ("num_consumer_groups", 3), ("num_consumer_groups", 0), ("num_consumer_groups", True),
+    ("num_consumer_groups", 4), ("num_consumer_groups", 0), ("num_consumer_groups", True),
     ("num_warps", 2), ("num_warps", 16), ("num_warps", 4.0),
     ("target", "rocm"), ("target", None), ("tma", "off"), ("tma", 0),
     ("group_m", 0), ("group_m", -2), ("group_m", 2.0), ("group_m", True),
@@ -110,7 +110,7 @@ CLI_BAD = [
     ("num_buffers", "2.5"), ("num_buffers", "0"), ("num_buffers", "-1"), ("num_buffers_warp_spec", "0"),
     ("warp_specialize", "maybe"),
     ("producer_registers", "41"), ("producer_registers", "512"), ("consumer_registers", "16"),
-    ("num_consumer_groups", "3"), ("num_warps", "2"), ("target", "rocm"),
+    ("num_consumer_groups", "4"), ("num_warps", "2"), ("target", "rocm"),
 ]
 
 

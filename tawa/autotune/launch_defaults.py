@@ -89,10 +89,13 @@ def _batch(info: dict, extents: dict):
 #: computes per tile slot against 128x256 (measured on 10 to 42 shapes, docs/performance.md): cooperative
 #: persistent 128x256 and ping-pong 128x192 run level (a 128x192 tile is 3/4 the size, so the two quantize
 #: differently onto the SMs); 128x128 (twice the CTAs of 128x256 for a grid of few tiles) at 0.93, persistent or
-#: as a kernel's own ping-pong tile.
+#: as a kernel's own ping-pong tile; 192x192 (three consumer warp groups of one 64-row slab each, whose 132 tiles
+#: fill 132 SMs once at M = 1100 to 1152 and N = 4096 to 4224, where 128-row tiles take two waves) at 0.93: 0.92 to
+#: 1.05 of the others per slot over 13 shapes.
 TILE_SWITCHES = {(128, 256): ({"BLOCK_N": 256, "schedule": "persistent"}, 1.0),
                  (128, 192): ({"BLOCK_N": 192, "schedule": "pingpong"}, 1.0),
-                 (128, 128): ({"BLOCK_N": 128, "schedule": "persistent"}, 0.93)}
+                 (128, 128): ({"BLOCK_N": 128, "schedule": "persistent"}, 0.93),
+                 (192, 192): ({"BLOCK_M": 192, "BLOCK_N": 192, "schedule": "persistent"}, 0.93)}
 #: A GEMM whose own tile is 128x256 may also split K in two over 128x128 tiles (four times the programs), at 0.85
 #: per slot, where K is long enough (SPLIT_MIN_K) for its partial sums to pay (a fused epilogue's did not: the
 #: linear layer split ran at two thirds of its own tile).

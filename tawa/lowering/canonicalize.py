@@ -6,15 +6,17 @@ rewritten as `dot(a, b, x)`. Why: the frontend emits straightforward code (one `
 repeated index math, `acc += dot(a, b)` as an addition after a dot); later passes and the generated code read
 better without it, and a dot that accumulates in place is what the schedules pipeline (the wgmma adds into its
 accumulator registers; a separate addition would keep a second accumulator live and, in a GEMM main loop, stop the
-dot from staying in flight across iterations). Tawa ops are left in place otherwise: IRDL ops declare no
-side-effect information, so MLIR treats them as having effects and never deletes or merges them.
+dot from staying in flight across iterations). IRDL ops declare no side-effect information, so MLIR treats tawa ops
+as having effects and never deletes or merges them: the pure ones whose results nobody uses (a tile of row indices
+that only a causal mask, compiled out, would read) are erased here, so that no later pass lays out or lowers them.
 """
 from __future__ import annotations
 
 from mlir import passmanager
 
 from tawa.ir.kernel_info import kernels
-from tawa.ir.ops import DotOp, is_zero_splat
+from tawa.ir.ops import (ArangeOp, BroadcastOp, DimOp, DotOp, ExpandDimsOp, ProgramIdOp, ReduceOp, SplatOp,
+                         TransOp, is_zero_splat)
 from tawa.ir.traversal import defining_op, walk
 
 
@@ -42,10 +44,28 @@ def fold_dot_additions(func) -> int:
     return folded
 
 
+#: Tawa ops without side effects: erased when their results are unused.
+PURE_OPS = frozenset(op.NAME for op in (ArangeOp, BroadcastOp, DimOp, ExpandDimsOp, ProgramIdOp, ReduceOp, SplatOp,
+                                        TransOp))
+
+
+def erase_dead_pure_ops(func) -> int:
+    """Erase pure tawa ops whose results have no uses (repeatedly, so chains go); returns how many."""
+    erased = 0
+    while True:
+        dead = [op for op in walk(func) if op.name in PURE_OPS and all(not list(r.uses) for r in op.results)]
+        if not dead:
+            return erased
+        for op in dead:
+            op.erase()
+        erased += len(dead)
+
+
 def run(module, options):
     with module.context:
         passmanager.PassManager.parse("builtin.module(canonicalize, cse)").run(module.operation)
-        changed = sum(fold_dot_additions(func) for func in kernels(module))
+        changed = sum(erase_dead_pure_ops(func) for func in kernels(module))
+        changed += sum(fold_dot_additions(func) for func in kernels(module))
         if changed:
             passmanager.PassManager.parse("builtin.module(canonicalize, cse)").run(module.operation)
     return module

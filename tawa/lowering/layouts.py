@@ -4,7 +4,9 @@ A layout is *linear*: the coordinate of register `i` in thread `t` (lane `l`, wa
 
     regs[i] + sum_b bit_b(l) * lanes[b] + sum_b bit_b(w) * warps[b]
 
-where every entry is a coordinate vector. A zero basis vector means that bit does not move the element: the
+where every entry is a coordinate vector. Three warp groups (12 warps, a 192-row dot tile) are not a power of two
+of warps: there the warp bits cover the 4 warps of a group and the group index g (w / 4) adds g * `group`, a
+coordinate vector of its own (zero where each group holds a copy). A zero basis vector means that bit does not move the element: the
 threads that differ only in it hold copies (replication, as in a row slice seen by the four lanes of a quad).
 This one form covers the wgmma accumulator, the generic blocked layout, their slices (after a reduction) and
 expansions (before a broadcast), so reductions, broadcasts and conversions are each written once against it.
@@ -27,8 +29,12 @@ class Layout:
     shape: tuple
     regs: tuple      # per-register coordinate offsets
     lanes: tuple     # 5 basis vectors
-    warps: tuple     # log2(num_warps) basis vectors
+    warps: tuple     # log2(num_warps) basis vectors (of the 4 warps of a group when `groups` is 3)
     desc: str        # the string form (also the identity used in the IR)
+    #: Warp groups addressed by `group` (3); 1 where the warp bits address every warp.
+    groups: int = 1
+    #: The coordinate step from one warp group to the next when `groups` > 1.
+    group: tuple = ()
 
     @property
     def rank(self) -> int:
@@ -36,16 +42,21 @@ class Layout:
 
     @property
     def num_warps(self) -> int:
-        return 1 << len(self.warps)
+        return (1 << len(self.warps)) * self.groups
 
     @property
     def replicated(self) -> bool:
         """Whether some element is held by more than one thread (a lane or warp basis vector of zero)."""
-        return any(not any(v) for v in (*self.lanes, *self.warps))
+        return any(not any(v) for v in (*self.lanes, *self.warps)) or (self.groups > 1 and not any(self.group))
 
     def same_mapping(self, other: "Layout") -> bool:
         return (self.shape == other.shape and self.regs == other.regs and self.lanes == other.lanes
-                and self.warps == other.warps)
+                and self.warps == other.warps and self.groups == other.groups and self.group == other.group)
+
+    def _derived(self, shape, fn, desc: str) -> "Layout":
+        """This layout with every coordinate vector mapped by `fn` (a slice, expansion or transposition)."""
+        return Layout(shape, tuple(fn(r) for r in self.regs), tuple(fn(v) for v in self.lanes),
+                      tuple(fn(v) for v in self.warps), desc, self.groups, fn(self.group) if self.groups > 1 else ())
 
     def __str__(self) -> str:
         return self.desc
@@ -64,7 +75,19 @@ def _log2(x: int) -> int:
     return x.bit_length() - 1
 
 
+#: Warp groups that are not a power of two, which `group` addresses: three consumer warp groups (a 192-row tile).
+GROUPED_WARP_GROUPS = (3,)
+
+
+def _grouped(num_warps: int) -> int:
+    """The warp groups `group` addresses for a region of `num_warps` warps (3 for 12 warps), else 1."""
+    return num_warps // 4 if num_warps % 4 == 0 and num_warps // 4 in GROUPED_WARP_GROUPS else 1
+
+
 def _warp_bits(num_warps: int) -> int:
+    groups = _grouped(num_warps)
+    if groups > 1:
+        return 2
     if num_warps <= 0 or num_warps & (num_warps - 1):
         raise CompilationError(f"a kernel of {num_warps} warps is not supported by the GPU backend: the number of "
                                f"warps must be a power of two", note="use @num_warps(4) or @num_warps(8)")
@@ -81,7 +104,8 @@ def mma(m: int, n: int, num_warps: int) -> Layout:
     """The wgmma m64nNk16 f32 accumulator fragment; warp groups split M in 64-row slabs.
 
     Thread (warp w in its group, lane l) holds, per slab, rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1).
-    Slab s of warp group g covers rows 64 * (s * num_groups + g).
+    Slab s of warp group g covers rows 64 * (s * num_groups + g). Three warp groups (a 192-row tile, or a
+    multiple of 192 rows) address their slabs through `group`.
 
     A tile of fewer rows than the warps cover (M of 16 or 32, or 64 over two warp groups) is replicated: the warp
     bits that would address rows beyond M have zero basis vectors, so those warps hold copies of the rows the
@@ -96,10 +120,16 @@ def mma(m: int, n: int, num_warps: int) -> Layout:
     if m < MIN_DOT_M:
         raise CompilationError(f"dot tile M={m} is not supported: the tensor cores compute at least "
                                f"{MIN_DOT_M} rows", note=f"choose BLOCK_M as a power of two of at least {MIN_DOT_M}")
-    if m & (m - 1) or (m > WGMMA_M * groups and m % (WGMMA_M * groups)):
-        raise CompilationError(f"dot tile M={m} is not supported: the warp groups split a dot's rows in slabs of "
-                               f"{WGMMA_M} and need a power of two of them (N and K need not be powers of two)",
-                               note=f"choose BLOCK_M as a power of two of at least {MIN_DOT_M}")
+    grouped = _grouped(num_warps)
+    three = m % (WGMMA_M * 3) == 0 and not (m // 3) & (m // 3 - 1)      # 192 rows: three warp groups
+    bad = (not three) if grouped > 1 else bool(m & (m - 1) or (m > WGMMA_M * groups and m % (WGMMA_M * groups)))
+    if bad:
+        raise CompilationError(f"dot tile M={m} is not supported by {groups} warp group{'s' * (groups > 1)}: the "
+                               f"warp groups split a dot's rows in slabs of {WGMMA_M}, the same power of two of "
+                               f"them each (N and K need not be powers of two)",
+                               note=f"{m} rows need three consumer warp groups: a warp-specialized kernel "
+                                    f"(num_consumer_groups=3, the default for {m} rows)" if three and grouped == 1
+                               else f"choose BLOCK_M as a power of two of at least {MIN_DOT_M}, or 192")
     regs = []
     for s in range(max(m // (WGMMA_M * groups), 1)):
         for i in range(n // 2):
@@ -107,6 +137,8 @@ def mma(m: int, n: int, num_warps: int) -> Layout:
     lanes = ((0, 2), (0, 4), (1, 0), (2, 0), (4, 0))
     rows = [16, 32] + [WGMMA_M * (1 << b) for b in range(_warp_bits(num_warps) - 2)]
     warps = [(r if r < m else 0, 0) for r in rows]
+    if grouped > 1:
+        return Layout((m, n), tuple(regs), lanes, tuple(warps), f"mma<{m}x{n},w={num_warps}>", grouped, (WGMMA_M, 0))
     return Layout((m, n), tuple(regs), lanes, tuple(warps), f"mma<{m}x{n},w={num_warps}>")
 
 
@@ -133,13 +165,20 @@ def wgmma_a(m: int, k: int, num_warps: int, elem_bytes: int) -> Layout:
                 for e in range(v):
                     regs.append((WGMMA_M * groups * s + 8 * (j % 2), step * kk + (step // 2) * (j // 2) + e))
     lanes = ((0, v), (0, 2 * v), (1, 0), (2, 0), (4, 0))
-    return Layout((m, k), tuple(regs), lanes, acc.warps, f"wgmma_a<{m}x{k},w={num_warps},e={elem_bytes}>")
+    return Layout((m, k), tuple(regs), lanes, acc.warps, f"wgmma_a<{m}x{k},w={num_warps},e={elem_bytes}>",
+                  acc.groups, acc.group)
 
 
 def blocked(shape: tuple, num_warps: int) -> Layout:
     """A generic layout for tiles that feed no dot: 4 contiguous elements per thread along the last dim,
-    lanes then warps fill the last dim first, then the others; what is left is covered by registers."""
+    lanes then warps fill the last dim first, then the others; what is left is covered by registers. Over three
+    warp groups each group holds the whole tile (the power-of-two split of one group, copied)."""
     shape = tuple(shape)
+    grouped = _grouped(num_warps)
+    if grouped > 1:
+        one = blocked(shape, 4)
+        return Layout(one.shape, one.regs, one.lanes, one.warps, f"blocked<{'x'.join(map(str, shape))},w={num_warps}>",
+                      grouped, _zero(len(shape)))
     rank = len(shape)
     bits = [_log2(s) for s in shape]
     # Per-dimension bit assignment, innermost first: vector bits, lane bits, warp bits, then register bits.
@@ -192,23 +231,21 @@ def slice_(parent: Layout, axis: int) -> Layout:
         d = drop(r)
         if d not in regs:
             regs.append(d)
-    return Layout(drop(parent.shape), tuple(regs), tuple(drop(v) for v in parent.lanes),
-                  tuple(drop(v) for v in parent.warps), f"slice<{parent.desc},{axis}>")
+    lay = parent._derived(drop(parent.shape), drop, f"slice<{parent.desc},{axis}>")
+    return Layout(lay.shape, tuple(regs), lay.lanes, lay.warps, lay.desc, lay.groups, lay.group)
 
 
 def expand(parent: Layout, axis: int) -> Layout:
     """The layout of `expand_dims(x, axis)`: a new dimension of extent 1 (coordinate always 0)."""
     def ins(v):
         return v[:axis] + (0,) + v[axis:]
-    return Layout(parent.shape[:axis] + (1,) + parent.shape[axis:], tuple(ins(r) for r in parent.regs), tuple(ins(v) for v in parent.lanes),
-                  tuple(ins(v) for v in parent.warps), f"expand<{parent.desc},{axis}>")
+    return parent._derived(parent.shape[:axis] + (1,) + parent.shape[axis:], ins, f"expand<{parent.desc},{axis}>")
 
 
 def transpose(parent: Layout) -> Layout:
     def sw(v):
         return (v[1], v[0])
-    return Layout(sw(parent.shape), tuple(sw(r) for r in parent.regs), tuple(sw(v) for v in parent.lanes),
-                  tuple(sw(v) for v in parent.warps), f"trans<{parent.desc}>")
+    return parent._derived(sw(parent.shape), sw, f"trans<{parent.desc}>")
 
 
 def collapse(parent: Layout, shape: tuple) -> Layout:
@@ -297,4 +334,6 @@ def coords_of(layout: Layout, lane: int, warp: int):
     for b, v in enumerate(layout.warps):
         if warp >> b & 1:
             base = [x + y for x, y in zip(base, v)]
+    if layout.groups > 1:
+        base = [x + (warp >> len(layout.warps)) * y for x, y in zip(base, layout.group)]
     return [tuple(x + y for x, y in zip(base, r)) for r in layout.regs]

@@ -22,7 +22,8 @@ Why: the two regions run concurrently on different warp groups and meet only at 
 later iterations overlap the tensor-core work of the current one. Scalar control is replicated rather than
 shared so each warp group computes what it needs from program ids and kernel arguments without any
 synchronisation. `n` (consumer warp groups executing the consumer region collectively, splitting the output
-tile along M) is `options.num_consumer_groups`, else 2 when the accumulator has at least 128 rows, else 1.
+tile along M) is `options.num_consumer_groups`, else 3 when the accumulator has 192 rows (three 64-row slabs), 2
+when it has at least 128 rows, else 1.
 
 Under the ping-pong schedule (`schedule="pingpong"`) the consumer region is instead repeated, once per consumer
 warp group (`num_consumer_groups`, default 2), each of one warp group and tagged `tawa.tile_share = [c, n]`:
@@ -36,7 +37,8 @@ from mlir.dialects import scf
 
 from tawa.ir.kernel_info import body_block, kernels
 from tawa.ir.location import where
-from tawa.errors import InternalCompilerError
+from tawa.errors import CompilationError, InternalCompilerError
+from tawa.ir.location import source_location
 from tawa.ir import attrs
 from tawa.ir.ops import (WARP_GROUP_REGION, ArefCreateOp, ArefPutOp, DotOp, ForOp, LoadOp, create_put,
                          warp_group_role)
@@ -58,10 +60,21 @@ def _acc_rows(loops) -> int:
     return rows
 
 
+def _first_dot(loops):
+    return next((op for lp in loops for op in walk(lp) if op.name == DotOp.NAME), None)
+
+
 def num_consumer_groups(loops, options) -> int:
+    rows = _acc_rows(loops)
     if options.num_consumer_groups is not None:     # validated with the other options
+        if options.num_consumer_groups == 3 and (rows % 192 or rows & (rows - 1) == 0):
+            raise CompilationError(f"num_consumer_groups=3 needs dots of 192 rows (a 64-row slab per warp group), "
+                                   f"this kernel's have {rows}", source_location(_first_dot(loops)),
+                                   note="set BLOCK_M = 192, or use 1 or 2 consumer warp groups")
         return options.num_consumer_groups
-    return 2 if _acc_rows(loops) >= 128 else 1
+    if rows % 192 == 0 and rows & (rows - 1):
+        return 3            # 192 rows (or 384): a 64-row slab per warp group, as many per group
+    return 2 if rows >= 128 else 1
 
 
 def _new_region(role: str, before: ir.Operation) -> tuple:

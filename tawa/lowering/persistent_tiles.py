@@ -125,6 +125,9 @@ def can_pingpong(func_op, plans: list, options=None) -> tuple:
     for p in plans:
         if ws_ir.computed_from_program(p.loop.operands[:3]):
             return False, f"the trip count of the loop{where(p.loop)} depends on the program"
+    rows = _accumulator_rows(func_op)
+    if rows % 192 == 0 and rows & (rows - 1):
+        return False, f"its {rows}-row tiles take three consumer warp groups together (64 rows each)"
     acc = _accumulator_registers(func_op)
     if acc > PINGPONG_ACC_REGISTERS:
         return False, (f"one consumer warp group would hold {acc} accumulator registers per thread (at most "
@@ -188,6 +191,17 @@ def multicast_parts(load_op, axis: int, size: int) -> bool:
 
 def _depends_on_program(values, axis: int) -> bool:
     return ws_ir.computed_from(values, lambda op: op.name == ProgramIdOp.NAME and ProgramIdOp(op).axis == axis)
+
+
+def _accumulator_rows(func_op) -> int:
+    """The most rows of a tile carried by the kernel's loops with dots."""
+    rows = 0
+    for op in walk(func_op.operation):
+        if op.name == "scf.for" and any(o.name == "tawa.dot" for o in walk(op)):
+            for r in op.results:
+                if isinstance(r.type, ir.RankedTensorType) and len(r.type.shape) == 2:
+                    rows = max(rows, r.type.shape[0])
+    return rows
 
 
 def _accumulator_registers(func_op) -> int:

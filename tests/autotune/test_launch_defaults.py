@@ -14,6 +14,7 @@ choose = launch_defaults.shape_defaults
 PINGPONG = {"BLOCK_N": 192, "schedule": "pingpong"}
 NARROW = {"BLOCK_N": 128, "schedule": "persistent"}
 SPLIT = {"BLOCK_N": 128, "split_k": 2}
+THREE_GROUPS = {"BLOCK_M": 192, "BLOCK_N": 192, "schedule": "persistent"}
 
 
 @pytest.mark.parametrize("extents, expected", [
@@ -23,8 +24,10 @@ SPLIT = {"BLOCK_N": 128, "split_k": 2}
     ({"M": 8, "N": 4096, "K": 512}, {"BLOCK_M": 64, "BLOCK_N": 128}),                  # K too short to split
     ({"M": 65, "N": 4096, "K": 4096}, SPLIT),       # not small M: 16 tiles of 128 x 256, 64 programs split in two
     ({"M": 4096, "N": 4096, "K": 4096}, {}),                                           # 3.9 waves of tiles
-    ({"M": 2112, "N": 2048, "K": 8192}, {"schedule": "streamk"}),                      # 136 tiles: 1.03 waves
-    ({"M": 1100, "N": 4096, "K": 4096}, {"schedule": "streamk"}),                      # 144 tiles
+    ({"M": 2112, "N": 2048, "K": 8192}, THREE_GROUPS),          # 136 tiles: 1.03 waves; 121 of 192 x 192: 0.89
+    ({"M": 1100, "N": 4096, "K": 4096}, THREE_GROUPS),                  # 144 tiles; 132 of 192 x 192: fill 0.93
+    ({"M": 2200, "N": 2048, "K": 4096}, THREE_GROUPS),                  # 144 tiles; 132 of 192 x 192
+    ({"M": 1100, "N": 2048, "K": 4096}, PINGPONG),          # 66 tiles of 192 x 192 fill half; 99 of 128 x 192
     ({"M": 1200, "N": 5120, "K": 5120}, {"schedule": "streamk"}),                      # 200 tiles: fill 0.71
     ({"M": 1280, "N": 10240, "K": 2048}, {"schedule": "streamk"}),                     # 400 tiles: fill 0.76
     ({"M": 2176, "N": 4096, "K": 1024}, PINGPONG),       # 272 tiles of 128 x 256 fill 0.69, 374 of 128 x 192 0.92
@@ -60,7 +63,8 @@ def test_shape_defaults_leave_other_kernels_alone():
     assert choose(dict(GEMM_INFO, dots=2), sparse) == {}
     assert choose(dict(GEMM_INFO, dots=None), sparse) == {}      # a record from before the count
     assert choose(GEMM_INFO, sparse, sms=136) == {}
-    assert choose(GEMM_INFO, sparse, sms=128) == {"schedule": "streamk"}
+    assert choose(GEMM_INFO, sparse, sms=128) == THREE_GROUPS          # 121 tiles of 192 x 192 in one wave
+    assert choose(GEMM_INFO, {"M": 1280, "N": 10240, "K": 2048}, sms=128) == {"schedule": "streamk"}
 
 
 def test_an_operand_off_the_sector_grid_takes_clusters_that_load_it_once():
@@ -71,7 +75,8 @@ def test_an_operand_off_the_sector_grid_takes_clusters_that_load_it_once():
     assert choose(GEMM_INFO, {"M": 3000, "N": 5000, "K": 2000}, misaligned=b_off) == \
         dict(PINGPONG, cluster="2x1")                                  # fill 0.87 -> 0.93
     assert choose(GEMM_INFO, {"M": 2112, "N": 2048, "K": 8192}, misaligned=b_off) == \
-        dict(PINGPONG, cluster="2x1")                                  # stream-K otherwise
+        dict(THREE_GROUPS, cluster="2x1")
+    assert choose(GEMM_INFO, {"M": 1200, "N": 5120, "K": 5120}, misaligned=b_off) == {"cluster": "2x1"}
     assert choose(GEMM_INFO, {"M": 8192, "N": 5000, "K": 4096}, misaligned=(0, 2)) == {}
     # one tile row: no pairs to form, so split-K stays a choice
     assert choose(GEMM_INFO, {"M": 100, "N": 5000, "K": 4096}, misaligned=b_off) == SPLIT

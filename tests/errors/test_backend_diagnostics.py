@@ -84,7 +84,7 @@ def test_layout_refusals_carry_notes():
         layouts.mma(8, 128, 4)
     assert "at least 16" in e.value.note
     with pytest.raises(CompilationError) as e:
-        layouts.blocked((64, 128), 12)
+        layouts.blocked((64, 128), 24)
     assert "@num_warps(4)" in e.value.note
     with pytest.raises(CompilationError) as e:
         layouts.blocked((96, 128), 4)

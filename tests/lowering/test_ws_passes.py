@@ -52,8 +52,15 @@ def test_consumer_group_count():
     assert attrs.NUM_WARP_GROUPS.get(region(m, "consumer")) == 1
     m = run_passes(example_module("gemm"), num_consumer_groups=1)
     assert attrs.NUM_WARP_GROUPS.get(region(m, "consumer")) == 1
-    with pytest.raises(CompilationError, match="num_consumer_groups"):
+    with pytest.raises(CompilationError, match="num_consumer_groups=3 needs dots of 192 rows"):
         run_passes(example_module("gemm"), num_consumer_groups=3)
+    with pytest.raises(CompilationError, match="num_consumer_groups"):
+        run_passes(example_module("gemm"), num_consumer_groups=4)
+    # 192 rows: three consumer warp groups of one 64-row slab each, by default
+    m = run_passes(example_module("gemm", {"BLOCK_M": 192, "BLOCK_N": 192}))
+    assert attrs.NUM_WARP_GROUPS.get(region(m, "consumer")) == 3
+    m = run_passes(example_module("flash_attention", {"BLOCK_M": 192, "HEAD_DIM": 64}))
+    assert attrs.NUM_WARP_GROUPS.get(region(m, "consumer")) == 3
 
 
 def test_flash_attention_k_and_v_share_one_slot():

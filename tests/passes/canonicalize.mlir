@@ -56,12 +56,15 @@ func.func @gemm(%arg0: memref<?x?xbf16>, %arg1: memref<?x?xbf16>, %arg2: memref<
 
 // -----
 
-// Dead arith is erased; tawa ops stay (the dialect declares no side-effect traits, so they are kept), and a
-// constant-true `scf.if` is replaced by its then-branch.
+// Dead arith is erased, and so are pure tawa ops whose results nobody uses (a dim, a tile of indices and the
+// arithmetic on it); ops with effects stay (a load feeding a store), and a constant-true `scf.if` is replaced by
+// its then-branch.
 
 // CHECK-LABEL: func.func @dead_and_folded
 // CHECK-NOT:     arith.addf
-// CHECK:         "tawa.dim"(%arg0) {axis = 0 : i32}
+// CHECK-NOT:     tawa.dim
+// CHECK-NOT:     tawa.arange
+// CHECK-NOT:     tawa.program_id
 // CHECK-NOT:     scf.if
 // CHECK:         %[[T:.*]] = "tawa.load"(%arg0, %{{.*}})
 // CHECK-NEXT:    "tawa.store"(%arg0, %[[T]], %{{.*}})
@@ -69,6 +72,10 @@ func.func @gemm(%arg0: memref<?x?xbf16>, %arg1: memref<?x?xbf16>, %arg2: memref<
 func.func @dead_and_folded(%arg0: memref<?xf32>, %x: f32) attributes {tawa.kernel} {
   %unused = arith.addf %x, %x : f32
   %d = "tawa.dim"(%arg0) {axis = 0 : i32} : (memref<?xf32>) -> i32
+  %pid = "tawa.program_id"() {axis = 0 : i32} : () -> i32
+  %r = "tawa.arange"() {start = 0 : i32, end = 16 : i32} : () -> tensor<16xi32>
+  %p = "tawa.splat"(%pid) : (i32) -> tensor<16xi32>
+  %rows = arith.addi %r, %p : tensor<16xi32>
   %c0 = arith.constant 0 : i32
   %true = arith.constant true
   scf.if %true {

@@ -118,16 +118,18 @@ def test_a_variant_that_does_not_compile_drops_the_split_then_the_tile(gemm):
 
 
 def test_a_sparse_last_wave_launches_the_stream_k_variant(gemm, made):
-    gemm(*gemm_args(2112, 2048, 8192))                 # 136 tiles of 128 x 256 on 132 SMs
+    gemm(*gemm_args(1280, 10240, 2048))                # 400 tiles of 128 x 256 on 132 SMs: 3.03 waves
     gemm(*gemm_args(4096, 4096, 4096))                 # 512 tiles: 3.9 waves, the kernel itself
-    assert made == [{"schedule": "streamk"}] and gemm._launcher.calls == [None]
+    gemm(*gemm_args(1100, 4096, 4096))                 # 144 tiles; 132 of 192 x 192: one wave
+    assert made == [{"schedule": "streamk"}, {"BLOCK_M": 192, "BLOCK_N": 192, "schedule": "persistent"}]
+    assert gemm._launcher.calls == [None]
 
 
 def test_a_kernel_that_cannot_stream_k_launches_itself(gemm):
     """The linear layer's epilogue loads its bias and residual: its stream-K variant does not compile."""
     tried = refusing(gemm, "cannot make kernel 'linear' stream-K: its epilogue loads a tensor after the K loop")
-    gemm(*gemm_args(2112, 2048, 8192))
-    gemm(*gemm_args(2112, 2048, 8192))
+    gemm(*gemm_args(1280, 10240, 2048))
+    gemm(*gemm_args(1280, 10240, 2048))
     assert tried == [{"schedule": "streamk"}] and gemm._launcher.calls == [None, None]
 
 
@@ -163,14 +165,17 @@ def test_compile_attaches_variants_only_without_tile_constants(tmp_path, monkeyp
     assert k.variant_for(*gemm_args(4096, 4096, 4096)) is k
     pingpong = k.variant_for(*gemm_args(1536, 6144, 2048))       # 288 tiles of 128 x 256, 384 of 128 x 192
     assert pingpong.compiled.constants["BLOCK_N"] == 192 and "pingpong" in " ".join(pingpong.notes)
-    sk = k.variant_for(*gemm_args(2112, 2048, 8192))
+    sk = k.variant_for(*gemm_args(1280, 10240, 2048))
     assert sk.compiled.stream_k and sk.compiled.constants["BLOCK_N"] == 256
+    three = k.variant_for(*gemm_args(1100, 4096, 4096))       # 132 tiles of 192 x 192: three consumer groups
+    assert three.compiled.constants["BLOCK_M"] == 192 and three.compiled.num_threads == 512
 
 
 def test_linear_layer_switches_tiles_but_never_to_stream_k(tmp_path, monkeypatch):
     """The linear layer's epilogue loads its bias and residual, which stream-K refuses: the rule does not ask for
-    it (2112x2048x8192 keeps the own 128x192 tile), and picks among the tiles instead (1024x4096x4096: 176 tiles
-    of 128x192 fill 0.65 of two waves, 128 of 128x256 0.97 of one)."""
+    it (1280x10240x2048, where a GEMM takes stream-K, keeps the own 128x192 tile), and picks among the tiles
+    instead (1024x4096x4096: 176 tiles of 128x192 fill 0.65 of two waves, 128 of 128x256 0.97 of one;
+    2112x2048x8192: 187 of 128x192 fill 0.67 of two, 121 of 192x192 0.89 of one)."""
     monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path))
     path = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "linear_gelu_residual.tawa")
     from tawa.autotune import launch_defaults, space
@@ -178,12 +183,13 @@ def test_linear_layer_switches_tiles_but_never_to_stream_k(tmp_path, monkeypatch
     info = space.space_info(*read_source(path))
     assert info["epilogue_loads"] and info["constants"]["BLOCK_N"] == 192
     choose = lambda m, n, k: launch_defaults.shape_defaults(info, {"M": m, "N": n, "K": k})
-    assert choose(2112, 2048, 8192) == {}
+    assert choose(1280, 10240, 2048) == {}
+    assert choose(2112, 2048, 8192) == {"BLOCK_M": 192, "BLOCK_N": 192, "schedule": "persistent"}
     assert choose(1024, 4096, 4096) == {"BLOCK_N": 256, "schedule": "persistent"}
     assert choose(512, 4096, 4096) == {"BLOCK_N": 128, "schedule": "persistent"}
     k = tawa.compile(path)
     args = lambda m, n, kk: (Array(m, kk), Array(n, kk), Array(n), Array(m, n), Array(m, n))
-    assert k.variant_for(*args(2112, 2048, 8192)) is k
+    assert k.variant_for(*args(1280, 10240, 2048)) is k
     wide = k.variant_for(*args(1024, 4096, 4096))
     assert wide.compiled.constants["BLOCK_N"] == 256 and wide.compiled.persistent
 
@@ -193,14 +199,15 @@ def test_an_explicit_schedule_is_never_overridden(tmp_path, monkeypatch):
     path = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "gemm.tawa")
     for schedule in ("streamk", "persistent"):
         k = tawa.compile(path, schedule=schedule)
-        assert k.variant_for(*gemm_args(2112, 2048, 8192)) is k
+        assert k.variant_for(*gemm_args(1280, 10240, 2048)) is k
+        assert k.variant_for(*gemm_args(1100, 4096, 4096)) is k
     # small M still takes its tile with the schedule given
     small = tawa.compile(path, schedule="persistent").variant_for(*gemm_args(8, 4096, 4096))
     assert small.compiled.constants["BLOCK_M"] == 64
     # clusters asked for are kept: stream-K cannot run in them
     paired = tawa.compile(path, cluster="2x1")
-    assert paired.variant_for(*gemm_args(2112, 2048, 8192)) is paired
-    assert tawa.compile(path, cluster="1x1").variant_for(*gemm_args(2112, 2048, 8192)).compiled.stream_k
+    assert paired.variant_for(*gemm_args(1280, 10240, 2048)) is paired
+    assert tawa.compile(path, cluster="1x1").variant_for(*gemm_args(1280, 10240, 2048)).compiled.stream_k
 
 
 class CupyLike:

@@ -113,7 +113,7 @@ def shared_tile(ctx: Ctx, rec: RowPrefetch, layout: L.Layout) -> LazyTile:
     base = ctx.base_coords(layout)[0]
     column = {co: i for i, (co,) in enumerate(layout.regs)}
     # 16-bit pairs (even column, odd column) share one 4-byte load when every thread's base column is even
-    pairs = es == 2 and all(v[0] % 2 == 0 for v in layout.lanes + layout.warps)
+    pairs = es == 2 and all(v[0] % 2 == 0 for v in layout.lanes + layout.warps + (layout.group or (0,),))
     tile = None
 
     def read(i: int):

@@ -385,6 +385,11 @@ class Ctx:
                         self._prelude_bin("andi", src(), 1)
                     term = self._prelude_bin("muli", bitv, vec[d])
                     acc = term if acc is None else self.b.op(f"arith.addi {acc}, {term} : i32", "i32", prelude=True)
+            if layout.groups > 1 and layout.group[d]:
+                # Three warp groups: the group index (warp / 4) steps by `group`.
+                term = self._prelude_bin("muli", self._prelude_bin("shrui", self.warp(), len(layout.warps)),
+                                         layout.group[d])
+                acc = term if acc is None else self.b.op(f"arith.addi {acc}, {term} : i32", "i32", prelude=True)
             out.append(acc if acc is not None else self.b.i32(0))
         self._bases[key] = out
         return out

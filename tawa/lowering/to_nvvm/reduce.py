@@ -51,12 +51,13 @@ def lower_reduce(ctx: Ctx, op) -> None:
                 partial[key] = _combine(b, kind, partial[key], sync.shfl_xor(b, partial[key], 1 << bit))
     # 3) across warps, through shared memory: slot [warp bits along axis][output element]
     wbits = [bit for bit, vec in enumerate(lay.warps) if vec[axis]]
-    if wbits:
+    across_groups = lay.groups > 1 and lay.group[axis]       # three warp groups split the axis
+    if wbits or across_groups:
         keys = list(out_lay.regs)
         out_elems = 1
         for s in out_lay.shape:
             out_elems *= s
-        nw = 1 << len(wbits)
+        nw = (1 << len(wbits)) * (lay.groups if across_groups else 1)
         ctx.smem.push()
         off = ctx.smem.alloc(nw * out_elems * 4, align=16)
         ctx.smem.pop()
@@ -65,6 +66,8 @@ def lower_reduce(ctx: Ctx, op) -> None:
         widx = b.i32(0)
         for i, bit in enumerate(wbits):
             widx = b.or_(widx, b.shl(b.and_(b.shr(ctx.warp(), bit), 1), i))
+        if across_groups:
+            widx = b.add(widx, b.shl(b.shr(ctx.warp(), len(lay.warps)), len(wbits)))
 
         def elem_index(key):
             idx = b.i32(0)
