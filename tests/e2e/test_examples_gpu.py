@@ -42,6 +42,40 @@ def test_gemm_192_wide(shape, ws):
     check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape) + 192))
 
 
+# 192-row tiles (three consumer warp groups of one 64-row slab each) under the schedules they take, ragged:
+# (1000, 6000): 6 x 32 = 192 tiles over 132 CTAs; (193, 392): one row past a tile; K below BLOCK_K; one tile;
+# 1100 x 4096: the 132-tile grid the launch defaults pick this tile for.
+THREE_GROUP_SCHEDULES = [pytest.param({"schedule": "persistent"}, id="persistent"),
+                         pytest.param({"schedule": "persistent", "cluster": "2x1"}, id="cluster-2x1"),
+                         pytest.param({"schedule": "persistent", "cluster": "1x2"}, id="cluster-1x2"),
+                         pytest.param({"schedule": "tile"}, id="ws-tile"),
+                         pytest.param({"schedule": "streamk"}, id="streamk"),
+                         pytest.param({"split_k": 2}, id="split-k")]
+
+
+@pytest.mark.parametrize("ws", THREE_GROUP_SCHEDULES)
+@pytest.mark.parametrize("tile", [(192, 192), (192, 128)], ids=lambda t: "x".join(map(str, t)))
+@pytest.mark.parametrize("shape", [(1000, 6000, 712), (193, 392, 104), (64, 200, 8), (100, 120, 40),
+                                   (1100, 4096, 1024)], ids=lambda s: "x".join(map(str, s)))
+def test_gemm_three_consumer_groups(shape, tile, ws):
+    kernel = compiled("gemm.tawa", BLOCK_M=tile[0], BLOCK_N=tile[1], **ws)
+    assert kernel.compiled.num_threads == 512
+    import torch
+    check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape) + tile[1]))
+
+
+@pytest.mark.parametrize("example,tile", [("swiglu", (192, 128)), ("linear_gelu_residual", (192, 192)),
+                                          ("gemm_bias_act", (192, 192)), ("gemm_fp8", (192, 192))])
+@pytest.mark.parametrize("ws", THREE_GROUP_SCHEDULES[:2] + THREE_GROUP_SCHEDULES[3:4])
+def test_fused_three_consumer_groups(example, tile, ws):
+    kernel = compiled(f"{example}.tawa", BLOCK_M=tile[0], BLOCK_N=tile[1], **ws)
+    assert kernel.compiled.num_threads == 512
+    import torch
+    case = {"swiglu": swiglu_case, "linear_gelu_residual": linear_case, "gemm_bias_act": bias_act_case,
+            "gemm_fp8": fp8_case}[example]
+    check_launch(torch, kernel, *case(torch, 1000, 696, 264, seed=17))
+
+
 # Rows that are a multiple of 64 or 32 bytes but not of 128 (64- and 32-byte swizzled boxes, several per row):
 # B tiles 96 and 80 wide (MN-major), A and B tiles 96 and 80 deep (K-major A), under each schedule.
 NARROW_SWIZZLE_TILES = [pytest.param({"BLOCK_N": 96}, id="n96"), pytest.param({"BLOCK_N": 80}, id="n80"),
@@ -155,6 +189,22 @@ def test_flash_attention_persistent(shape, causal):
     assert kernel.compiled.persistent
     import torch
     check_attention(torch, kernel, shape, causal, seed=7 + sum(shape))
+
+
+# 192-row query blocks (three consumer warp groups), as at head dim 64 FlashAttention-3 runs them: ragged S over
+# several blocks, S below one block, a single key; one block per CTA and persistent.
+@pytest.mark.parametrize("options", [pytest.param({}, id="auto"), pytest.param({"schedule": "tile"}, id="tile"),
+                                     pytest.param({"schedule": "persistent"}, id="persistent")])
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("shape,block_n", [((2, 4, 1000, 64), 128), ((4, 16, 700, 64), 64), ((1, 3, 77, 64), 128),
+                                           ((2, 2, 1, 64), 128), ((2, 3, 500, 128), 64)],
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else f"n{v}")
+def test_flash_attention_three_consumer_groups(shape, block_n, causal, options):
+    kernel = compiled("flash_attention.tawa", CAUSAL=causal, HEAD_DIM=shape[-1], BLOCK_M=192, BLOCK_N=block_n,
+                      **options)
+    assert kernel.compiled.num_threads == 512
+    import torch
+    check_attention(torch, kernel, shape, causal, seed=19 + sum(shape))
 
 
 @pytest.mark.parametrize("causal", [0, 1])

@@ -47,7 +47,15 @@ CASES = {
     ("linear_gelu_residual.tawa", 1024, 4096, 512): (256, "persistent", 1),
     # the linear layer's W [N, K] with rows 1424 bytes apart: its own 128x192 ping-pong tile, in pairs
     ("linear_gelu_residual.tawa", 1000, 3000, 712): (192, "pingpong", 2),
+    # 144 tiles of 128x256 (two waves, the second sparse), 132 of 192x192 (three consumer warp groups): one wave
+    ("gemm.tawa", 1100, 4096, 520): (192, "persistent", 1),
+    ("gemm_fp8.tawa", 1100, 4096, 512): (192, "persistent", 1),
+    # the linear layer: 187 tiles of its own 128x192 fill 0.67 of two waves, 121 of 192x192 0.89 of one
+    ("linear_gelu_residual.tawa", 2112, 2048, 264): (192, "persistent", 1),
 }
+#: The cases whose variant has 192-row tiles.
+BLOCK_M = {("gemm.tawa", 1100, 4096, 520): 192, ("gemm_fp8.tawa", 1100, 4096, 512): 192,
+           ("linear_gelu_residual.tawa", 2112, 2048, 264): 192}
 
 
 SPLITS = {("gemm.tawa", 1000, 1024, 4104): 2, ("gemm_fp8.tawa", 512, 1024, 4096): 2}
@@ -78,6 +86,7 @@ def test_default_kernel_launches_the_variant_its_shape_calls_for(case, clusters)
     variant = kernel.variant_for(*_arguments(example, m, n, k))
     assert variant is not kernel
     assert variant.compiled.constants["BLOCK_N"] == block_n
+    assert variant.compiled.constants["BLOCK_M"] == BLOCK_M.get(case, 128)
     assert any(f"the {schedule} schedule" in note for note in variant.notes)
     assert variant.compiled.split_k == SPLITS.get(case, 1)
     if PREFILL:

@@ -123,6 +123,15 @@ def test_gemm_bf16_two_consumer_groups():
     assert "tawa.num_warp_groups = 2" in str(m)
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_gemm_bf16_three_consumer_groups(persistent):
+    """192-row tiles: three consumer warp groups of one 64-row slab each take every ring slot together."""
+    consts, make_args, ref = gemm_case(250, 45, 50, 16, 2, dtype=BF16, seed=3)
+    consts.update(BLOCK_M=192, BLOCK_N=16)
+    m = run_all_seeds("gemm", consts, make_args, 2, ref, 2e-2, num_buffers=2, persistent=persistent)
+    assert "tawa.num_warp_groups = 3" in str(m)
+
+
 def test_interleavings_differ_between_seeds():
     consts, make_args, _ = gemm_case(32, 32, 96, 16, 3)
     m = build("gemm", consts, num_buffers=3)
@@ -259,6 +268,16 @@ def test_persistent_attention_interleavings(name, causal, S, heads, depth, q_slo
     # Q's ring: put in the producer's tile loop, taken in the consumer's, released after the key loop
     q_ring = re.search(r'"tawa.aref_create"\(\) : \(\) -> !tawa.aref<\[tensor<32x32xbf16>\], (\d) : i32>', text)
     assert q_ring and int(q_ring.group(1)) == q_slots, text
+
+
+@pytest.mark.parametrize("causal,persistent", [(0, False), (1, False), (0, True)])
+def test_attention_three_consumer_groups_interleavings(causal, persistent):
+    """192-row query blocks over three consumer warp groups (ragged S over two blocks), one block per CTA and
+    persistent."""
+    make_args, ref = attention_case(1, 2, 250, 32, causal, 31 + causal)
+    m = run_all_seeds("flash_attention", {"HEAD_DIM": 32, "BLOCK_M": 192, "BLOCK_N": 64, "CAUSAL": causal},
+                      make_args, 3, ref, 3e-2, num_buffers=2, persistent=persistent)
+    assert "tawa.num_warp_groups = 3" in str(m)
 
 
 @pytest.mark.parametrize("causal", [0, 1])
