@@ -148,9 +148,9 @@ TUNED = {
 SWEEP = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 2048), (16384, 8192, 1024), (4096, 14336, 4096),
          (512, 8192, 8192), (2048, 2048, 8192), (3000, 5000, 2000)]
 #: `--only waves` (bf16): shapes whose 128x256 tiles leave a sparse last wave on 132 SMs (136, 144, 272, 144 and
-#: 180 tiles), where stream-K shares it, and one of 2.9 waves where it does not.
+#: 180 tiles), where stream-K shares it, one of 2.9 waves where it does not, and 1152x4224 (exactly 132 tiles of 192x192).
 WAVES = [(2112, 2048, 8192), (1100, 4096, 4096), (2176, 4096, 4096), (2200, 2048, 4096), (1200, 5120, 5120),
-         (3000, 4096, 11008)]
+         (3000, 4096, 11008), (1152, 4224, 4096)]
 
 
 def build(out: str, pattern: str = "") -> None:

@@ -92,10 +92,16 @@ def _batch(info: dict, extents: dict):
 #: as a kernel's own ping-pong tile; 192x192 (three consumer warp groups of one 64-row slab each, whose 132 tiles
 #: fill 132 SMs once at M = 1100 to 1152 and N = 4096 to 4224, where 128-row tiles take two waves) at 0.93: 0.92 to
 #: 1.05 of the others per slot over 13 shapes.
-TILE_SWITCHES = {(128, 256): ({"BLOCK_N": 256, "schedule": "persistent"}, 1.0),
-                 (128, 192): ({"BLOCK_N": 192, "schedule": "pingpong"}, 1.0),
-                 (128, 128): ({"BLOCK_N": 128, "schedule": "persistent"}, 0.93),
-                 (192, 192): ({"BLOCK_M": 192, "BLOCK_N": 192, "schedule": "persistent"}, 0.93)}
+TILE_SWITCHES = {(128, 256): ({"schedule": "persistent"}, 1.0),
+                 (128, 192): ({"schedule": "pingpong"}, 1.0),
+                 (128, 128): ({"schedule": "persistent"}, 0.93),
+                 (192, 192): ({"schedule": "persistent"}, 0.93)}
+
+
+def _switch_to(own: tuple, tile: tuple, options: dict) -> dict:
+    """The configuration that switches a kernel whose own tile is `own` to `tile`: its BLOCK_N, its BLOCK_M where
+    that differs from the own one, and its options."""
+    return {**({"BLOCK_M": tile[0]} if tile[0] != own[0] else {}), "BLOCK_N": tile[1], **options}
 #: A GEMM whose own tile is 128x256 may also split K in two over 128x128 tiles (four times the programs), at 0.85
 #: per slot, where K is long enough (SPLIT_MIN_K) for its partial sums to pay (a fused epilogue's did not: the
 #: linear layer split ran at two thirds of its own tile).
@@ -161,7 +167,8 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
                 if (bm, bn) != own:
                     if exposed and switch.get("schedule") == "persistent":
                         other *= EXPOSED_EPILOGUE_RATE
-                    choices.append((other * tile_plan.wave_fill(m, n, bm, bn, sms, batch=batch), dict(switch)))
+                    choices.append((other * tile_plan.wave_fill(m, n, bm, bn, sms, batch=batch),
+                                    _switch_to(own, (bm, bn), switch)))
         if plain and own == (128, 256) and k is not None and k >= SPLIT_MIN_K and not sector_bound:
             choices.append((SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2), dict(SPLIT_SWITCH)))
         programs = grid_programs(info, Config({}), extents)

@@ -118,6 +118,8 @@ def can_pingpong(func_op, plans: list, options=None) -> tuple:
         return False, "split-K gives the programs of a tile K loops of different lengths"
     if getattr(options, "num_consumer_groups", None) == 1:
         return False, "it has one consumer warp group (num_consumer_groups=1)"
+    if getattr(options, "num_consumer_groups", None) == 3:
+        return False, "ping-pong takes turns between two consumer warp groups (num_consumer_groups=3)"
     prologue = prologue_operand(func_op, plans)
     if prologue is not None:
         return False, (f"the dot operand loaded{where(prologue)} before the loop is shared by the tile's consumer "

@@ -119,6 +119,17 @@ def test_tile_switches_need_one_dot_over_a_grid_of_tiles_and_a_free_schedule():
     assert choose(own_64, few) == {}
 
 
+def test_a_kernel_whose_own_tile_has_192_rows_switches_to_128_row_tiles_whole():
+    """A switch spells out the tile's rows where they differ from the kernel's own: a 192x192 kernel switching to
+    ping-pong 128x192 or cooperative 128x256 gets BLOCK_M 128 with them (not a 192-row ping-pong, which cannot
+    run)."""
+    own_192 = dict(GEMM_INFO, constants=dict(GEMM_INFO["constants"], BLOCK_M=192, BLOCK_N=192))
+    assert choose(own_192, {"M": 2176, "N": 4096, "K": 1024}) == dict(PINGPONG, BLOCK_M=128)
+    assert choose(own_192, {"M": 4096, "N": 4096, "K": 4096}) == {"BLOCK_M": 128, "BLOCK_N": 256,
+                                                                   "schedule": "persistent"}
+    assert choose(own_192, {"M": 1100, "N": 4096, "K": 4096}) == {}
+
+
 def test_a_fused_epilogue_over_a_short_k_weighs_cooperative_tiles_less():
     """Below K = 2048 a cooperative tile's epilogue is exposed: a kernel whose epilogue loads (bias, residual) does
     not switch to one there for a few percent of fill (GEMM + bias + GELU at 16384x4096x1024 ran 535 cooperative

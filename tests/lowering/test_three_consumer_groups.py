@@ -115,6 +115,12 @@ def test_schedules_that_split_tiles_between_groups_refuse_192_rows():
     assert "pingpong" not in " ".join(k.notes) and k.num_threads == 512
     with pytest.raises(CompilationError, match="num_consumer_groups=3 needs dots of 192 rows"):
         build("gemm", {"BLOCK_M": 128}, num_consumer_groups=3)
+    # three groups never take ping-pong turns: with a tile one group could hold, the compiler does not choose it
+    # (and the 128-row tile is then refused as above), and asking for it is refused with the reason
+    with pytest.raises(CompilationError, match="num_consumer_groups=3 needs dots of 192 rows"):
+        build("gemm", {"BLOCK_M": 128, "BLOCK_N": 128}, num_consumer_groups=3)
+    with pytest.raises(CompilationError, match="turns between two consumer warp groups"):
+        build("gemm", {"BLOCK_M": 128, "BLOCK_N": 128}, num_consumer_groups=3, schedule="pingpong")
 
 
 def test_warp_specialization_off_says_192_rows_need_it():
