@@ -216,9 +216,7 @@ class CompileOptions:
                     or not hopper.SETMAXNREG_MIN <= v <= hopper.SETMAXNREG_MAX):
                 bad(name, v, f"{_REGISTERS} (what setmaxnreg accepts)")
         if self.num_consumer_groups is not None and not (
-                self.num_consumer_groups > 2 and (self.producer_registers, self.consumer_registers)
-                == (CompileOptions.__dataclass_fields__["producer_registers"].default,
-                    CompileOptions.__dataclass_fields__["consumer_registers"].default)):
+                self.num_consumer_groups > 2 and self.default_register_budgets()):
             # With the consumer count known (and budgets other than the defaults, which three groups replace), the budgets can be checked here against the registers the block
             # starts with (setmaxnreg only moves those between its warp groups); otherwise the register-realloc
             # pass checks them once partitioning has chosen the count.
@@ -238,6 +236,13 @@ class CompileOptions:
             if not is_bool(getattr(self, name)):
                 bad(name, getattr(self, name), "True or False")
         return self
+
+    def default_register_budgets(self) -> bool:
+        """Whether the producer and consumer budgets are the defaults (meant for two consumer groups; three get
+        budgets of their own, `register_realloc.budgets`)."""
+        fields = CompileOptions.__dataclass_fields__
+        return (self.producer_registers, self.consumer_registers) == \
+            (fields["producer_registers"].default, fields["consumer_registers"].default)
 
     @classmethod
     def names(cls) -> list[str]:

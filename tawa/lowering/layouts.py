@@ -79,6 +79,12 @@ def _log2(x: int) -> int:
 GROUPED_WARP_GROUPS = (3,)
 
 
+def takes_three_groups(rows: int) -> bool:
+    """Whether a dot tile of `rows` rows is split over three warp groups: 192 rows (or 384), a power-of-two number
+    of 64-row slabs per group."""
+    return rows > 0 and rows % (WGMMA_M * 3) == 0 and not (rows // 3) & (rows // 3 - 1)
+
+
 def _grouped(num_warps: int) -> int:
     """The warp groups `group` addresses for a region of `num_warps` warps (3 for 12 warps), else 1."""
     return num_warps // 4 if num_warps % 4 == 0 and num_warps // 4 in GROUPED_WARP_GROUPS else 1
@@ -121,7 +127,7 @@ def mma(m: int, n: int, num_warps: int) -> Layout:
         raise CompilationError(f"dot tile M={m} is not supported: the tensor cores compute at least "
                                f"{MIN_DOT_M} rows", note=f"choose BLOCK_M as a power of two of at least {MIN_DOT_M}")
     grouped = _grouped(num_warps)
-    three = m % (WGMMA_M * 3) == 0 and not (m // 3) & (m // 3 - 1)      # 192 rows: three warp groups
+    three = takes_three_groups(m)
     bad = (not three) if grouped > 1 else bool(m & (m - 1) or (m > WGMMA_M * groups and m % (WGMMA_M * groups)))
     if bad:
         raise CompilationError(f"dot tile M={m} is not supported by {groups} warp group{'s' * (groups > 1)}: the "

@@ -44,6 +44,7 @@ from tawa.ir.ops import (WARP_GROUP_REGION, ArefCreateOp, ArefPutOp, DotOp, ForO
                          warp_group_role)
 from tawa.ir.traversal import backward_slice, defining_op, ops_of, walk
 from tawa.lowering import ws_ir
+from tawa.lowering.layouts import takes_three_groups
 
 
 def _loop_has_put(op) -> bool:
@@ -67,12 +68,12 @@ def _first_dot(loops):
 def num_consumer_groups(loops, options) -> int:
     rows = _acc_rows(loops)
     if options.num_consumer_groups is not None:     # validated with the other options
-        if options.num_consumer_groups == 3 and (rows % 192 or rows & (rows - 1) == 0):
+        if options.num_consumer_groups == 3 and not takes_three_groups(rows):
             raise CompilationError(f"num_consumer_groups=3 needs dots of 192 rows (a 64-row slab per warp group), "
                                    f"this kernel's have {rows}", source_location(_first_dot(loops)),
                                    note="set BLOCK_M = 192, or use 1 or 2 consumer warp groups")
         return options.num_consumer_groups
-    if rows % 192 == 0 and rows & (rows - 1):
+    if takes_three_groups(rows):
         return 3            # 192 rows (or 384): a 64-row slab per warp group, as many per group
     return 2 if rows >= 128 else 1
 

@@ -62,6 +62,7 @@ from tawa.ir.traversal import ops_of, parent_op, walk
 from tawa.ir.types import elem_type, tile_bytes, tile_shape
 from tawa.lowering import aref_insertion, ws_analysis, ws_ir
 from tawa.lowering.assign_layouts import smem_swizzle
+from tawa.lowering.layouts import takes_three_groups
 from tawa.options import cluster_axis
 
 #: The group when the kernel's operands do not split into row and column tiles (Triton's usual GROUP_SIZE_M).
@@ -127,8 +128,8 @@ def can_pingpong(func_op, plans: list, options=None) -> tuple:
     for p in plans:
         if ws_ir.computed_from_program(p.loop.operands[:3]):
             return False, f"the trip count of the loop{where(p.loop)} depends on the program"
-    rows = _accumulator_rows(func_op)
-    if rows % 192 == 0 and rows & (rows - 1):
+    rows = max((t.shape[0] for t in _carried_tiles(func_op) if len(t.shape) == 2), default=0)
+    if takes_three_groups(rows):
         return False, f"its {rows}-row tiles take three consumer warp groups together (64 rows each)"
     acc = _accumulator_registers(func_op)
     if acc > PINGPONG_ACC_REGISTERS:
@@ -195,28 +196,21 @@ def _depends_on_program(values, axis: int) -> bool:
     return ws_ir.computed_from(values, lambda op: op.name == ProgramIdOp.NAME and ProgramIdOp(op).axis == axis)
 
 
-def _accumulator_rows(func_op) -> int:
-    """The most rows of a tile carried by the kernel's loops with dots."""
-    rows = 0
-    for op in walk(func_op.operation):
-        if op.name == "scf.for" and any(o.name == "tawa.dot" for o in walk(op)):
-            for r in op.results:
-                if isinstance(r.type, ir.RankedTensorType) and len(r.type.shape) == 2:
-                    rows = max(rows, r.type.shape[0])
-    return rows
+def _carried_tiles(func_op) -> list:
+    """The tile types carried by the kernel's loops with dots (their accumulators)."""
+    return [ir.RankedTensorType(r.type) for op in walk(func_op.operation)
+            if op.name == "scf.for" and any(o.name == "tawa.dot" for o in walk(op))
+            for r in op.results if isinstance(r.type, ir.RankedTensorType)]
 
 
 def _accumulator_registers(func_op) -> int:
     """f32 registers per thread of the tiles carried by the kernel's loops with dots, for one warp group."""
     total = 0
-    for op in walk(func_op.operation):
-        if op.name == "scf.for" and any(o.name == "tawa.dot" for o in walk(op)):
-            for r in op.results:
-                if isinstance(r.type, ir.RankedTensorType):
-                    n = 1
-                    for d in r.type.shape:
-                        n *= d
-                    total += n // hopper.THREADS_PER_WARP_GROUP
+    for t in _carried_tiles(func_op):
+        n = 1
+        for d in t.shape:
+            n *= d
+        total += n // hopper.THREADS_PER_WARP_GROUP
     return total
 
 

@@ -30,18 +30,13 @@ from tawa.ir.ops import consumer_warp_groups, warp_group_role, warp_groups
 from tawa.options import CompileOptions
 
 
-#: The compile options' default (producer, consumer) budgets.
-DEFAULT_BUDGETS = (CompileOptions.__dataclass_fields__["producer_registers"].default,
-                   CompileOptions.__dataclass_fields__["consumer_registers"].default)
-
-
 def budgets(options, num_consumer_groups: int, func=None) -> tuple:
     """(producer, consumer) register counts, checked against the registers the block starts with. At two CTAs per SM
     (`ctas_per_sm`) the CTA holds half the register file from its start: the producer gets the least setmaxnreg
     allows and the consumers share what is left, at most `consumer_registers` each."""
     p, c = options.producer_registers, options.consumer_registers
     ctas = getattr(options, "ctas_per_sm", None) or 1
-    if num_consumer_groups > 2 and (p, c) == DEFAULT_BUDGETS:
+    if num_consumer_groups > 2 and CompileOptions.default_register_budgets(options):
         # The defaults are for two consumer groups. Three (512 threads, 128 registers each at entry) get the
         # least a producer may keep and an equal share of the rest: 24 + 3 x 160.
         p = hopper.SETMAXNREG_MIN

@@ -20,13 +20,7 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 needs_ptxas = pytest.mark.skipif(emit_ptx.find_ptxas() is None, reason="ptxas not installed")
 
 
-def _owned(lay):
-    out = {}
-    for w in range(lay.num_warps):
-        for lane in range(32):
-            for c in L.coords_of(lay, lane, w):
-                out.setdefault(c, []).append((w, lane))
-    return out
+from test_layouts import _owned  # noqa: E402  (the threads holding each element)
 
 
 @pytest.mark.parametrize("m,n", [(192, 192), (192, 128), (192, 64), (384, 64)])
