@@ -6,8 +6,8 @@ A layout is *linear*: the coordinate of register `i` in thread `t` (lane `l`, wa
 
 where every entry is a coordinate vector. Three warp groups (12 warps, a 192-row dot tile) are not a power of two
 of warps: there the warp bits cover the 4 warps of a group and the group index g (w / 4) adds g * `group`, a
-coordinate vector of its own (zero where each group holds a copy). A zero basis vector means that bit does not move the element: the
-threads that differ only in it hold copies (replication, as in a row slice seen by the four lanes of a quad).
+coordinate vector of its own (zero where each group holds a copy). A zero basis vector means that bit does not
+move the element: the threads that differ only in it hold copies (replication, as in a row slice seen by the four lanes of a quad).
 This one form covers the wgmma accumulator, the generic blocked layout, their slices (after a reduction) and
 expansions (before a broadcast), so reductions, broadcasts and conversions are each written once against it.
 
@@ -17,7 +17,7 @@ Layouts are written into the IR as strings (`tawa.layout` attributes, see `descr
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from tawa.errors import CompilationError, InternalCompilerError
@@ -143,9 +143,8 @@ def mma(m: int, n: int, num_warps: int) -> Layout:
     lanes = ((0, 2), (0, 4), (1, 0), (2, 0), (4, 0))
     rows = [16, 32] + [WGMMA_M * (1 << b) for b in range(_warp_bits(num_warps) - 2)]
     warps = [(r if r < m else 0, 0) for r in rows]
-    if grouped > 1:
-        return Layout((m, n), tuple(regs), lanes, tuple(warps), f"mma<{m}x{n},w={num_warps}>", grouped, (WGMMA_M, 0))
-    return Layout((m, n), tuple(regs), lanes, tuple(warps), f"mma<{m}x{n},w={num_warps}>")
+    return Layout((m, n), tuple(regs), lanes, tuple(warps), f"mma<{m}x{n},w={num_warps}>", grouped,
+                  (WGMMA_M, 0) if grouped > 1 else ())
 
 
 def wgmma_a(m: int, k: int, num_warps: int, elem_bytes: int) -> Layout:
@@ -182,9 +181,8 @@ def blocked(shape: tuple, num_warps: int) -> Layout:
     shape = tuple(shape)
     grouped = _grouped(num_warps)
     if grouped > 1:
-        one = blocked(shape, 4)
-        return Layout(one.shape, one.regs, one.lanes, one.warps, f"blocked<{'x'.join(map(str, shape))},w={num_warps}>",
-                      grouped, _zero(len(shape)))
+        return replace(blocked(shape, 4), desc=f"blocked<{'x'.join(map(str, shape))},w={num_warps}>",
+                       groups=grouped, group=_zero(len(shape)))
     rank = len(shape)
     bits = [_log2(s) for s in shape]
     # Per-dimension bit assignment, innermost first: vector bits, lane bits, warp bits, then register bits.
@@ -237,8 +235,7 @@ def slice_(parent: Layout, axis: int) -> Layout:
         d = drop(r)
         if d not in regs:
             regs.append(d)
-    lay = parent._derived(drop(parent.shape), drop, f"slice<{parent.desc},{axis}>")
-    return Layout(lay.shape, tuple(regs), lay.lanes, lay.warps, lay.desc, lay.groups, lay.group)
+    return replace(parent._derived(drop(parent.shape), drop, f"slice<{parent.desc},{axis}>"), regs=tuple(regs))
 
 
 def expand(parent: Layout, axis: int) -> Layout:
