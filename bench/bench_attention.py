@@ -22,7 +22,10 @@ applies; the build prints the thread count, 384 = producer + 2 consumer warp gro
 uniform-warp software pipeline, two warp groups).
 
 The "tuned" column is `tawa.autotune` over the example's declared space, tuned on each timed shape in the same
-process (from DIR/tuned-cache, so the run step needs no compiler).
+process (from DIR/tuned-cache, so the run step needs no compiler). The "launched" column is what
+`tawa.compile(example, HEAD_DIM=D, CAUSAL=c)` launches without tuning: the kernel's own configuration or the
+variant its per-shape rule picks for the shape (`tawa.autotune.launch_defaults`; build compiles them for SHAPES,
+or the shapes given, into DIR/launch-cache).
 
 Correctness comes before timing: every variant on the ragged shapes (RAGGED) of its head dim and causal setting
 and on every timed shape (SHAPES) it serves, with fresh bf16 torch.randn inputs and a NaN-poisoned output; the
@@ -172,6 +175,16 @@ def build(out: str, regex=None) -> None:
                 print(f"  WARNING {name}: ptxas performance note (wgmma serialization?): {n}")
     print(f"built {len(select(regex)) - len(failed)} attention kernels in {time.time() - total:.1f}s"
           + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    if regex is None or re.search(regex, "launched"):
+        # What tawa.compile launches for each timed shape, for the "launched" column of `run`.
+        for d in HEAD_DIMS:
+            for c in (0, 1):
+                kernel = _launched_build(out, d, c)
+                for (B, H, S, D) in [shape for shape in SHAPES if shape[3] == d]:
+                    q = _Shape(B, H, S, D)
+                    variant = kernel.variant_for(q, q, q, q, D ** -0.5)
+                    print(f"launched d{d} c{c} {B}x{H}x{S}x{D}: "
+                          f"{'own' if variant is kernel else 'variant'} {variant.compiled.constants}")
     if regex is None or re.search(regex, "tuned"):
         # The example's declared space per head dim and causal setting, for the "tuned" column of `run`.
         os.environ["TAWA_CACHE_DIR"] = _tuned_cache(out)
@@ -185,6 +198,32 @@ def build(out: str, regex=None) -> None:
 
 def _tuned_cache(out: str) -> str:
     return os.path.join(out, "tuned-cache")
+
+
+def _launch_cache(out: str) -> str:
+    return os.path.join(out, "launch-cache")
+
+
+class _Shape:
+    """An argument's shape alone: what the per-shape rule reads to pick a variant at build time."""
+
+    def __init__(self, *shape):
+        self.shape = shape
+
+
+def _launched_build(out: str, head_dim: int, causal: int):
+    os.makedirs(_launch_cache(out), exist_ok=True)
+    return _launched(out, head_dim, causal)
+
+
+def _launched(out: str, head_dim: int, causal: int):
+    """`tawa.compile` of the example at this head dim and causal setting, from the cache `build` filled (None where
+    it did not): the "launched" column, the kernel a user gets without tuning, with its per-shape variants."""
+    if not os.path.isdir(_launch_cache(out)):
+        return None
+    os.environ["TAWA_CACHE_DIR"] = _launch_cache(out)
+    import tawa
+    return tawa.compile(SOURCE, HEAD_DIM=head_dim, CAUSAL=causal)
 
 
 def _tuner(out: str, head_dim: int, causal: int):
@@ -501,6 +540,17 @@ def run_on(dev, gpu, out, regex=None, quick=False, json_out=None, plot=None) -> 
                         impls["tuned"] = ((lambda t, o: lambda: (t(q, k, v, o, scale), o)[1])(tuner, o_t), None)
                 except Exception as e:  # a tuner that cannot run must not hide the other columns
                     print(f"  tuned {shape_str(shape, causal)}: FAILED {str(e)[:300]}")
+            launched = _launched(out, D, causal)
+            if launched is not None:
+                o_l = torch.full_like(q, float("nan"))
+                try:
+                    print(f"  launched: {launched.variant_for(q, k, v, o_l, scale).compiled.constants}")
+                    launched(q, k, v, o_l, scale)
+                    _sync()
+                    if check(f"launched {shape_str(shape, causal)}", o_l, ref):
+                        impls["launched"] = ((lambda t, o: lambda: (t(q, k, v, o, scale), o)[1])(launched, o_l), None)
+                except Exception as e:  # as for the tuner
+                    print(f"  launched {shape_str(shape, causal)}: FAILED {str(e)[:300]}")
             live = {}
             excluded[key] = {} if triton_attention is not None else {"triton": _TRITON_ERROR}
             for name, (fn, ctx) in impls.items():
@@ -583,6 +633,7 @@ def _row(results, key):
     row["best uni"] = max(uni_vals) if uni_vals else None
     row["Tawa best"] = max(ws_vals + uni_vals) if ws_vals + uni_vals else None
     row["tuned"] = r.get("tuned")
+    row["launched"] = r.get("launched")
     for a in ANCHORS:
         row[ANCHOR_LABEL[a]] = r.get(a)
     return row
@@ -608,15 +659,16 @@ def markdown_tables(results, failed=None, excluded=None, rounds=None, reps=None)
         lines += [f"Median of {rounds} alternating rounds of {reps} launches each (CUDA events). Tawa columns: "
                   f"fa_d{{D}}_c{{causal}}_n{{BLOCK_N}}_{{ws|uni}} of the row's D and causal setting; WS = warp "
                   f"specialization auto, uni = forced off.", ""]
-    cols = [c for c, _, _ in TAWA_COLS] + ["best WS", "best uni", "Tawa best", "tuned", "cuDNN", "FA2", "Triton"]
-    rcols = ["best/cuDNN", "best/FA2", "best/Triton", "tuned/cuDNN", "tuned/FA2"]
+    cols = [c for c, _, _ in TAWA_COLS] + ["best WS", "best uni", "Tawa best", "tuned", "launched", "cuDNN", "FA2",
+                                           "Triton"]
+    rcols = ["best/cuDNN", "best/FA2", "best/Triton", "tuned/cuDNN", "tuned/FA2", "launched/cuDNN", "launched/FA2"]
     lines.append("| B×H×S×D | causal | " + " | ".join(cols + rcols) + " |")
     lines.append("|---|---|" + "---:|" * (len(cols) + len(rcols)))
     ratios = {c: [] for c in rcols}
     for key in keys:
         row = _row(results, key)
         rs = {f"best/{a}": _ratio(row["Tawa best"], row[a]) for a in ("cuDNN", "FA2", "Triton")}
-        rs.update({f"tuned/{a}": _ratio(row["tuned"], row[a]) for a in ("cuDNN", "FA2")})
+        rs.update({f"{t}/{a}": _ratio(row[t], row[a]) for t in ("tuned", "launched") for a in ("cuDNN", "FA2")})
         for c in rcols:
             ratios[c].append(rs[c])
         lines.append(f"| {'×'.join(map(str, key[0]))} | {key[1]} | " + " | ".join(_fmt(row[c]) for c in cols)
@@ -664,7 +716,8 @@ def write_plot(results, path) -> None:
         print("no plot (no results)")
         return
     # The default schedule and its ablations, the uniform-warp schedule, and the anchors.
-    series = ["tuned", "WS n128", "WS+pp n128", "WS-nola n128", "WS n64", "uni n64", "FA2", "Triton", "cuDNN"]
+    series = ["launched", "tuned", "WS n128", "WS+pp n128", "WS-nola n128", "WS n64", "uni n64", "FA2", "Triton",
+              "cuDNN"]
     width = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(max(11, 1.9 * len(keys)), 5))
     for i, s in enumerate(series):

@@ -65,6 +65,9 @@ class CompiledKernel:
     #: CTAs the kernel keeps resident per SM (its registers and shared memory sized for that many); a persistent
     #: kernel is launched with this many CTAs per SM.
     ctas_per_sm: int = 1
+    #: The programs' loops with dots run different numbers of iterations (their bounds depend on the program id:
+    #: causal attention); the launch defaults weigh tiles by it (`tawa.autotune.launch_defaults`).
+    uneven_programs: bool = False
     #: Bytes of registers ptxas spilled (stores + loads), from its report; None where ptxas did not run (no ptxas
     #: where the kernel was compiled, or the CPU target).
     spill_bytes: Optional[int] = None

@@ -26,6 +26,7 @@ from tawa.abi import CompiledKernel
 from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import kernel_info, verify
 from tawa.ir.location import source_location, where
+from tawa.ir.traversal import walk
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, epilogue_prefetch,
                            launch_order,
                            lazy_rescale, lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles,
@@ -290,6 +291,7 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
 
     Returns the module when `tile_level_only` or `stop_after` is given, else the `CompiledKernel`."""
     plan, notes = decide(module, options)
+    uneven = uneven_programs(module)
     where = source_location(kernel_info.kernel_function(module))     # for errors of the backend's tools
     # Choices made automatically that ptxas may find too tight are checked below (two CTAs per SM; ping-pong, whose
     # groups each hold a whole tile's accumulators beside their epilogue): keep the input to compile again.
@@ -308,7 +310,7 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     if plan.target == "cpu":
         info = kernel_info.launch_info(kernel_info.kernel_function(module))
         return CompiledKernel(name=info["name"], target="cpu", params=info["params"], grid=info["grid"],
-                              constants=info["constants"], ir=str(module), notes=notes)
+                              constants=info["constants"], ir=str(module), notes=notes, uneven_programs=uneven)
     from tawa.lowering.backend import build_kernel
     try:
         kernel = build_kernel(module)
@@ -327,7 +329,16 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         kernel.notes = list(kernel.notes) + [f"kernel '{kernel.name}' " + note.format(why=why)]
         return kernel
     kernel.notes = notes + list(kernel.notes)
+    kernel.uneven_programs = uneven
     return kernel
+
+
+def uneven_programs(module) -> bool:
+    """Whether some loop with a dot runs a number of iterations that depends on the program (causal attention's
+    key loop), in the tile-level module."""
+    return any(op.name == "scf.for" and ws_ir.computed_from_program(op.operands[:3])
+               and any(inner.name == "tawa.dot" for inner in walk(op))
+               for func in kernel_info.kernels(module) for op in walk(func))
 
 
 def _decided(options: CompileOptions, plan: Plan) -> CompileOptions:

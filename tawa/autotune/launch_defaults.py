@@ -10,6 +10,9 @@ configuration by `shape_defaults`, with no timing. The rules are fitted to side-
 - larger M: the tile and schedule that fill the SMs' waves best (`tawa.tile_plan.wave_fill`), weighted by what each
   computes per tile slot, and thread-block clusters where B's rows sit off the 32-byte sector grid.
 
+An attention-family kernel (two dots, a grid tiled by BLOCK_M along the sequence) at head dims up to 64 takes
+192-row query blocks on long sequences (`attention_defaults`).
+
 The tuner (`tawa.autotune`) adds the same configuration to the candidates it times, so that tuning never ends
 slower than not tuning. Pure Python: the runtime asks it on machines without the compiler.
 """
@@ -33,14 +36,14 @@ MIN_K_STREAM_K = 1024
 
 def has_shape_defaults(info: dict) -> bool:
     """Whether `shape_defaults` can choose anything for this kernel (a GEMM-family kernel with a larger default
-    BLOCK_M than small-M calls want)."""
+    BLOCK_M than small-M calls want, or an attention-family one)."""
     tiles = {c for c, _ in info.get("tiles", [])}
     block_m = info.get("constants", {}).get("BLOCK_M")
     return bool(info.get("has_dot")) and {"BLOCK_M", "BLOCK_N"} <= tiles and isinstance(block_m, int) and \
-        block_m > SMALL_M
+        block_m > SMALL_M or is_attention_family(info)
 
 
-def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fixed=None) -> dict:
+def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fixed=None, uneven=None) -> dict:
     """The configuration a GEMM-family kernel compiled without tile constants launches for these extents (no
     timing: the rules below are fitted to the measurements in docs/performance.md), or {} for its own defaults.
 
@@ -48,7 +51,11 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fix
     shapes) the 64 x 128 tile; and when those tiles leave the GPU mostly idle and the one other shape symbol (K)
     is long, split-K: the most splits (4 or 2) that keep the programs within the SMs. For larger M see
     `_large_m_defaults`. `misaligned` holds the argument indices of tensors whose rows do not start on 32-byte
-    boundaries; `fixed` the options the kernel was compiled with explicitly, which no rule overrides."""
+    boundaries; `fixed` the options the kernel was compiled with explicitly, which no rule overrides. An
+    attention-family kernel goes to `attention_defaults` (`uneven`: its compiled kernel's `uneven_programs`, None
+    where unknown)."""
+    if is_attention_family(info):
+        return attention_defaults(info, extents, dict(fixed or {}), uneven)
     if not has_shape_defaults(info):
         return {}
     tiles = dict((c, sym) for c, sym in info.get("tiles", []))
@@ -186,10 +193,62 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
     return config
 
 
+#: An attention-family kernel's own query block, and the configuration that replaces it: 192 rows on three
+#: consumer warp groups of 64 (FlashAttention-3's tile at head dim 64), 128-key blocks, one query block per CTA.
+ATTENTION_OWN_ROWS = 128
+ATTENTION_192 = {"BLOCK_M": 192, "BLOCK_N": 128, "schedule": "tile"}
+#: Head dims up to which the 192-row block pays. There a key block's two dots cost the tensor cores about what its
+#: exponentials cost the MUFU units, and the third consumer warp group is what overlaps the two; from 80 on its
+#: registers no longer fit the 160 three groups get (ptxas spills and serializes the wgmmas).
+ATTENTION_192_MAX_HEAD_DIM = 64
+#: Sequence lengths, in 128-key blocks, from which the 192-row block pays: it wastes up to a third of a block's
+#: rows at the end of the sequence, makes a third fewer CTAs, and (causal) computes a larger masked triangle on
+#: the diagonal and leaves longer programs for the last wave, all paid back only over long key loops. Measured
+#: (H100, docs/performance.md) against the 128-row default at head dim 64: loops of the same length for every
+#: program +9% at S = 2048 up to +15% at 16384, -5% at 1024; loops that grow with the query block (causal) -7% at
+#: 2048, -2% to +1% at 3000-4096, +6% at 8192, +12% at 16384.
+ATTENTION_192_MIN_BLOCKS, ATTENTION_192_MIN_BLOCKS_UNEVEN = 16, 48
+#: Options given explicitly under which an attention kernel keeps its own configuration.
+_ATTENTION_OPTIONS = _SCHEDULE_OPTIONS + ("cluster", "ctas_per_sm", "consumer_pingpong", "consumer_lookahead",
+                                          "producer_registers", "consumer_registers")
+
+
+def is_attention_family(info: dict) -> bool:
+    """Two dots and a grid that tiles one shape symbol, by BLOCK_M (attention's query blocks along the sequence)."""
+    tiles = info.get("tiles", [])
+    return bool(info.get("has_dot")) and info.get("dots") == 2 and len(tiles) == 1 and tiles[0][0] == "BLOCK_M"
+
+
+def attention_defaults(info: dict, extents: dict, fixed: dict, uneven=None) -> dict:
+    """ATTENTION_192 for an attention-family kernel whose own query block is ATTENTION_OWN_ROWS rows, at head dims
+    up to ATTENTION_192_MAX_HEAD_DIM, on sequences of at least ATTENTION_192_MIN_BLOCKS 128-key blocks
+    (ATTENTION_192_MIN_BLOCKS_UNEVEN where the programs' loops run different lengths, or `uneven` is None:
+    unknown); else {}. The head dim is the widest constant extent of the tensors the grid tiles (constants given
+    at compile time, in `fixed`, over the source's)."""
+    if any(name in fixed for name in _ATTENTION_OPTIONS):
+        return {}
+    constants = {**info.get("constants", {}), **{k: v for k, v in fixed.items() if k in info.get("constants", {})}}
+    if constants.get("BLOCK_M") != ATTENTION_OWN_ROWS:
+        return {}
+    symbol = info["tiles"][0][1]
+    tiled = {index for index, dims in info.get("operands", []) if symbol in dims}
+    widths = [constants.get(d, d) for index, dims in info.get("operand_constants", []) if index in tiled
+              for d in dims[-1:] if d is not None]
+    if not widths or not all(isinstance(w, int) and not isinstance(w, bool) for w in widths):
+        return {}
+    length = extents.get(symbol)
+    least = ATTENTION_192_MIN_BLOCKS if uneven is False else ATTENTION_192_MIN_BLOCKS_UNEVEN
+    if length is None or max(widths) > ATTENTION_192_MAX_HEAD_DIM or length < least * 128:
+        return {}
+    return dict(ATTENTION_192)
+
+
 def tile_row_operands(info: dict) -> tuple:
     """The argument indices of the tensors every tile row of the grid reads: their dims name the BLOCK_N symbol but
     not the BLOCK_M one (B of a GEMM, W of a linear layer)."""
     tiles = dict((c, sym) for c, sym in info.get("tiles", []))
+    if "BLOCK_N" not in tiles:
+        return ()
     return tuple(index for index, dims in info.get("operands", [])
                  if tiles.get("BLOCK_N") in dims and tiles.get("BLOCK_M") not in dims)
 

@@ -244,6 +244,22 @@ def tensor_dims(kernel: S.Kernel, constants: dict) -> list:
     return out
 
 
+def tensor_constant_dims(kernel: S.Kernel, constants: dict) -> list:
+    """[[argument index, [constant name, literal extent or None per dim]]] for each tensor parameter of two or more
+    dims (None: a shape symbol), the dims `tensor_dims` leaves out: with the kernel's constants they give a
+    launch rule a tile's fixed extents (attention's head dim)."""
+    out = []
+    index = 0
+    for p in kernel.params:
+        if p.type is not None and p.type.name == "const":
+            continue
+        if p.type is not None and p.type.dims and len(p.type.dims) >= 2:
+            out.append([index, [name if isinstance(name, int) or name in constants else None
+                                for name, _line, _col in p.type.dims]])
+        index += 1
+    return out
+
+
 def grid_symbols(kernel: S.Kernel, symbols) -> list:
     """Per `@grid` expression (as many as the grid has axes; [] without one), the shape symbol it is when it is
     one alone (a batch axis: `Z`), else None."""
@@ -336,6 +352,7 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "tiles": [list(p) for p in grid_tiles(k, constants, symbols)],
         "grid_symbols": grid_symbols(k, symbols),
         "operands": tensor_dims(k, constants),
+        "operand_constants": tensor_constant_dims(k, constants),
         "has_dot": has_dot(k),
         "dots": dot_count(k),
         "epilogue_loads": loads_after_loop(k),

@@ -162,3 +162,49 @@ def test_a_batched_grid_counts_its_batch_in_the_waves():
     assert choose(BATCHED, {"Z": 8, "M": 8, "N": 4096, "K": 4096}) == {"BLOCK_M": 64, "BLOCK_N": 128}
     unknown = dict(BATCHED, grid_symbols=[None, None, None])
     assert choose(unknown, {"Z": 2, "M": 1536, "N": 6144, "K": 2048}) == {}
+
+
+# -- attention ---------------------------------------------------------------------------------------------------
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples"
+M192 = {"BLOCK_M": 192, "BLOCK_N": 128, "schedule": "tile"}
+
+
+def attention_info(example="flash_attention.tawa"):
+    from tawa.frontend.tuning import space_info
+    path = EXAMPLES / example
+    return space_info(path.read_text(), str(path))
+
+
+@pytest.mark.parametrize("example", ["flash_attention.tawa", "gqa_attention.tawa"])
+def test_attention_at_head_dim_64_takes_192_row_blocks_on_long_sequences(example):
+    """Loops of one length for every program: from 16 key blocks of 128 on (S = 2048); loops that grow with the
+    query block (causal, or not known): from 48 (S = 6144). The head dim is the one compiled (HEAD_DIM=64 over the
+    source's 128)."""
+    info = attention_info(example)
+    assert launch_defaults.is_attention_family(info) and launch_defaults.has_shape_defaults(info)
+    fixed = {"HEAD_DIM": 64}
+    assert choose(info, {"S": 2048}, fixed=fixed, uneven=False) == M192
+    assert choose(info, {"S": 16384}, fixed=fixed, uneven=False) == M192
+    assert choose(info, {"S": 2047}, fixed=fixed, uneven=False) == {}
+    assert choose(info, {"S": 4096}, fixed=fixed, uneven=True) == {}
+    assert choose(info, {"S": 6144}, fixed=fixed, uneven=True) == M192
+    assert choose(info, {"S": 4096}, fixed=fixed) == {}                              # unknown: as uneven
+    assert choose(info, {"S": 6144}, fixed=fixed) == M192
+
+
+def test_attention_keeps_its_own_blocks_where_192_rows_do_not_pay_or_were_ruled_out():
+    info = attention_info()
+    long = {"S": 16384}
+    assert choose(info, long, uneven=False) == {}                                    # head dim 128 (the source's)
+    assert choose(info, long, fixed={"HEAD_DIM": 96}, uneven=False) == {}            # 192 rows spill there
+    assert choose(info, long, fixed={"HEAD_DIM": 32}, uneven=False) == M192
+    for option in ({"BLOCK_M": 64}, {"schedule": "persistent"}, {"warp_specialize": False}, {"ctas_per_sm": 2},
+                   {"num_consumer_groups": 2}, {"consumer_pingpong": True}, {"consumer_registers": 232}):
+        assert choose(info, long, fixed={"HEAD_DIM": 64, **option}, uneven=False) == {}, option
+    own_256 = dict(info, constants=dict(info["constants"], BLOCK_M=256))
+    assert choose(own_256, long, fixed={"HEAD_DIM": 64}, uneven=False) == {}
+    assert choose(info, {}, fixed={"HEAD_DIM": 64}, uneven=False) == {}               # S unknown
+    # A GEMM is not of the family; nor is a kernel of two dots over a grid of two tiled symbols (SwiGLU).
+    assert not launch_defaults.is_attention_family(GEMM_INFO)
+    assert not launch_defaults.is_attention_family(dict(GEMM_INFO, dots=2))

@@ -1,12 +1,13 @@
 """The launch-time choices of a kernel compiled without tile constants (`tawa.autotune.launch_defaults`), on the
 GPU: the ping-pong 128x192 tile where 128x256 tiles fill the waves badly, 2x1 clusters where B's rows start
 off the 32-byte sector grid (an odd tile-row count rounded up to pairs), for the GEMM, FP8 and linear-layer
-examples. Each case checks the variant chosen and the cluster size launched, then the output: fresh random inputs,
-a NaN-poisoned output, two launches, against float64."""
+examples, and 192-row query blocks for attention at head dim 64 on long sequences. Each case checks the variant
+chosen and the cluster size launched, then the output: fresh random inputs, a NaN-poisoned output, two launches,
+against float64."""
 import pytest
 
-from e2e_support import (EXAMPLES, PREFILL, bias_act_case, check_launch, fp8_case, gemm_case, linear_case,
-                          record_launches)
+from e2e_support import (EXAMPLES, PREFILL, bias_act_case, check_attention, check_launch, fp8_case, gemm_case,
+                          linear_case, record_launches)
 
 pytestmark = pytest.mark.gpu
 
@@ -124,3 +125,29 @@ def test_a_batched_grid_launches_the_variant_its_waves_call_for(case, clusters):
     check_launch(torch, kernel, [a, b], a.double() @ b.double(), launches=2)
     if torch.cuda.get_device_properties(0).multi_processor_count == 132:
         assert clusters == [pairs] * 2
+
+
+#: (example, causal, Z, H, S, key/value heads) -> BLOCK_M launched at head dim 64: 192-row query blocks from 16
+#: key blocks of 128 with loops of one length (S = 2048), from 48 with causal loops (S = 6144); ragged S.
+ATTENTION = {("flash_attention.tawa", 0, 1, 3, 2100, None): 192,
+             ("flash_attention.tawa", 0, 2, 2, 1000, None): 128,
+             ("flash_attention.tawa", 1, 1, 2, 2100, None): 128,
+             ("flash_attention.tawa", 1, 1, 2, 6200, None): 192,
+             ("gqa_attention.tawa", 0, 1, 4, 2100, 2): 192,
+             ("gqa_attention.tawa", 1, 1, 4, 6200, 1): 192}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION), ids=lambda c: f"{c[0][:-5]}-c{c[1]}-{c[2]}x{c[3]}x{c[4]}-kv{c[5]}")
+def test_attention_at_head_dim_64_launches_192_row_blocks_on_long_sequences(case):
+    import tawa
+    example, causal, z, h, s, kv_heads = case
+    kernel = tawa.compile(str(EXAMPLES / example), HEAD_DIM=64, CAUSAL=causal)
+    q, kv = Shaped(z, h, s, 64), Shaped(z, kv_heads or h, s, 64)
+    variant = kernel.variant_for(q, kv, kv, q, 0.125)
+    assert variant.compiled.constants["BLOCK_M"] == ATTENTION[case]
+    assert (variant is kernel) == (ATTENTION[case] == 128)
+    if PREFILL:
+        pytest.skip("kernels compiled into the cache; the check runs on a GPU")
+    import torch
+    for seed in (s, s + 1):                     # twice: the variant is looked up again on the second launch
+        check_attention(torch, kernel, (z, h, s, 64), causal, seed=seed, kv_heads=kv_heads)

@@ -95,3 +95,12 @@ def test_the_chosen_rings_fit_in_shared_memory(constants, options):
 def test_clusters_refuse_a_prologue_ring():
     with pytest.raises(CompilationError, match="before the loop comes through a ring of its own, which clusters"):
         attention(HEAD_DIM=128, cluster="2x1")
+
+
+def test_a_key_loop_whose_length_depends_on_the_program_is_recorded_as_uneven():
+    """`CompiledKernel.uneven_programs` (read by the launch defaults: causal attention needs longer sequences for
+    192-row blocks to pay) is set where a loop with a dot runs a program-dependent number of iterations."""
+    assert attention(HEAD_DIM=64, CAUSAL=1).uneven_programs
+    assert not attention(HEAD_DIM=64, CAUSAL=0).uneven_programs
+    gemm = EXAMPLES / "gemm.tawa"
+    assert not compile_source(gemm.read_text(), str(gemm), CompileOptions()).uneven_programs

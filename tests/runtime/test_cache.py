@@ -27,7 +27,7 @@ def test_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path))
     key = cache.cache_key("kernel source", CompileOptions())
     assert cache.load(key) is None
-    k = _kernel()
+    k = _kernel(uneven_programs=True)
     d = cache.store(key, k)
     assert d == tmp_path / key
     assert sorted(p.name for p in d.iterdir()) == ["kernel.cubin", "kernel.json", "kernel.ptx"]

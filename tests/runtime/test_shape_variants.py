@@ -259,3 +259,28 @@ def test_rows_off_sector_reads_every_kind_of_array():
         __cuda_array_interface__ = CupyLike((100, 5000), 0x7F0000000000).__cuda_array_interface__
     assert rows_off_sector(InterfaceOnly())
     assert not rows_off_sector(object()) and not rows_off_sector(Array(100))
+
+
+def test_attention_at_head_dim_64_launches_its_192_row_variant_on_long_sequences():
+    """flash_attention.tawa compiled at head dim 64: a long sequence launches the 192-row variant (compiled once),
+    a short one the kernel itself; causal (its compiled kernel's loops uneven) needs a longer sequence."""
+    source = (pathlib.Path(__file__).resolve().parents[2] / "examples" / "flash_attention.tawa").read_text()
+    from tawa.frontend.tuning import space_info
+    compiled = []
+
+    def compile_variant(config):
+        compiled.append(dict(config))
+        return fake_kernel(f"v{len(compiled)}")
+
+    for causal, short, long in ((0, 1024, 2048), (1, 4096, 6144)):
+        compiled.clear()
+        shapes = ShapeVariants(lambda: space_info(source, "flash_attention.tawa"), compile_variant,
+                               fixed={"HEAD_DIM": 64, "CAUSAL": causal})
+        own = Kernel(types.SimpleNamespace(name="fa", target="cuda", params=[{"name": n} for n in "QKVO"],
+                                           uneven_programs=bool(causal)), shape_variants=shapes)
+        q = Array(2, 16, short, 64)
+        assert own.variant_for(q, q, q, q, 0.1) is own
+        q = Array(2, 16, long, 64)
+        assert own.variant_for(q, q, q, q, 0.1) is not own
+        assert own.variant_for(q, q, q, q, 0.1) is own.variant_for(q, q, q, q, 0.1)
+        assert compiled == [{"BLOCK_M": 192, "BLOCK_N": 128, "schedule": "tile"}]
