@@ -5,8 +5,9 @@ serves both targets: "cuda" launches the compiled cubin/PTX through the driver, 
 interpreter on numpy arrays (torch CPU tensors are read as numpy views of their memory). Nothing here imports
 MLIR unless the CPU target is launched.
 
-A kernel compiled from a GEMM-family source without tile constants carries `ShapeVariants`: each call launches the
-variant its shape calls for (`tawa.autotune.launch_defaults`: tile, schedule, split-K, clusters).
+A kernel compiled from a GEMM-family or attention-family source without tile constants carries `ShapeVariants`:
+each call launches the variant its shape calls for (`tawa.autotune.launch_defaults`: tile, schedule, split-K,
+clusters; attention's query block).
 
 `dry_run()` turns launches into argument-count checks on the calling thread, for code that runs a launching
 function on tensors without memory (PyTorch's fake tensors, when `tawa.torch_ops` derives an op's output shapes).
