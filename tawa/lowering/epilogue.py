@@ -1,6 +1,7 @@
 """How much shared memory an epilogue's TMA store stages, for the ring sizing (tile level) and the conversion.
 
-A tile stored with TMA goes registers -> shared staging -> global memory, in column boxes of 128 bytes. One
+A tile stored with TMA goes registers -> shared staging -> global memory, in column boxes of 128 bytes (64 or 32
+where the rows are not a multiple of 128 bytes: attention's O at head dims 96 and 80; `staging_width`). One
 program per CTA stages the whole tile, in the ring its main loop drained when that is large enough. A persistent
 kernel's ring is never drained (the producer is already filling it for the next tile), so its staging is
 separate memory taken from the ring: `STORE_BUFFERS` boxes used in turn, so that writing one box overlaps the
@@ -20,12 +21,20 @@ from tawa.ir.types import elem_bytes, elem_type, tile_shape
 STORE_BUFFERS = 2
 
 
+def staging_width(row_bytes: int):
+    """The column-box width (bytes) of a TMA store's staging for rows of `row_bytes`: the widest swizzle that
+    divides them (as a dot operand's shared tile, `assign_layouts.smem_swizzle`), None where none does (the tile is
+    then stored by each thread)."""
+    return next((w for w in (hopper.SWIZZLE_BYTES, 64, 32) if row_bytes % w == 0), None)
+
+
 def staging_bytes(rows: int, cols: int, elem_bytes: int, persistent: bool) -> int:
     """Shared bytes staged for a TMA store of a rows x cols tile (the whole tile unless persistent)."""
     row_bytes = cols * elem_bytes
-    if not persistent or row_bytes % hopper.SWIZZLE_BYTES:
+    width = staging_width(row_bytes)
+    if not persistent or width is None:
         return rows * row_bytes
-    return rows * hopper.SWIZZLE_BYTES * min(row_bytes // hopper.SWIZZLE_BYTES, STORE_BUFFERS)
+    return rows * width * min(row_bytes // width, STORE_BUFFERS)
 
 
 def stored_by_kernel(tensor) -> bool:

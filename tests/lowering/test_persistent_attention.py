@@ -104,3 +104,19 @@ def test_a_key_loop_whose_length_depends_on_the_program_is_recorded_as_uneven():
     assert not attention(HEAD_DIM=64, CAUSAL=0).uneven_programs
     gemm = EXAMPLES / "gemm.tawa"
     assert not compile_source(gemm.read_text(), str(gemm), CompileOptions()).uneven_programs
+
+
+@pytest.mark.parametrize("head_dim,width", [(96, 64), (80, 32), (32, 64)])
+@pytest.mark.parametrize("options", [{}, {"schedule": "persistent"}, {"CAUSAL": 1}, {"warp_specialize": False}],
+                         ids=["auto", "persistent", "causal", "uniform"])
+def test_rows_off_the_128_byte_grid_are_stored_through_narrower_staging_boxes(head_dim, width, options):
+    """O's rows of 192, 160 or 64 bytes go through shared staging in 64- or 32-byte swizzled column boxes and TMA
+    stores (a per-thread store wrote each row in 4-byte pieces: at 32x16x512x96 three times the L2 sectors of the
+    output and a fifth of the kernel's time)."""
+    k = attention(HEAD_DIM=head_dim, **options)
+    o_map = [p for p in k.abi if p.kind == "tensormap" and p.arg == 3]
+    assert len(o_map) == 1 and o_map[0].swizzle == width and o_map[0].box[-1] == width // 2
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in k.ptx or "cp.async.bulk.tensor.3d.global.shared::cta" \
+        in k.ptx or "cp.async.bulk.tensor.4d.global.shared::cta" in k.ptx
+    assert "st.global" not in k.ptx
+    assert k.spill_bytes == 0

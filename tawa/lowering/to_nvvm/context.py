@@ -43,43 +43,52 @@ class Tile:
         return self.layout.shape
 
 
-def swizzled(b, r: V, byte: V) -> V:
-    """Byte offset of (row `r`, byte `byte` of the row) inside its 128-byte column box with the 128-byte swizzle:
-    16-byte chunk c of row r is stored at chunk c ^ (r % 8), as TMA writes and wgmma reads it."""
-    inrow = b.and_(byte, SWIZZLE_BYTES - 1)
-    chunk = b.xor(b.shr(inrow, 4), b.and_(r, 7))
-    return b.add(b.mul(r, SWIZZLE_BYTES), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
+def swizzled(b, r: V, byte: V, width: int = SWIZZLE_BYTES) -> V:
+    """Byte offset of (row `r`, byte `byte` of the row) inside its `width`-byte column box with the swizzle of that
+    width, as TMA writes and wgmma reads it: 16-byte chunk c of row r is stored at chunk c ^ `_phase(r)` (r % 8
+    with 128-byte rows, (r / 2) % 4 with 64, (r / 4) % 2 with 32: the offset's bits from 7 up, as many as the
+    chunk index has)."""
+    inrow = b.and_(byte, width - 1)
+    chunk = b.xor(b.shr(inrow, 4), _phase(b, r, width))
+    return b.add(b.mul(r, width), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
 
 
-def swizzled_register(b, base: list, ro: int, co: int, es: int) -> V:
-    """Byte offset inside its 128-byte column box (128-byte swizzle, as `swizzled`) of the register at (`ro`, `co`)
-    of a thread whose coordinates start at `base` (`Ctx.base_coords`), elements of `es` bytes.
+def _phase(b, r: V, width: int) -> V:
+    """The chunk mask of row `r` in a `width`-byte swizzle (see `swizzled`); rows 8 apart share it."""
+    shift = {128: 0, 64: 1, 32: 2}[width]
+    return b.and_(b.shr(r, shift) if shift else r, width // 16 - 1)
+
+
+def swizzled_register(b, base: list, ro: int, co: int, es: int, width: int = SWIZZLE_BYTES) -> V:
+    """Byte offset inside its `width`-byte column box (`swizzled`) of the register at (`ro`, `co`) of a thread
+    whose coordinates start at `base` (`Ctx.base_coords`), elements of `es` bytes.
 
     Where the register's row is a multiple of 8 past the thread's (an mma layout), it has the thread's swizzle
-    (`base` row % 8), so the offset is computed as thread row x 128 + a column part that depends only on `co`,
-    plus the constant `ro` x 128: the column parts are shared by the thread's rows and the rest folds into the
-    load's or store's immediate. Computed from the register's own row, the 32 words of a 128x64 box each kept an
-    address register, live across the main loop (a ping-pong 128x192 epilogue with a residual spilled 780 bytes)."""
+    (rows 8 apart share it), so the offset is computed as thread row x width + a column part that depends only
+    on `co`, plus the constant `ro` x width: the column parts are shared by the thread's rows and the rest folds
+    into the load's or store's immediate. Computed from the register's own row, the 32 words of a 128x64 box each
+    kept an address register, live across the main loop (a ping-pong 128x192 epilogue with a residual spilled 780
+    bytes)."""
     if ro % 8:
-        return swizzled(b, b.add(base[0], ro), b.mul(b.add(base[1], co), es))
-    inrow = b.and_(b.add(b.mul(base[1], es), (co * es) % SWIZZLE_BYTES), SWIZZLE_BYTES - 1)
-    chunk = b.xor(b.shr(inrow, 4), b.and_(base[0], 7))
+        return swizzled(b, b.add(base[0], ro), b.mul(b.add(base[1], co), es), width)
+    inrow = b.and_(b.add(b.mul(base[1], es), (co * es) % width), width - 1)
+    chunk = b.xor(b.shr(inrow, 4), _phase(b, base[0], width))
     column = b.add(b.shl(chunk, 4), b.and_(inrow, 15))
-    return b.add(b.add(b.mul(base[0], SWIZZLE_BYTES), column), ro * SWIZZLE_BYTES)
+    return b.add(b.add(b.mul(base[0], width), column), ro * width)
 
 
-def staging_registers(layout: L.Layout, es: int) -> list:
+def staging_registers(layout: L.Layout, es: int, width: int = SWIZZLE_BYTES) -> list:
     """(register, its pair or None, column box) for each staging access of a thread, in register order: with
     16-bit data a register and the one of the next column, when the thread holds both, go in one 4-byte access
-    (the odd one is then not listed). The box (of 128 bytes) is static: in an mma layout a thread's column offset
-    is below 8 and its register columns are multiples of 8 plus 0 or 1."""
+    (the odd one is then not listed). The box (of `width` bytes) is static: in an mma layout a thread's column
+    offset is below 8 and its register columns are multiples of 8 plus 0 or 1."""
     by_coord = {c: i for i, c in enumerate(layout.regs)}
     out = []
     for i, (ro, co) in enumerate(layout.regs):
         if es == 2 and co % 2 == 1 and (ro, co - 1) in by_coord:
             continue
         pair = by_coord.get((ro, co + 1)) if es == 2 and co % 2 == 0 else None
-        out.append((i, pair, (co - co % 8) * es // SWIZZLE_BYTES))
+        out.append((i, pair, (co - co % 8) * es // width))
     return out
 
 

@@ -27,7 +27,7 @@ from .global_access import element_address, leading_in_bounds, predicated_load
 from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled, swizzled_register
 from .staged_operand import (StagedOperand, candidate, drain_prefetched, persistent_staging, staging_key,
                              take_prefetched)
-from ..epilogue import stored_by_kernel
+from ..epilogue import staging_width, stored_by_kernel
 
 
 # ---- TMA loads into shared tiles ---------------------------------------------------------------------------
@@ -239,7 +239,7 @@ def _lazy_staging(ctx: Ctx, op):
 def _tma_storable(value, op) -> bool:
     elem = elem_type(StoreOp(op).dst.type)
     return value.layout.desc.startswith("mma<") and value.layout.rank == 2 and \
-        (value.shape[1] * elem_bytes(elem)) % SWIZZLE_BYTES == 0
+        staging_width(value.shape[1] * elem_bytes(elem)) is not None
 
 
 def lower_store(ctx: Ctx, op) -> None:
@@ -271,8 +271,9 @@ def lower_store(ctx: Ctx, op) -> None:
 
 
 def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | None = None) -> None:
-    """Registers -> 128B-swizzled shared staging (column boxes of 128 bytes) -> TMA store, one box per copy; a
-    lazy tile's `operand` (`_lazy_staging`) is brought in through the staging boxes.
+    """Registers -> swizzled shared staging (column boxes of 128 bytes, or of 64 or 32 where the rows are not a
+    multiple of 128 bytes: `epilogue.staging_width`) -> TMA store, one box per copy; a lazy tile's `operand`
+    (`_lazy_staging`, 128-byte boxes only) is brought in through the staging boxes.
 
     One program per CTA: the whole tile is staged at once (in the drained ring when it is large enough), stored,
     and waited for. A persistent kernel's ring is never drained, so its staging is `epilogue.STORE_BUFFERS`
@@ -282,10 +283,11 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
     b = ctx.b
     rows, cols = tile.shape
     es = elem_bytes(tile.elem)
-    box_cols = SWIZZLE_BYTES // es
+    width = staging_width(cols * es)
+    box_cols = width // es
     nbox = cols // box_cols
-    box_bytes = rows * SWIZZLE_BYTES
-    tmap = ctx.params.tile_map(StoreOp(op).dst, rows, box_cols, SWIZZLE_BYTES)
+    box_bytes = rows * width
+    tmap = ctx.params.tile_map(StoreOp(op).dst, rows, box_cols, width)
 
     def store_box(j, src):
         coords = sync.box_coords(b, offsets, j, box_cols)
@@ -293,7 +295,7 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
 
     staged = StagedOperand(ctx, operand, rows, box_cols) if operand is not None else None
     if ctx.persistent:
-        key = staging_key(rows, nbox)
+        key = staging_key(rows, nbox, width)
         nbuf = key[1]
         early = take_prefetched(ctx, operand, key)
         drain_prefetched(ctx)
@@ -325,7 +327,7 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
                 staged.take_registers(j, early.late)
             elif staged:
                 staged.read_box(j, buffer(j), bar(j))
-            _write_staging(ctx, tile, buffer(j), box_bytes, box=j)
+            _write_staging(ctx, tile, buffer(j), box_bytes, box=j, width=width)
             if staged:
                 staged.finish_box()
             sync.fence_proxy_async(b)
@@ -348,10 +350,10 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
                 staged.issue(j, off + j * box_bytes, ctx.smem_ptr(full + 8 * j))
         for j in range(nbox):
             staged.read_box(j, off + j * box_bytes, ctx.smem_ptr(full + 8 * j))
-            _write_staging(ctx, tile, off + j * box_bytes, box_bytes, box=j)
+            _write_staging(ctx, tile, off + j * box_bytes, box_bytes, box=j, width=width)
             staged.finish_box()
     else:
-        _write_staging(ctx, tile, off, box_bytes)
+        _write_staging(ctx, tile, off, box_bytes, width=width)
     sync.fence_proxy_async(b)
     ctx.sync_threads()
 
@@ -365,20 +367,21 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
     ctx.sync_threads()
 
 
-def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | None = None) -> None:
-    """Each thread writes its registers into the staging area at `off` (column boxes of 128 bytes, 128B swizzle);
-    with `box`, only the registers of that column box, into a one-box area (`staging_registers`: which, paired
-    into 4-byte stores for 16-bit data)."""
+def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | None = None,
+                   width: int = SWIZZLE_BYTES) -> None:
+    """Each thread writes its registers into the staging area at `off` (column boxes of `width` bytes, swizzled
+    as wide); with `box`, only the registers of that column box, into a one-box area (`staging_registers`:
+    which, paired into 4-byte stores for 16-bit data)."""
     b = ctx.b
     es = elem_bytes(tile.elem)
     base = ctx.base_coords(tile.layout)
-    for i, pair, in_box in staging_registers(tile.layout, es):
+    for i, pair, in_box in staging_registers(tile.layout, es, width):
         if box is not None and in_box != box:
             continue
         ro, co = tile.layout.regs[i]
-        within = swizzled_register(b, base, ro, co, es)
-        addr = within if box is not None else b.add(b.mul(b.shr(b.mul(b.add(base[1], co), es), 7), box_bytes),
-                                                    within)
+        within = swizzled_register(b, base, ro, co, es, width)
+        addr = within if box is not None else \
+            b.add(b.mul(b.shr(b.mul(b.add(base[1], co), es), width.bit_length() - 1), box_bytes), within)
         ptr = ctx.smem_ptr(b.add(addr, off))
         if pair is not None:
             vec = f"vector<2x{tile.elem}>"

@@ -150,10 +150,10 @@ def candidate(ctx: Ctx, value: LazyTile, op):
 
 
 # ---- prefetch: the first boxes copied while the main loop runs -------------------------------------------------
-def staging_key(rows: int, nbox: int) -> tuple:
-    """(box bytes, buffers) of a persistent store's staging for a `rows`-row tile of `nbox` column boxes: what the
-    prefetch that fills it and the store that uses it must agree on."""
-    return rows * SWIZZLE_BYTES, min(nbox, STORE_BUFFERS)
+def staging_key(rows: int, nbox: int, width: int = SWIZZLE_BYTES) -> tuple:
+    """(box bytes, buffers) of a persistent store's staging for a `rows`-row tile of `nbox` column boxes of
+    `width` bytes: what the prefetch that fills it and the store that uses it must agree on."""
+    return rows * width, min(nbox, STORE_BUFFERS)
 
 
 def persistent_staging(ctx: Ctx, key: tuple, barriers: bool) -> list:
