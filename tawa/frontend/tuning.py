@@ -229,35 +229,31 @@ def shape_symbols(kernel: S.Kernel, constants: dict) -> dict:
     return symbols
 
 
-def tensor_dims(kernel: S.Kernel, constants: dict) -> list:
-    """[[argument index, [shape symbol or None per dim]]] for each tensor parameter of two or more dims (None: a
-    literal or constant extent), so that a launch can tell which operand a tensor is (`shape_defaults`)."""
-    out = []
+def _tensor_params(kernel: S.Kernel):
+    """(argument index, dim names) of each tensor parameter of two or more dims, counting the arguments a launch
+    passes (const parameters are not among them)."""
     index = 0
     for p in kernel.params:
         if p.type is not None and p.type.name == "const":
             continue
         if p.type is not None and p.type.dims and len(p.type.dims) >= 2:
-            out.append([index, [name if isinstance(name, str) and name not in constants else None
-                                for name, _line, _col in p.type.dims]])
+            yield index, [name for name, _line, _col in p.type.dims]
         index += 1
-    return out
+
+
+def tensor_dims(kernel: S.Kernel, constants: dict) -> list:
+    """[[argument index, [shape symbol or None per dim]]] for each tensor parameter of two or more dims (None: a
+    literal or constant extent), so that a launch can tell which operand a tensor is (`shape_defaults`)."""
+    return [[index, [name if isinstance(name, str) and name not in constants else None for name in dims]]
+            for index, dims in _tensor_params(kernel)]
 
 
 def tensor_constant_dims(kernel: S.Kernel, constants: dict) -> list:
     """[[argument index, [constant name, literal extent or None per dim]]] for each tensor parameter of two or more
     dims (None: a shape symbol), the dims `tensor_dims` leaves out: with the kernel's constants they give a
     launch rule a tile's fixed extents (attention's head dim)."""
-    out = []
-    index = 0
-    for p in kernel.params:
-        if p.type is not None and p.type.name == "const":
-            continue
-        if p.type is not None and p.type.dims and len(p.type.dims) >= 2:
-            out.append([index, [name if isinstance(name, int) or name in constants else None
-                                for name, _line, _col in p.type.dims]])
-        index += 1
-    return out
+    return [[index, [name if isinstance(name, int) or name in constants else None for name in dims]]
+            for index, dims in _tensor_params(kernel)]
 
 
 def grid_symbols(kernel: S.Kernel, symbols) -> list:
