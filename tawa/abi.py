@@ -68,6 +68,9 @@ class CompiledKernel:
     #: The programs' loops with dots run different numbers of iterations (their bounds depend on the program id:
     #: causal attention); the launch defaults weigh tiles by it (`tawa.autotune.launch_defaults`).
     uneven_programs: bool = False
+    #: A loop's dot takes, as its A operand, math on another dot's result of the same iteration (attention's P V
+    #: on the softmax of Q K^T); the launch defaults' attention rule applies only to such kernels.
+    chained_dots: bool = False
     #: Bytes of registers ptxas spilled (stores + loads), from its report; None where ptxas did not run (no ptxas
     #: where the kernel was compiled, or the CPU target).
     spill_bytes: Optional[int] = None

@@ -291,7 +291,7 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
 
     Returns the module when `tile_level_only` or `stop_after` is given, else the `CompiledKernel`."""
     plan, notes = decide(module, options)
-    uneven = uneven_programs(module)
+    traits = {"uneven_programs": uneven_programs(module), "chained_dots": chained_dots(module)}
     where = source_location(kernel_info.kernel_function(module))     # for errors of the backend's tools
     # Choices made automatically that ptxas may find too tight are checked below (two CTAs per SM; ping-pong, whose
     # groups each hold a whole tile's accumulators beside their epilogue): keep the input to compile again.
@@ -310,7 +310,7 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     if plan.target == "cpu":
         info = kernel_info.launch_info(kernel_info.kernel_function(module))
         return CompiledKernel(name=info["name"], target="cpu", params=info["params"], grid=info["grid"],
-                              constants=info["constants"], ir=str(module), notes=notes, uneven_programs=uneven)
+                              constants=info["constants"], ir=str(module), notes=notes, **traits)
     from tawa.lowering.backend import build_kernel
     try:
         kernel = build_kernel(module)
@@ -329,8 +329,15 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         kernel.notes = list(kernel.notes) + [f"kernel '{kernel.name}' " + note.format(why=why)]
         return kernel
     kernel.notes = notes + list(kernel.notes)
-    kernel.uneven_programs = uneven
+    kernel.uneven_programs, kernel.chained_dots = traits["uneven_programs"], traits["chained_dots"]
     return kernel
+
+
+def chained_dots(module) -> bool:
+    """Whether a loop's dot takes math on another dot's result of the same iteration (attention), in the
+    tile-level module (`occupancy.chains_dots`)."""
+    return any(op.name == "scf.for" and occupancy.chains_dots(op)
+               for func in kernel_info.kernels(module) for op in walk(func))
 
 
 def uneven_programs(module) -> bool:

@@ -43,7 +43,7 @@ def has_shape_defaults(info: dict) -> bool:
         block_m > SMALL_M or is_attention_family(info)
 
 
-def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fixed=None, uneven=None) -> dict:
+def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fixed=None, own=None) -> dict:
     """The configuration a GEMM-family kernel compiled without tile constants launches for these extents (no
     timing: the rules below are fitted to the measurements in docs/performance.md), or {} for its own defaults.
 
@@ -52,10 +52,10 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fix
     is long, split-K: the most splits (4 or 2) that keep the programs within the SMs. For larger M see
     `_large_m_defaults`. `misaligned` holds the argument indices of tensors whose rows do not start on 32-byte
     boundaries; `fixed` the options the kernel was compiled with explicitly, which no rule overrides. An
-    attention-family kernel goes to `attention_defaults` (`uneven`: its compiled kernel's `uneven_programs`, None
-    where unknown)."""
+    attention-family kernel goes to `attention_defaults`, which reads the kernel's own compiled configuration
+    (`own`, a `CompiledKernel`; None where there is none at hand: then it keeps the kernel's)."""
     if is_attention_family(info):
-        return attention_defaults(info, extents, dict(fixed or {}), uneven)
+        return attention_defaults(info, extents, dict(fixed or {}), own, sms)
     if not has_shape_defaults(info):
         return {}
     tiles = dict((c, sym) for c, sym in info.get("tiles", []))
@@ -208,26 +208,34 @@ ATTENTION_192_MAX_HEAD_DIM = 64
 #: program +9% at S = 2048 up to +15% at 16384, -5% at 1024; loops that grow with the query block (causal) -7% at
 #: 2048, -2% to +1% at 3000-4096, +6% at 8192, +12% at 16384.
 ATTENTION_192_MIN_BLOCKS, ATTENTION_192_MIN_BLOCKS_UNEVEN = 16, 48
+#: What a 192-row block computes per SM against the own 128-row blocks (1.09-1.15 measured on grids of many waves),
+#: for the estimate of the two grids' times in waves (`attention_defaults`); and the waves of 192-row CTAs below
+#: which the own blocks stay (fewer, larger CTAs leave more of a partial last wave idle, and a CTA alone on its SM
+#: finishes 128 rows sooner than 192).
+ATTENTION_192_RATE, ATTENTION_192_MIN_WAVES = 1.1, 2
 #: Options given explicitly under which an attention kernel keeps its own configuration.
 _ATTENTION_OPTIONS = _SCHEDULE_OPTIONS + ("cluster", "ctas_per_sm", "consumer_pingpong", "consumer_lookahead",
                                           "producer_registers", "consumer_registers")
 
 
 def is_attention_family(info: dict) -> bool:
-    """Two dots and a grid that tiles one shape symbol, by BLOCK_M (attention's query blocks along the sequence)."""
+    """Two dots and a grid that tiles one shape symbol, by BLOCK_M (attention's query blocks along the sequence);
+    `attention_defaults` also asks the compiled kernel whether one dot takes the other's result in its loop."""
     tiles = info.get("tiles", [])
     return bool(info.get("has_dot")) and info.get("dots") == 2 and len(tiles) == 1 and tiles[0][0] == "BLOCK_M"
 
 
-def attention_defaults(info: dict, extents: dict, fixed: dict, uneven=None) -> dict:
-    """ATTENTION_192 for an attention-family kernel whose own query block is ATTENTION_OWN_ROWS rows, at head dims
-    up to ATTENTION_192_MAX_HEAD_DIM, on sequences of at least ATTENTION_192_MIN_BLOCKS 128-key blocks
-    (ATTENTION_192_MIN_BLOCKS_UNEVEN where the programs' loops run different lengths, or `uneven` is None:
-    unknown); else {}. The head dim is the widest constant extent of the tensors the grid tiles (constants given
-    at compile time, in `fixed`, over the source's)."""
-    if any(name in fixed for name in _ATTENTION_OPTIONS):
+def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: int = 132) -> dict:
+    """ATTENTION_192 for an attention-family kernel whose compiled configuration (`own`) chains its loop's dots and
+    has query blocks of ATTENTION_OWN_ROWS, at head dims up to ATTENTION_192_MAX_HEAD_DIM, on sequences of at least
+    ATTENTION_192_MIN_BLOCKS 128-key blocks (ATTENTION_192_MIN_BLOCKS_UNEVEN where the programs' loops run
+    different lengths, `own.uneven_programs`), on grids of at least ATTENTION_192_MIN_WAVES waves of 192-row CTAs
+    that finish no later than the own grid: waves of the own CTAs (`own.ctas_per_sm` per SM) against waves of
+    192-row ones, each 192 / (128 x CTAs per SM) / ATTENTION_192_RATE as long. Else {}. The head dim is the widest
+    constant extent of the tensors the grid tiles, at the compiled kernel's constants (derived ones included)."""
+    if own is None or not getattr(own, "chained_dots", False) or any(name in fixed for name in _ATTENTION_OPTIONS):
         return {}
-    constants = {**info.get("constants", {}), **{k: v for k, v in fixed.items() if k in info.get("constants", {})}}
+    constants = dict(getattr(own, "constants", None) or {})
     if constants.get("BLOCK_M") != ATTENTION_OWN_ROWS:
         return {}
     symbol = info["tiles"][0][1]
@@ -237,10 +245,23 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, uneven=None) -> d
     if not widths or not all(isinstance(w, int) and not isinstance(w, bool) for w in widths):
         return {}
     length = extents.get(symbol)
-    least = ATTENTION_192_MIN_BLOCKS if uneven is False else ATTENTION_192_MIN_BLOCKS_UNEVEN
+    least = ATTENTION_192_MIN_BLOCKS_UNEVEN if getattr(own, "uneven_programs", True) else ATTENTION_192_MIN_BLOCKS
     if length is None or max(widths) > ATTENTION_192_MAX_HEAD_DIM or length < least * 128:
         return {}
-    return dict(ATTENTION_192)
+    # the programs along the grid's other axes (heads, batch): each must be a shape symbol alone
+    others = 1
+    for axis_symbol in (info.get("grid_symbols") or [None])[1:]:
+        if axis_symbol is None or axis_symbol not in extents:
+            return {}
+        others *= max(int(extents[axis_symbol]), 0)
+    per_sm = max(int(getattr(own, "ctas_per_sm", 1) or 1), 1)
+    rows = ATTENTION_192["BLOCK_M"]
+    programs = tile_plan.cdiv(length, rows) * others
+    if sms <= 0 or programs < ATTENTION_192_MIN_WAVES * sms:
+        return {}
+    waves_own = tile_plan.cdiv(tile_plan.cdiv(length, ATTENTION_OWN_ROWS) * others, sms * per_sm)
+    waves_192 = tile_plan.cdiv(programs, sms) * rows / (ATTENTION_OWN_ROWS * per_sm) / ATTENTION_192_RATE
+    return dict(ATTENTION_192) if waves_192 <= waves_own else {}
 
 
 def tile_row_operands(info: dict) -> tuple:

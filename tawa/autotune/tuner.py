@@ -92,6 +92,7 @@ class Autotuner:
             raise AutotuneError(f"'{bad[0]}' is a debugging switch of tawa.compile, not a tuning argument")
         self.target = options.target
         self.fixed = dict(fixed)
+        self._own_outcome = None            # the fixed configuration alone, compiled on first need (`_own`)
         self.source, self.filename = read_source(path_or_source)
         self.info = space.space_info(self.source, self.filename)
         given = parse_configs(configs) if configs is not None else None
@@ -234,8 +235,19 @@ class Autotuner:
         except Exception:                   # noqa: BLE001 -- no driver here: the typical Hopper count
             pass
         misaligned = launch_defaults.misaligned_operands(launch_defaults.tile_row_operands(self.info), args)
-        config = launch_defaults.shape_defaults(self.info, extents, sms, misaligned, self.fixed)
+        config = launch_defaults.shape_defaults(self.info, extents, sms, misaligned, self.fixed, self._own())
         return Config(config).merged(self.fixed) if config else None
+
+    def _own(self):
+        """The kernel `tawa.compile` gives for the fixed constants and options alone (its configuration and loop
+        traits, which the attention launch rule reads), compiled once (a kernel-cache hit where it is there); None
+        where it does not compile here, or the kernel is not of the attention family (no other rule reads it)."""
+        if not launch_defaults.is_attention_family(self.info):
+            return None
+        if self._own_outcome is None:
+            self._own_outcome = compiling.compile_one(self.source, self.filename, Config(dict(self.fixed)),
+                                                      self.target, self._defaults)
+        return self._own_outcome.kernel
 
     def _first_that_compiles(self, candidates: list, shape_pruned: list) -> Choice:
         errors, spilling = [], None

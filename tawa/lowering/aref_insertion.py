@@ -57,15 +57,16 @@ SMEM_TILE_ALIGN = 1024
 
 def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1) -> int:
     """Shared memory the rest of the kernel may need next to the ring: tiles loaded outside the ring (a backend
-    stages TMA loads and broadcast epilogue operands through shared memory) and the largest stored tile (it may
-    be staged for a TMA store), once per consumer warp group that stages on its own (`stagings`).
+    stages TMA loads and broadcast epilogue operands through shared memory) and the stored tiles' staging for
+    their TMA stores (`epilogue.staging_area`: the largest, or in a persistent kernel one area per geometry), once
+    per consumer warp group that stages on its own (`stagings`).
 
     An epilogue operand with the shape and element size of a stored tile (a residual added before the store) is
     not counted: the backend reads it through the store's own staging boxes, or else straight into registers
     (`to_nvvm.staged_operand`). Counting it cost the cooperative 128x256 linear layer half its ring (two slots
     instead of four, next to a 64 KiB residual that never occupied shared memory of its own)."""
     stored = epilogue.stored_tiles(func_op)
-    loads, vectors, store = 0, 0, 0
+    loads, vectors, areas = 0, 0, {}
     prologue = set(prologue_loads(func_op, heavy)) if persistent else set()
     for op in walk(func_op.operation):
         if op.name == LoadOp.NAME and op not in heavy and (
@@ -83,9 +84,11 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
             # kernel, whose ring is never drained: the next tile's loads are already in it.
             t = StoreOp(op).value.type
             shape = tile_shape(t)
-            staged = epilogue.staging_bytes(shape[0], shape[1], elem_bytes(elem_type(t)), persistent) \
-                if len(shape) == 2 else tile_bytes(t)
-            store = max(store, staged)
+            key, staged = epilogue.staging_area(shape[0], shape[1], elem_bytes(elem_type(t)), persistent) \
+                if len(shape) == 2 else (("whole", tile_bytes(t)), tile_bytes(t))
+            areas[key] = staged
+    # a persistent kernel's stores of different geometries each keep an area; otherwise the largest is reused
+    store = sum(areas.values()) if persistent else max(areas.values(), default=0)
     return loads + stagings * (vectors + store)
 
 

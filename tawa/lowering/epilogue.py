@@ -1,7 +1,7 @@
 """How much shared memory an epilogue's TMA store stages, for the ring sizing (tile level) and the conversion.
 
 A tile stored with TMA goes registers -> shared staging -> global memory, in column boxes of 128 bytes (64 or 32
-where the rows are not a multiple of 128 bytes: attention's O at head dims 96 and 80; `staging_width`). One
+where the rows are not a multiple of 128 bytes: attention's O at head dims 96, 80 and 32; `staging_width`). One
 program per CTA stages the whole tile, in the ring its main loop drained when that is large enough. A persistent
 kernel's ring is never drained (the producer is already filling it for the next tile), so its staging is
 separate memory taken from the ring: `STORE_BUFFERS` boxes used in turn, so that writing one box overlaps the
@@ -30,11 +30,20 @@ def staging_width(row_bytes: int):
 
 def staging_bytes(rows: int, cols: int, elem_bytes: int, persistent: bool) -> int:
     """Shared bytes staged for a TMA store of a rows x cols tile (the whole tile unless persistent)."""
+    return staging_area(rows, cols, elem_bytes, persistent)[1]
+
+
+def staging_area(rows: int, cols: int, elem_bytes: int, persistent: bool) -> tuple:
+    """(what identifies the area, its bytes) of a TMA store's staging. A persistent kernel keeps one area per
+    geometry (box bytes, buffers: `to_nvvm.staged_operand.staging_key`), shared by its stores of that geometry,
+    so stores of two geometries need both areas; one program per CTA stages in memory that is dead again after
+    each store."""
     row_bytes = cols * elem_bytes
     width = staging_width(row_bytes)
     if not persistent or width is None:
-        return rows * row_bytes
-    return rows * width * min(row_bytes // width, STORE_BUFFERS)
+        return ("whole", rows * row_bytes), rows * row_bytes
+    key = (rows * width, min(row_bytes // width, STORE_BUFFERS))
+    return key, key[0] * key[1]
 
 
 def stored_by_kernel(tensor) -> bool:

@@ -87,9 +87,9 @@ class ShapeVariants:
         self._watched = tile_row_operands(info) if applies else ()
         self._positions = [(arg, axis) for _, arg, axis in info["symbols"]] if applies else []
 
-    def pick(self, args, target: str, uneven=None):
-        """The Kernel to launch for these arguments instead of the kernel itself, or None. `uneven`: the kernel's
-        own `CompiledKernel.uneven_programs`."""
+    def pick(self, args, target: str, own=None):
+        """The Kernel to launch for these arguments instead of the kernel itself, or None. `own`: the kernel's
+        `CompiledKernel` (its constants and loop traits, which the attention rule reads)."""
         if self._positions is None:
             self._prepare(target)
         if not self._positions:
@@ -104,7 +104,7 @@ class ShapeVariants:
             return self._by_extents[key]
         from tawa.autotune.launch_defaults import shape_defaults
         names = [name for name, _, _ in self._info["symbols"]]
-        config = shape_defaults(self._info, dict(zip(names, extents)), self._sms, misaligned, self._fixed, uneven)
+        config = shape_defaults(self._info, dict(zip(names, extents)), self._sms, misaligned, self._fixed, own)
         variant = self._variant(config) if config else None
         if len(self._by_extents) >= 1024:
             self._by_extents.clear()
@@ -186,16 +186,12 @@ class Kernel:
 
     def variant_for(self, *args) -> "Kernel":
         """The kernel a call with these arguments launches: this one, or the variant its shapes choose."""
-        variant = self._shapes.pick(args, self.target, self._uneven()) if self._shapes is not None else None
+        variant = self._shapes.pick(args, self.target, self.compiled) if self._shapes is not None else None
         return variant if variant is not None else self
-
-    def _uneven(self):
-        """The compiled kernel's `uneven_programs` (None: not recorded), which the per-shape rules read."""
-        return getattr(self.compiled, "uneven_programs", None)
 
     def __call__(self, *args, **kw):
         if self._shapes is not None and not _dry.depth:
-            variant = self._shapes.pick(args, self.target, self._uneven())
+            variant = self._shapes.pick(args, self.target, self.compiled)
             if variant is not None:
                 try:
                     return variant(*args, **kw)

@@ -384,3 +384,22 @@ def test_the_variant_without_tma_leaves_the_schedule_to_the_compiler(own_cache):
     assert fallback.compiled.constants["BLOCK_N"] == 192 and not fallback.compiled.persistent
     with pytest.raises(tawa.CompilationError, match="not warp-specialized"):
         tawa.compile(gemm, cache=False, BLOCK_N=192, schedule="pingpong", tma=False)
+
+
+def test_the_launch_default_of_attention_joins_the_candidates_with_its_compiled_traits(no_results):
+    """The tuner adds what `tawa.compile` would launch (`launch_defaults.attention_defaults`, which reads the kernel
+    compiled with the fixed constants alone): at head dim 64 and S = 4096 the 192-row blocks without causal
+    masking, nothing with it (causal loops need S >= 6144); so tuning never ends slower than not tuning."""
+    import pathlib
+
+    class Shaped:
+        def __init__(self, *shape):
+            self.shape = shape
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "gqa_attention.tawa"
+    for causal, expected in ((0, {"BLOCK_M": 192, "BLOCK_N": 128, "schedule": "tile"}), (1, None)):
+        tuner = tawa.autotune(str(path), HEAD_DIM=64, CAUSAL=causal)
+        q, kv = Shaped(8, 16, 4096, 64), Shaped(8, 4, 4096, 64)
+        got = tuner._launch_default([q, kv, kv, q, 0.125], {"Z": 8, "H": 16, "S": 4096}, None)
+        assert (None if got is None else {k: v for k, v in got.as_dict().items() if k not in ("HEAD_DIM", "CAUSAL")}) \
+            == expected

@@ -170,41 +170,80 @@ EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples
 M192 = {"BLOCK_M": 192, "BLOCK_N": 128, "schedule": "tile"}
 
 
-def attention_info(example="flash_attention.tawa"):
+def attention_info(example="flash_attention.tawa", source=None):
     from tawa.frontend.tuning import space_info
     path = EXAMPLES / example
-    return space_info(path.read_text(), str(path))
+    return space_info(source or path.read_text(), str(path))
+
+
+def own(head_dim=64, uneven=False, chained=True, ctas_per_sm=2, **constants):
+    """What the attention rule reads of the kernel's own compiled configuration (a `CompiledKernel`'s fields)."""
+    from types import SimpleNamespace
+    return SimpleNamespace(constants={"HEAD_DIM": head_dim, "BLOCK_M": 128, "BLOCK_N": min(head_dim, 128),
+                                      **constants},
+                           uneven_programs=uneven, chained_dots=chained, ctas_per_sm=ctas_per_sm)
+
+
+def heads(s, z=8, h=16):
+    return {"Z": z, "H": h, "S": s}
 
 
 @pytest.mark.parametrize("example", ["flash_attention.tawa", "gqa_attention.tawa"])
 def test_attention_at_head_dim_64_takes_192_row_blocks_on_long_sequences(example):
     """Loops of one length for every program: from 16 key blocks of 128 on (S = 2048); loops that grow with the
-    query block (causal, or not known): from 48 (S = 6144). The head dim is the one compiled (HEAD_DIM=64 over the
-    source's 128)."""
+    query block (causal): from 48 (S = 6144). The head dim and loop traits are the compiled kernel's."""
     info = attention_info(example)
+    if example == "gqa_attention.tawa":
+        heads_of = lambda s: dict(heads(s), HKV=4)       # noqa: E731
+    else:
+        heads_of = heads
     assert launch_defaults.is_attention_family(info) and launch_defaults.has_shape_defaults(info)
-    fixed = {"HEAD_DIM": 64}
-    assert choose(info, {"S": 2048}, fixed=fixed, uneven=False) == M192
-    assert choose(info, {"S": 16384}, fixed=fixed, uneven=False) == M192
-    assert choose(info, {"S": 2047}, fixed=fixed, uneven=False) == {}
-    assert choose(info, {"S": 4096}, fixed=fixed, uneven=True) == {}
-    assert choose(info, {"S": 6144}, fixed=fixed, uneven=True) == M192
-    assert choose(info, {"S": 4096}, fixed=fixed) == {}                              # unknown: as uneven
-    assert choose(info, {"S": 6144}, fixed=fixed) == M192
+    assert choose(info, heads_of(2048), own=own()) == M192
+    assert choose(info, heads_of(16384), own=own()) == M192
+    assert choose(info, heads_of(2047), own=own()) == {}
+    assert choose(info, heads_of(4096), own=own(uneven=True)) == {}
+    assert choose(info, heads_of(6144), own=own(uneven=True)) == M192
+    assert choose(info, heads_of(16384)) == {}                                       # no compiled kernel at hand
 
 
 def test_attention_keeps_its_own_blocks_where_192_rows_do_not_pay_or_were_ruled_out():
     info = attention_info()
-    long = {"S": 16384}
-    assert choose(info, long, uneven=False) == {}                                    # head dim 128 (the source's)
-    assert choose(info, long, fixed={"HEAD_DIM": 96}, uneven=False) == {}            # 192 rows spill there
-    assert choose(info, long, fixed={"HEAD_DIM": 32}, uneven=False) == M192
+    long = heads(16384, z=2)
+    assert choose(info, long, own=own(128, ctas_per_sm=1)) == {}
+    assert choose(info, long, own=own(96, ctas_per_sm=1)) == {}                     # 192 rows spill there
+    assert choose(info, long, own=own(32)) == M192
+    assert choose(info, long, own=own(chained=False)) == {}       # two dots, but not attention's (X @ A @ B)
     for option in ({"BLOCK_M": 64}, {"schedule": "persistent"}, {"warp_specialize": False}, {"ctas_per_sm": 2},
                    {"num_consumer_groups": 2}, {"consumer_pingpong": True}, {"consumer_registers": 232}):
-        assert choose(info, long, fixed={"HEAD_DIM": 64, **option}, uneven=False) == {}, option
-    own_256 = dict(info, constants=dict(info["constants"], BLOCK_M=256))
-    assert choose(own_256, long, fixed={"HEAD_DIM": 64}, uneven=False) == {}
-    assert choose(info, {}, fixed={"HEAD_DIM": 64}, uneven=False) == {}               # S unknown
+        assert choose(info, long, fixed=option, own=own()) == {}, option
+    assert choose(info, long, own=own(BLOCK_M=256)) == {}
+    assert choose(info, {"Z": 2, "H": 16}, own=own()) == {}                          # S unknown
+    assert choose(info, {"S": 16384}, own=own()) == {}                                # heads unknown
     # A GEMM is not of the family; nor is a kernel of two dots over a grid of two tiled symbols (SwiGLU).
     assert not launch_defaults.is_attention_family(GEMM_INFO)
-    assert not launch_defaults.is_attention_family(dict(GEMM_INFO, dots=2))
+    swiglu = (EXAMPLES / "swiglu.tawa")
+    from tawa.frontend.tuning import space_info
+    assert not launch_defaults.is_attention_family(space_info(swiglu.read_text(), str(swiglu)))
+
+
+def test_the_head_dim_is_the_compiled_one_derived_constants_included():
+    """A tensor dim given by a constant derived from another (`D: const = HEAD_DIM`) takes the compiled value:
+    compiled at head dim 128 from a source whose default is 64, the kernel keeps its own blocks."""
+    source = (EXAMPLES / "flash_attention.tawa").read_text()
+    source = source.replace("HEAD_DIM: const = 128,", "HEAD_DIM: const = 64, D: const = HEAD_DIM,")
+    source = source.replace("bf16[Z, H, S, HEAD_DIM]", "bf16[Z, H, S, D]")
+    info = attention_info(source=source)
+    assert choose(info, heads(16384), own=own(64, D=64)) == M192
+    assert choose(info, heads(16384), own=own(128, D=128, ctas_per_sm=1)) == {}
+
+
+def test_attention_weighs_the_waves_of_both_grids():
+    """1 x 16 x 2048: 176 CTAs of 192 rows, under two waves on 132 SMs, against 256 of 128 rows at two per SM in
+    one: the own blocks stay. 8 x 16 x 2048: 11 waves of 192-row CTAs, each 0.68 of an own wave, against 8."""
+    info = attention_info()
+    assert choose(info, heads(2048, z=1), own=own()) == {}
+    assert choose(info, heads(2048, z=8), own=own()) == M192
+    # 40 heads: 880 CTAs in 7 waves (4.8 own waves) against 1280 in 5
+    assert choose(info, {"Z": 1, "H": 40, "S": 4096}, own=own()) == M192
+    # fewer SMs, more waves: 176 CTAs make two of 88
+    assert choose(info, heads(2048, z=1), sms=88, own=own()) == M192

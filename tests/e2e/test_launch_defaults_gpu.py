@@ -128,13 +128,15 @@ def test_a_batched_grid_launches_the_variant_its_waves_call_for(case, clusters):
 
 
 #: (example, causal, Z, H, S, key/value heads) -> BLOCK_M launched at head dim 64: 192-row query blocks from 16
-#: key blocks of 128 with loops of one length (S = 2048), from 48 with causal loops (S = 6144); ragged S.
-ATTENTION = {("flash_attention.tawa", 0, 1, 3, 2100, None): 192,
+#: key blocks of 128 with loops of one length (S = 2048), from 48 with causal loops (S = 6144), on grids of two
+#: waves of them or more; ragged S.
+ATTENTION = {("flash_attention.tawa", 0, 2, 16, 2100, None): 192,
+             ("flash_attention.tawa", 0, 1, 3, 2100, None): 128,          # 33 CTAs of 192 rows: under a wave
              ("flash_attention.tawa", 0, 2, 2, 1000, None): 128,
-             ("flash_attention.tawa", 1, 1, 2, 2100, None): 128,
-             ("flash_attention.tawa", 1, 1, 2, 6200, None): 192,
-             ("gqa_attention.tawa", 0, 1, 4, 2100, 2): 192,
-             ("gqa_attention.tawa", 1, 1, 4, 6200, 1): 192}
+             ("flash_attention.tawa", 1, 2, 16, 2100, None): 128,
+             ("flash_attention.tawa", 1, 1, 16, 6200, None): 192,
+             ("gqa_attention.tawa", 0, 2, 16, 2100, 4): 192,
+             ("gqa_attention.tawa", 1, 1, 16, 6200, 2): 192}
 
 
 @pytest.mark.parametrize("case", list(ATTENTION), ids=lambda c: f"{c[0][:-5]}-c{c[1]}-{c[2]}x{c[3]}x{c[4]}-kv{c[5]}")

@@ -97,13 +97,29 @@ def test_clusters_refuse_a_prologue_ring():
         attention(HEAD_DIM=128, cluster="2x1")
 
 
-def test_a_key_loop_whose_length_depends_on_the_program_is_recorded_as_uneven():
-    """`CompiledKernel.uneven_programs` (read by the launch defaults: causal attention needs longer sequences for
-    192-row blocks to pay) is set where a loop with a dot runs a program-dependent number of iterations."""
-    assert attention(HEAD_DIM=64, CAUSAL=1).uneven_programs
-    assert not attention(HEAD_DIM=64, CAUSAL=0).uneven_programs
-    gemm = EXAMPLES / "gemm.tawa"
-    assert not compile_source(gemm.read_text(), str(gemm), CompileOptions()).uneven_programs
+def test_the_loop_traits_the_launch_rule_reads_are_recorded():
+    """`CompiledKernel.uneven_programs` (causal attention needs longer sequences for 192-row blocks to pay) is set
+    where a loop with a dot runs a program-dependent number of iterations; `chained_dots` where a loop's dot takes
+    another's result (attention, not a GEMM, SwiGLU's two dots side by side, or X @ A @ B with the second dot after
+    the loop)."""
+    causal, full = attention(HEAD_DIM=64, CAUSAL=1), attention(HEAD_DIM=64, CAUSAL=0)
+    assert causal.uneven_programs and not full.uneven_programs
+    assert causal.chained_dots and full.chained_dots
+    for name in ("gemm", "swiglu"):
+        path = EXAMPLES / f"{name}.tawa"
+        k = compile_source(path.read_text(), str(path), CompileOptions())
+        assert not k.uneven_programs and not k.chained_dots
+    after_loop = (
+        "@grid(cdiv(M, BLOCK_M))\n"
+        "def lora(X: bf16[M, K], A: bf16[K, 64], B: bf16[64, 64], Y: bf16[M, 64],\n"
+        "         BLOCK_M: const = 128, BLOCK_K: const = 64):\n"
+        "    pid_m = program_id(0)\n"
+        "    acc = zeros((BLOCK_M, 64), f32)\n"
+        "    for k in range(cdiv(K, BLOCK_K)):\n"
+        "        acc = dot(load(X, (pid_m, k), (BLOCK_M, BLOCK_K)), load(A, (k, 0), (BLOCK_K, 64)), acc)\n"
+        "    y = dot(acc.to(bf16), load(B, (0, 0), (64, 64)))\n"
+        "    store(Y, (pid_m, 0), y.to(bf16))\n")
+    assert not compile_source(after_loop, "lora.tawa", CompileOptions()).chained_dots
 
 
 @pytest.mark.parametrize("head_dim,width", [(96, 64), (80, 32), (32, 64)])

@@ -263,7 +263,8 @@ def test_rows_off_sector_reads_every_kind_of_array():
 
 def test_attention_at_head_dim_64_launches_its_192_row_variant_on_long_sequences():
     """flash_attention.tawa compiled at head dim 64: a long sequence launches the 192-row variant (compiled once),
-    a short one the kernel itself; causal (its compiled kernel's loops uneven) needs a longer sequence."""
+    a short one the kernel itself; causal (its compiled kernel's loops uneven) needs a longer sequence. The rule
+    reads the compiled kernel's constants and loop traits."""
     source = (pathlib.Path(__file__).resolve().parents[2] / "examples" / "flash_attention.tawa").read_text()
     from tawa.frontend.tuning import space_info
     compiled = []
@@ -277,10 +278,12 @@ def test_attention_at_head_dim_64_launches_its_192_row_variant_on_long_sequences
         shapes = ShapeVariants(lambda: space_info(source, "flash_attention.tawa"), compile_variant,
                                fixed={"HEAD_DIM": 64, "CAUSAL": causal})
         own = Kernel(types.SimpleNamespace(name="fa", target="cuda", params=[{"name": n} for n in "QKVO"],
-                                           uneven_programs=bool(causal)), shape_variants=shapes)
-        q = Array(2, 16, short, 64)
+                                           constants={"HEAD_DIM": 64, "BLOCK_M": 128, "BLOCK_N": 64},
+                                           uneven_programs=bool(causal), chained_dots=True, ctas_per_sm=2),
+                     shape_variants=shapes)
+        q = Array(8, 16, short, 64)
         assert own.variant_for(q, q, q, q, 0.1) is own
-        q = Array(2, 16, long, 64)
+        q = Array(8, 16, long, 64)
         assert own.variant_for(q, q, q, q, 0.1) is not own
         assert own.variant_for(q, q, q, q, 0.1) is own.variant_for(q, q, q, q, 0.1)
         assert compiled == [{"BLOCK_M": 192, "BLOCK_N": 128, "schedule": "tile"}]

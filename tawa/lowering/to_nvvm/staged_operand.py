@@ -30,7 +30,7 @@ from mlir import ir
 from tawa.ir import attrs
 from tawa.ir.ops import LoadOp, PrefetchOp, StoreOp
 from tawa.ir.types import elem_bytes, elem_type
-from tawa.lowering.epilogue import STORE_BUFFERS, stored_by_kernel
+from tawa.lowering.epilogue import STORE_BUFFERS, staging_width, stored_by_kernel
 
 from .. import layouts as L
 from . import sync
@@ -131,10 +131,12 @@ class StagedOperand(OperandBoxes):
 def candidate(ctx: Ctx, value: LazyTile, op):
     """The pending register load (its IR value) that the TMA store `op` of the lazy `value` can bring in through
     its staging boxes: an untouched 2-D tile of a tensor the kernel only reads, with `value`'s shape, register
-    mapping and element size (16 or 32 bits), each element held by one thread; None when there is none."""
+    mapping and element size (16 or 32 bits), each element held by one thread, whose rows fill 128-byte staging
+    boxes; None when there is none."""
     dst = StoreOp(op).dst
     es = elem_bytes(elem_type(dst.type))
-    if es not in (2, 4):
+    # (the operand's boxes are copied and read as 128-byte ones: rows staged in narrower boxes load per thread)
+    if es not in (2, 4) or staging_width(value.shape[1] * es) != SWIZZLE_BYTES:
         return None
     for v in ctx.pending:
         tile = ctx.env.get(v)
