@@ -76,7 +76,7 @@ SERIALIZED = re.compile(r"C75\d\d|serializ", re.IGNORECASE)
 @pytest.mark.parametrize("head_dim,block_n", [(64, None), (64, 128), (128, None), (128, 176)])
 def test_attention_wgmma_is_never_serialized(head_dim, block_n, causal, ws):
     """ptxas pipelines every wgmma of attention (no C7519 'wgmma.mma_async instructions are serialized' or any
-    other serialization note), for both head dims (with the default key block, `min(HEAD_DIM, 128)`, with
+    other serialization note), for both head dims (with the default key block, 64 or 128, with
     128 at head dim 64, and with FlashAttention-3's 176 at head dim 128), causal or not, specialized or not; and
     nothing spills."""
     blocks = {} if block_n is None else {"BLOCK_N": block_n}

@@ -151,7 +151,7 @@ def test_gemm_fp8(ws):
 
 ATTENTION_SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"consumer_pingpong": False}, id="ws-no-pingpong"),
                        pytest.param({"consumer_lookahead": False}, id="ws-no-lookahead"),
-                       # the key block the example's default (min(HEAD_DIM, 128)) does not take at this head dim
+                       # the key block the example's default (64 up to head dim 64, 128 above) does not take here
                        pytest.param({"other_block_n": True}, id="auto-other-n"),
                        # key blocks that are not powers of two: 176 at head dim 128 (K and V in rings of their own,
                        # two slots each), 80 at head dim 64 (two CTAs per SM)
