@@ -119,6 +119,12 @@ SPLIT_MIN_K = 4096
 #: slot (GEMM + bias + GELU at 16384x4096x1024: 535 TFLOP/s cooperative 128x256 against 582 for its own
 #: ping-pong 128x128 and 622 for ping-pong 128x192, at equal fills).
 EXPOSED_EPILOGUE_K, EXPOSED_EPILOGUE_RATE = 2048, 0.85
+#: ... and a plain GEMM's (its epilogue only converts and stores the tile) at this rate, where its A rows sit on
+#: the sector grid: ping-pong 128x192 ran 4-5% faster than cooperative 128x256 at K = 512 to 2048 on grids both
+#: fill alike (8192x8192x1024: 640 against 607 TFLOP/s, 16384x8192x1024: 639 / 609, H200). With A's rows off the
+#: grid (K = 1000: 6000x6000x1000, 513 against 554) ping-pong's narrower tile, which reads A once per 192 columns
+#: instead of 256, loses instead.
+SMALL_K_COOPERATIVE_RATE = 0.95
 #: The share of its slots a stream-K launch keeps busy, as measured against the persistent kernel on 12 shapes (its
 #: partial sums and shared epilogues cost the rest): over two waves, where every tile is shared by two CTAs, about
 #: 0.75; over three or more, where only the last waves' tiles are, about 0.87.
@@ -164,16 +170,19 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
         plain = _plain(info)
         switching = own in TILE_SWITCHES
         rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
+        # a cooperative tile's epilogue, which no other tile's main loop hides, weighs on short K loops
+        cooperative = _cooperative_rate(info, k, misaligned)
+        if own[0] * own[1] > COOPERATIVE_TILE_ELEMENTS:
+            rate *= cooperative
         own_fill = rate * tile_plan.wave_fill(m, n, own[0], own[1], sms, batch=batch)
         if own_fill <= 0:                   # an empty output: nothing to launch, nothing to compile
             return {}
-        exposed = info.get("epilogue_loads") and k is not None and k < EXPOSED_EPILOGUE_K
         choices = []
         if switching:
             for (bm, bn), (switch, other) in TILE_SWITCHES.items():
                 if (bm, bn) != own:
-                    if exposed and switch.get("schedule") == "persistent":
-                        other *= EXPOSED_EPILOGUE_RATE
+                    if switch.get("schedule") == "persistent":
+                        other *= cooperative
                     choices.append((other * tile_plan.wave_fill(m, n, bm, bn, sms, batch=batch),
                                     _switch_to(own, (bm, bn), switch)))
         if plain and own == (128, 256) and k is not None and k >= SPLIT_MIN_K and not sector_bound:
@@ -264,6 +273,32 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     return dict(ATTENTION_192) if waves_192 <= waves_own else {}
 
 
+#: Tiles of more elements than one consumer warp group holds whole (128x192: its 192 accumulator registers) are
+#: cooperative: the compiler shares them between the groups, whose epilogue then runs with no main loop beside it.
+COOPERATIVE_TILE_ELEMENTS = 128 * 192
+
+
+def _cooperative_rate(info: dict, k, misaligned: set) -> float:
+    """What a cooperative tile computes per slot against a ping-pong one where its epilogue is exposed (K below
+    EXPOSED_EPILOGUE_K): EXPOSED_EPILOGUE_RATE with an epilogue that loads a tensor, SMALL_K_COOPERATIVE_RATE
+    without one where the operand every tile column reads (A) has its rows on the sector grid; else 1."""
+    if k is None or k >= EXPOSED_EPILOGUE_K:
+        return 1.0
+    if info.get("epilogue_loads"):
+        return EXPOSED_EPILOGUE_RATE
+    return 1.0 if set(tile_column_operands(info)) & misaligned else SMALL_K_COOPERATIVE_RATE
+
+
+def tile_column_operands(info: dict) -> tuple:
+    """The argument indices of the tensors every tile column of the grid reads: their dims name the BLOCK_M symbol
+    but not the BLOCK_N one (A of a GEMM, X of a linear layer)."""
+    tiles = dict((c, sym) for c, sym in info.get("tiles", []))
+    if "BLOCK_N" not in tiles:
+        return ()
+    return tuple(index for index, dims in info.get("operands", [])
+                 if tiles.get("BLOCK_M") in dims and tiles.get("BLOCK_N") not in dims)
+
+
 def tile_row_operands(info: dict) -> tuple:
     """The argument indices of the tensors every tile row of the grid reads: their dims name the BLOCK_N symbol but
     not the BLOCK_M one (B of a GEMM, W of a linear layer)."""
@@ -272,6 +307,12 @@ def tile_row_operands(info: dict) -> tuple:
         return ()
     return tuple(index for index, dims in info.get("operands", [])
                  if tiles.get("BLOCK_N") in dims and tiles.get("BLOCK_M") not in dims)
+
+
+def watched_operands(info: dict) -> tuple:
+    """The argument indices whose rows' alignment the rules read (`misaligned` of `shape_defaults`): the tensors
+    every tile row reads (B) and every tile column reads (A)."""
+    return tile_row_operands(info) + tile_column_operands(info)
 
 
 def rows_off_sector(array) -> bool:

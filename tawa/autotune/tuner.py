@@ -234,7 +234,7 @@ class Autotuner:
             sms = driver.sm_count(ordinal if ordinal is not None else driver.default_device())
         except Exception:                   # noqa: BLE001 -- no driver here: the typical Hopper count
             pass
-        misaligned = launch_defaults.misaligned_operands(launch_defaults.tile_row_operands(self.info), args)
+        misaligned = launch_defaults.misaligned_operands(launch_defaults.watched_operands(self.info), args)
         config = launch_defaults.shape_defaults(self.info, extents, sms, misaligned, self.fixed, self._own())
         return Config(config).merged(self.fixed) if config else None
 

@@ -80,11 +80,11 @@ class ShapeVariants:
     def _adopt(self, info) -> None:
         """Read where the shape symbols and the operands whose row alignment the rules read (`shape_defaults`) are
         among the arguments, from the kernel's tuning view."""
-        from tawa.autotune.launch_defaults import has_shape_defaults, misaligned_operands, tile_row_operands
+        from tawa.autotune.launch_defaults import has_shape_defaults, misaligned_operands, watched_operands
         self._misaligned = misaligned_operands
         self._info = info
         applies = info is not None and has_shape_defaults(info)
-        self._watched = tile_row_operands(info) if applies else ()
+        self._watched = watched_operands(info) if applies else ()
         self._positions = [(arg, axis) for _, arg, axis in info["symbols"]] if applies else []
 
     def pick(self, args, target: str, own=None):

@@ -139,10 +139,25 @@ def test_a_fused_epilogue_over_a_short_k_weighs_cooperative_tiles_less():
     fused = dict(GEMM_INFO, constants=dict(GEMM_INFO["constants"], BLOCK_N=128), epilogue_loads=True)
     assert choose(fused, {"M": 16384, "N": 4096, "K": 1024}) == {}
     assert choose(fused, {"M": 4096, "N": 4096, "K": 4096}) == {"BLOCK_N": 256, "schedule": "persistent"}
-    assert choose(dict(fused, epilogue_loads=False), {"M": 16384, "N": 4096, "K": 1024}) == \
+    assert choose(dict(fused, epilogue_loads=False), {"M": 16384, "N": 4096, "K": 2048}) == \
         {"BLOCK_N": 256, "schedule": "persistent"}
     linear = dict(fused, constants=dict(GEMM_INFO["constants"], BLOCK_N=192))
     assert choose(linear, {"M": 1024, "N": 4096, "K": 512}) == {"BLOCK_N": 256, "schedule": "persistent"}
+
+
+def test_a_plain_gemm_over_a_short_k_takes_ping_pong_where_a_is_on_the_sector_grid():
+    """Below K = 2048 the cooperative 128x256 tile computes 0.95 of ping-pong 128x192's per slot (its epilogue is
+    exposed): 8192x8192x1024 switches (640 against 607 TFLOP/s, H200), unless A's rows sit off the sector grid,
+    where ping-pong's narrower tile reads A once per 192 columns instead of 256 (6000x6000x1000: 513 against
+    554); at K = 2048, or where ping-pong fills the waves worse (4096x4096x1024: 704 tiles of 128x192 fill 0.89 of
+    six waves), the own tile stays."""
+    assert choose(GEMM_INFO, {"M": 8192, "N": 8192, "K": 1024}) == PINGPONG
+    assert choose(GEMM_INFO, {"M": 16384, "N": 8192, "K": 512}) == PINGPONG
+    assert choose(GEMM_INFO, {"M": 8192, "N": 8192, "K": 1024}, misaligned=(0,)) == {}
+    assert choose(GEMM_INFO, {"M": 6000, "N": 6000, "K": 1000}, misaligned=(0,)) == {}
+    assert choose(GEMM_INFO, {"M": 8192, "N": 8192, "K": 2048}) == {}
+    assert choose(GEMM_INFO, {"M": 4096, "N": 4096, "K": 1024}) == {}
+    assert launch_defaults.watched_operands(GEMM_INFO) == (1, 0)
 
 
 BATCHED = dict(GEMM_INFO, symbols=[["Z", 0, 0], ["M", 0, 1], ["K", 0, 2], ["N", 1, 2]],
