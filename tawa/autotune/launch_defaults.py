@@ -2,8 +2,8 @@
 
 `tawa.compile` gives such a kernel (a `dot`, a grid of `cdiv(M, BLOCK_M)` by `cdiv(N, BLOCK_N)`, compiled without
 `BLOCK_M`, `BLOCK_N` or `split_k`) per-shape variants (`tawa.runtime.kernel.ShapeVariants`): at each call the
-extents of its shape symbols, and whether the rows of the operand every tile row reads are 32-byte aligned, pick a
-configuration by `shape_defaults`, with no timing. The rules are fitted to side-by-side measurements
+extents of its shape symbols, and whether the rows of the operands every tile row or column reads (B, A) are
+32-byte aligned, pick a configuration by `shape_defaults`, with no timing. The rules are fitted to side-by-side measurements
 (docs/performance.md, "what a kernel launches without tile constants"):
 
 - small M (decode shapes): 64-row tiles, and split-K where those leave most SMs idle over a long K;
@@ -146,7 +146,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
       CTA: `tawa.tile_plan.wave_fill` is the share of all the waves' tile slots that computes output. Over 41
       shapes the measured speed of 128x256 (cooperative) against 128x192 (ping-pong) followed the ratio of their
       fills. A one-dot kernel whose own tile is one of `TILE_SWITCHES` switches to another of them (a
-      cooperative one weighs less below `EXPOSED_EPILOGUE_K` with a fused epilogue), to split-K 128x128 (a 128x256 GEMM,
+      cooperative one weighs less below `EXPOSED_EPILOGUE_K`: `_cooperative_rate`), to split-K 128x128 (a 128x256 GEMM,
       K >= 4096), or to its stream-K variant where that shares a sparse last wave (K >= 1024; not for an epilogue
       that loads a tensor, which stream-K refuses), when that fills the waves `SWITCH_MARGIN` better, weighted by
       what each computes per slot (GEMM 1536x6144x2048: 0.73 -> 0.97, 527 -> 680 TFLOP/s; the linear layer at
@@ -172,8 +172,8 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
         rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
         # a cooperative tile's epilogue, which no other tile's main loop hides, weighs on short K loops
         cooperative = _cooperative_rate(info, k, misaligned)
-        if own[0] * own[1] > COOPERATIVE_TILE_ELEMENTS:
-            rate *= cooperative
+        if own[0] * own[1] > COOPERATIVE_TILE_ELEMENTS and not info.get("epilogue_loads"):
+            rate *= cooperative             # (a fused epilogue's own tile was measured only as a ping-pong one)
         own_fill = rate * tile_plan.wave_fill(m, n, own[0], own[1], sms, batch=batch)
         if own_fill <= 0:                   # an empty output: nothing to launch, nothing to compile
             return {}
@@ -280,23 +280,26 @@ COOPERATIVE_TILE_ELEMENTS = 128 * 192
 
 def _cooperative_rate(info: dict, k, misaligned: set) -> float:
     """What a cooperative tile computes per slot against a ping-pong one where its epilogue is exposed (K below
-    EXPOSED_EPILOGUE_K): EXPOSED_EPILOGUE_RATE with an epilogue that loads a tensor, SMALL_K_COOPERATIVE_RATE
-    without one where the operand every tile column reads (A) has its rows on the sector grid; else 1."""
+    EXPOSED_EPILOGUE_K): EXPOSED_EPILOGUE_RATE with an epilogue that loads a tensor; SMALL_K_COOPERATIVE_RATE
+    without one, for a grid of output tiles alone (a batch axis was not measured) whose operand every tile column
+    reads (A) has its rows on the sector grid; else 1."""
     if k is None or k >= EXPOSED_EPILOGUE_K:
         return 1.0
     if info.get("epilogue_loads"):
         return EXPOSED_EPILOGUE_RATE
-    return 1.0 if set(tile_column_operands(info)) & misaligned else SMALL_K_COOPERATIVE_RATE
+    if not _plain(info) or set(tile_column_operands(info)) & misaligned:
+        return 1.0
+    return SMALL_K_COOPERATIVE_RATE
 
 
 def tile_column_operands(info: dict) -> tuple:
     """The argument indices of the tensors every tile column of the grid reads: their dims name the BLOCK_M symbol
     but not the BLOCK_N one (A of a GEMM, X of a linear layer)."""
     tiles = dict((c, sym) for c, sym in info.get("tiles", []))
-    if "BLOCK_N" not in tiles:
+    if not {"BLOCK_M", "BLOCK_N"} <= set(tiles):
         return ()
     return tuple(index for index, dims in info.get("operands", [])
-                 if tiles.get("BLOCK_M") in dims and tiles.get("BLOCK_N") not in dims)
+                 if tiles["BLOCK_M"] in dims and tiles["BLOCK_N"] not in dims)
 
 
 def tile_row_operands(info: dict) -> tuple:
