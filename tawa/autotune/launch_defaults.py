@@ -146,7 +146,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
       CTA: `tawa.tile_plan.wave_fill` is the share of all the waves' tile slots that computes output. Over 41
       shapes the measured speed of 128x256 (cooperative) against 128x192 (ping-pong) followed the ratio of their
       fills. A one-dot kernel whose own tile is one of `TILE_SWITCHES` switches to another of them (a
-      cooperative one weighs less below `EXPOSED_EPILOGUE_K`: `_cooperative_rate`), to split-K 128x128 (a 128x256 GEMM,
+      cooperative one weighs less below `EXPOSED_EPILOGUE_K`: `_cooperative_rates`), to split-K 128x128 (a 128x256 GEMM,
       K >= 4096), or to its stream-K variant where that shares a sparse last wave (K >= 1024; not for an epilogue
       that loads a tensor, which stream-K refuses), when that fills the waves `SWITCH_MARGIN` better, weighted by
       what each computes per slot (GEMM 1536x6144x2048: 0.73 -> 0.97, 527 -> 680 TFLOP/s; the linear layer at
@@ -171,9 +171,9 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
         switching = own in TILE_SWITCHES
         rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
         # a cooperative tile's epilogue, which no other tile's main loop hides, weighs on short K loops
-        cooperative = _cooperative_rate(info, k, misaligned)
-        if own[0] * own[1] > COOPERATIVE_TILE_ELEMENTS and not info.get("epilogue_loads"):
-            rate *= cooperative             # (a fused epilogue's own tile was measured only as a ping-pong one)
+        own_cooperative, cooperative = _cooperative_rates(info, k, misaligned)
+        if own[0] * own[1] > COOPERATIVE_TILE_ELEMENTS:
+            rate *= own_cooperative
         own_fill = rate * tile_plan.wave_fill(m, n, own[0], own[1], sms, batch=batch)
         if own_fill <= 0:                   # an empty output: nothing to launch, nothing to compile
             return {}
@@ -278,18 +278,21 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
 COOPERATIVE_TILE_ELEMENTS = 128 * 192
 
 
-def _cooperative_rate(info: dict, k, misaligned: set) -> float:
-    """What a cooperative tile computes per slot against a ping-pong one where its epilogue is exposed (K below
-    EXPOSED_EPILOGUE_K): EXPOSED_EPILOGUE_RATE with an epilogue that loads a tensor; SMALL_K_COOPERATIVE_RATE
-    without one, for a grid of output tiles alone (a batch axis was not measured) whose operand every tile column
-    reads (A) has its rows on the sector grid; else 1."""
+def _cooperative_rates(info: dict, k, misaligned: set) -> tuple:
+    """(for the kernel's own tile, for a tile it switches to) what a cooperative tile computes per slot against a
+    ping-pong one where its epilogue is exposed (K below EXPOSED_EPILOGUE_K), on a grid of output tiles alone:
+
+    - an epilogue that loads a tensor: EXPOSED_EPILOGUE_RATE; for the own tile only where the operand every tile
+      column reads (A) has its rows on the sector grid (FP8 with its scales, own 128x256: ping-pong 128x192 ran
+      8-14% faster at K = 512-2048, 8192x8192x1024 1080 against 996 TFLOP/s, H200);
+    - none: SMALL_K_COOPERATIVE_RATE for both where A's rows are on the sector grid;
+    - else 1 (batched grids were not measured)."""
     if k is None or k >= EXPOSED_EPILOGUE_K:
-        return 1.0
+        return 1.0, 1.0
+    a_on_grid = _plain(info) and not set(tile_column_operands(info)) & misaligned
     if info.get("epilogue_loads"):
-        return EXPOSED_EPILOGUE_RATE
-    if not _plain(info) or set(tile_column_operands(info)) & misaligned:
-        return 1.0
-    return SMALL_K_COOPERATIVE_RATE
+        return (EXPOSED_EPILOGUE_RATE if a_on_grid else 1.0), EXPOSED_EPILOGUE_RATE
+    return (SMALL_K_COOPERATIVE_RATE,) * 2 if a_on_grid else (1.0, 1.0)
 
 
 def tile_column_operands(info: dict) -> tuple:

@@ -158,10 +158,22 @@ def test_a_plain_gemm_over_a_short_k_takes_ping_pong_where_a_is_on_the_sector_gr
     assert choose(GEMM_INFO, {"M": 8192, "N": 8192, "K": 2048}) == {}
     assert choose(GEMM_INFO, {"M": 4096, "N": 4096, "K": 1024}) == {}
     assert launch_defaults.watched_operands(GEMM_INFO) == (1, 0)
-    # fused epilogues (their own tile keeps its rate) and batched grids were not measured at such K: unchanged
-    fused = dict(GEMM_INFO, epilogue_loads=True)
-    assert choose(fused, {"M": 8192, "N": 8192, "K": 1024}) == {}
+    # batched grids were not measured at such K: unchanged
     assert choose(BATCHED, {"Z": 2, "M": 8192, "N": 8192, "K": 1024}) == {}
+
+
+def test_fp8_over_a_short_k_takes_ping_pong_where_a_is_on_the_sector_grid():
+    """gemm_fp8.tawa (own cooperative 128x256; its epilogue loads the row and column scales): below K = 2048 its own
+    tile weighs 0.85 against ping-pong where A's rows are on the sector grid (8192x8192x1024: ping-pong 128x192
+    1080 against 996 TFLOP/s, H200); with A's rows off the grid (K = 1000) the own tile stays."""
+    fp8_path = EXAMPLES / "gemm_fp8.tawa"
+    from tawa.frontend.tuning import space_info
+    fp8 = space_info(fp8_path.read_text(), str(fp8_path))
+    assert launch_defaults.tile_column_operands(fp8) == (0,)
+    assert choose(fp8, {"M": 8192, "N": 8192, "K": 1024}) == PINGPONG
+    assert choose(fp8, {"M": 16384, "N": 8192, "K": 512}) == PINGPONG
+    assert choose(fp8, {"M": 8192, "N": 8192, "K": 1008}, misaligned=(0,)) == {}
+    assert choose(fp8, {"M": 8192, "N": 8192, "K": 4096}) == {}
 
 
 BATCHED = dict(GEMM_INFO, symbols=[["Z", 0, 0], ["M", 0, 1], ["K", 0, 2], ["N", 1, 2]],
