@@ -1,10 +1,17 @@
-"""When a stream-K kernel shares its tail: the rule the compiled kernel evaluates and the runtime predicts.
+"""Tile rules that the compiler applies and the runtime predicts: when a stream-K kernel shares its tail, how
+full a grid keeps the SMs' waves, which tiles one consumer warp group holds whole (ping-pong).
 
-Pure Python (no MLIR), so that the runtime can choose a kernel's stream-K variant for a launch (see
-`tawa.autotune.launch_defaults.shape_defaults`) by the same rule the kernel applies to itself on the GPU
-(`tawa.lowering.stream_k`, which emits it as IR).
+Pure Python (no MLIR), so that the runtime can choose a kernel's variant for a launch (see
+`tawa.autotune.launch_defaults.shape_defaults`) by the same rules the compiler applies (`tawa.lowering.stream_k`,
+which emits the stream-K rule as IR; `tawa.lowering.persistent_tiles`, which picks ping-pong).
 """
 from __future__ import annotations
+
+#: f32 accumulator registers per thread one consumer warp group may hold in the ping-pong schedule (its whole
+#: tile; the rest of the 232-register budget is for the epilogue and addresses): 128x192 at most (a fused
+#: bias + GELU + residual epilogue fits beside its 192 accumulators without spills). Larger tiles are cooperative:
+#: the consumer groups share each one.
+PINGPONG_ACC_REGISTERS = 192
 
 #: The tail is shared where more than 1 / IDLE_SHARE of the CTAs' tile slots over all waves would be idle.
 IDLE_SHARE = 8

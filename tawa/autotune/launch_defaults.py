@@ -19,7 +19,7 @@ slower than not tuning. Pure Python: the runtime asks it on machines without the
 from __future__ import annotations
 
 from tawa import tile_plan
-from tawa.hopper import SECTOR_BYTES, TMA_ALIGN_BYTES
+from tawa.hopper import SECTOR_BYTES, THREADS_PER_WARP_GROUP, TMA_ALIGN_BYTES
 from tawa.options import cluster_name
 
 from .config import Config
@@ -109,6 +109,8 @@ def _switch_to(own: tuple, tile: tuple, options: dict) -> dict:
     """The configuration that switches a kernel whose own tile is `own` to `tile`: its BLOCK_N, its BLOCK_M where
     that differs from the own one, and its options."""
     return {**({"BLOCK_M": tile[0]} if tile[0] != own[0] else {}), "BLOCK_N": tile[1], **options}
+
+
 #: A GEMM whose own tile is 128x256 may also split K in two over 128x128 tiles (four times the programs), at 0.85
 #: per slot, where K is long enough (SPLIT_MIN_K) for its partial sums to pay (a fused epilogue's did not: the
 #: linear layer split ran at two thirds of its own tile).
@@ -172,7 +174,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
         rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
         # a cooperative tile's epilogue, which no other tile's main loop hides, weighs on short K loops
         own_cooperative, cooperative = _cooperative_rates(info, k, misaligned)
-        if own[0] * own[1] > COOPERATIVE_TILE_ELEMENTS:
+        if own[0] * own[1] > tile_plan.PINGPONG_ACC_REGISTERS * THREADS_PER_WARP_GROUP:   # (a cooperative own tile)
             rate *= own_cooperative
         own_fill = rate * tile_plan.wave_fill(m, n, own[0], own[1], sms, batch=batch)
         if own_fill <= 0:                   # an empty output: nothing to launch, nothing to compile
@@ -273,11 +275,6 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     return dict(ATTENTION_192) if waves_192 <= waves_own else {}
 
 
-#: Tiles of more elements than one consumer warp group holds whole (128x192: its 192 accumulator registers) are
-#: cooperative: the compiler shares them between the groups, whose epilogue then runs with no main loop beside it.
-COOPERATIVE_TILE_ELEMENTS = 128 * 192
-
-
 def _cooperative_rates(info: dict, k, misaligned: set) -> tuple:
     """(for the kernel's own tile, for a tile it switches to) what a cooperative tile computes per slot against a
     ping-pong one where its epilogue is exposed (K below EXPOSED_EPILOGUE_K), on a grid of output tiles alone:
@@ -296,23 +293,23 @@ def _cooperative_rates(info: dict, k, misaligned: set) -> tuple:
 
 
 def tile_column_operands(info: dict) -> tuple:
-    """The argument indices of the tensors every tile column of the grid reads: their dims name the BLOCK_M symbol
-    but not the BLOCK_N one (A of a GEMM, X of a linear layer)."""
-    tiles = dict((c, sym) for c, sym in info.get("tiles", []))
-    if not {"BLOCK_M", "BLOCK_N"} <= set(tiles):
-        return ()
-    return tuple(index for index, dims in info.get("operands", [])
-                 if tiles["BLOCK_M"] in dims and tiles["BLOCK_N"] not in dims)
+    """The argument indices of the tensors every tile column of the grid reads (A of a GEMM, X of a linear layer)."""
+    return _operands_along(info, "BLOCK_M", "BLOCK_N")
 
 
 def tile_row_operands(info: dict) -> tuple:
-    """The argument indices of the tensors every tile row of the grid reads: their dims name the BLOCK_N symbol but
-    not the BLOCK_M one (B of a GEMM, W of a linear layer)."""
+    """The argument indices of the tensors every tile row of the grid reads (B of a GEMM, W of a linear layer)."""
+    return _operands_along(info, "BLOCK_N", "BLOCK_M")
+
+
+def _operands_along(info: dict, read: str, other: str) -> tuple:
+    """The argument indices of the tensors whose dims name the symbol the grid tiles by `read` but not the one it
+    tiles by `other` (none unless the grid tiles a symbol by each)."""
     tiles = dict((c, sym) for c, sym in info.get("tiles", []))
-    if "BLOCK_N" not in tiles:
+    if not {read, other} <= set(tiles):
         return ()
     return tuple(index for index, dims in info.get("operands", [])
-                 if tiles.get("BLOCK_N") in dims and tiles.get("BLOCK_M") not in dims)
+                 if tiles[read] in dims and tiles[other] not in dims)
 
 
 def watched_operands(info: dict) -> tuple:

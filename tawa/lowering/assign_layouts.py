@@ -72,8 +72,13 @@ def smem_swizzle(cols: int, elem: str) -> int | None:
     128 bytes; else 64 or 32 bytes (BLOCK_K of 16 or 32 for 16-bit operands, one box; head dims of 96 or 80,
     three 64-byte or five 32-byte boxes). wgmma reads all of them: the width only changes the row pitch, the
     boxes' distance and the descriptor's mode (the narrower swizzles conflict more on shared-memory banks)."""
-    row = cols * elem_bytes(elem)
-    return next((w for w in reversed(SWIZZLES) if row % w == 0), None)
+    return swizzle_width(cols * elem_bytes(elem))
+
+
+def swizzle_width(row_bytes: int) -> int | None:
+    """The widest swizzle (bytes) that divides rows of `row_bytes`, None when none does: a dot operand's shared
+    tile (`smem_swizzle`) and a TMA store's staging boxes (`epilogue.staging_bytes`, `to_nvvm.memory`) alike."""
+    return next((w for w in reversed(SWIZZLES) if row_bytes % w == 0), None)
 
 
 def check_dot_tile(t, location) -> None:

@@ -1,7 +1,8 @@
 """How much shared memory an epilogue's TMA store stages, for the ring sizing (tile level) and the conversion.
 
 A tile stored with TMA goes registers -> shared staging -> global memory, in column boxes of 128 bytes (64 or 32
-where the rows are not a multiple of 128 bytes: attention's O at head dims 96, 80 and 32; `staging_width`). One
+where the rows are not a multiple of 128 bytes: attention's O at head dims 96, 80 and 32;
+`assign_layouts.swizzle_width`; a row of no such width is stored by each thread). One
 program per CTA stages the whole tile, in the ring its main loop drained when that is large enough. A persistent
 kernel's ring is never drained (the producer is already filling it for the next tile), so its staging is
 separate memory taken from the ring: `STORE_BUFFERS` boxes used in turn, so that writing one box overlaps the
@@ -12,20 +13,13 @@ from __future__ import annotations
 
 from mlir import ir
 
-from tawa import hopper
 from tawa.ir.ops import DotOp, LoadOp, StoreOp, TransOp
 from tawa.ir.traversal import walk
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
+from tawa.lowering.assign_layouts import swizzle_width
 
 #: Column boxes of staging a persistent kernel's store cycles through.
 STORE_BUFFERS = 2
-
-
-def staging_width(row_bytes: int):
-    """The column-box width (bytes) of a TMA store's staging for rows of `row_bytes`: the widest swizzle that
-    divides them (as a dot operand's shared tile, `assign_layouts.smem_swizzle`), None where none does (the tile is
-    then stored by each thread)."""
-    return next((w for w in (hopper.SWIZZLE_BYTES, 64, 32) if row_bytes % w == 0), None)
 
 
 def staging_bytes(rows: int, cols: int, elem_bytes: int, persistent: bool) -> int:
@@ -39,7 +33,7 @@ def staging_area(rows: int, cols: int, elem_bytes: int, persistent: bool) -> tup
     so stores of two geometries need both areas; one program per CTA stages in memory that is dead again after
     each store."""
     row_bytes = cols * elem_bytes
-    width = staging_width(row_bytes)
+    width = swizzle_width(row_bytes)
     if not persistent or width is None:
         return ("whole", rows * row_bytes), rows * row_bytes
     key = (rows * width, min(row_bytes // width, STORE_BUFFERS))

@@ -64,6 +64,7 @@ from tawa.lowering import aref_insertion, ws_analysis, ws_ir
 from tawa.lowering.assign_layouts import smem_swizzle
 from tawa.lowering.layouts import takes_three_groups
 from tawa.options import cluster_axis
+from tawa.tile_plan import PINGPONG_ACC_REGISTERS
 
 #: The group when the kernel's operands do not split into row and column tiles (Triton's usual GROUP_SIZE_M).
 DEFAULT_GROUP = 8
@@ -101,11 +102,6 @@ def prologue_operand(func_op, plans: list):
     heavy = {ld for p in plans for ld in p.loads}
     return next(iter(aref_insertion.prologue_loads(func_op, heavy)), None)
 
-
-#: f32 accumulator registers per thread one consumer warp group may hold in the ping-pong schedule (its whole
-#: tile; the rest of the 232-register budget is for the epilogue and addresses): 128x192 at most (a fused
-#: bias + GELU + residual epilogue fits beside its 192 accumulators without spills).
-PINGPONG_ACC_REGISTERS = 192
 
 
 def can_pingpong(func_op, plans: list, options=None) -> tuple:

@@ -1,4 +1,4 @@
-"""TMA stores of tiles whose rows are a multiple of 64 or 32 bytes but not of 128 (`epilogue.staging_width`): each
+"""TMA stores of tiles whose rows are a multiple of 64 or 32 bytes but not of 128 (`assign_layouts.swizzle_width`): each
 copy's tensor map agrees with the staging it reads or writes, an epilogue operand is not brought in through
 boxes narrower than its copies assume, and a persistent kernel's shared memory counts one staging area per stored
 geometry (the GPU numerics: tests/e2e/test_examples_gpu.py, head dims 96, 80 and 32 and GEMM tiles 96 and 80

@@ -15,7 +15,7 @@ from tawa.ir.ops import DimOp, LoadOp, PrefetchOp, StoreOp
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
-from ..assign_layouts import check_dot_tile, smem_swizzle
+from ..assign_layouts import check_dot_tile, smem_swizzle, swizzle_width
 from . import broadcast_operand, staged_operand, sync
 from .builder import V
 from .fp8 import from_storage, storage_type, to_storage
@@ -27,7 +27,7 @@ from .global_access import element_address, leading_in_bounds, predicated_load
 from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled, swizzled_register
 from .staged_operand import (StagedOperand, candidate, drain_prefetched, persistent_staging, staging_key,
                              take_prefetched)
-from ..epilogue import staging_width, stored_by_kernel
+from ..epilogue import stored_by_kernel
 
 
 # ---- TMA loads into shared tiles ---------------------------------------------------------------------------
@@ -239,7 +239,7 @@ def _lazy_staging(ctx: Ctx, op):
 def _tma_storable(value, op) -> bool:
     elem = elem_type(StoreOp(op).dst.type)
     return value.layout.desc.startswith("mma<") and value.layout.rank == 2 and \
-        staging_width(value.shape[1] * elem_bytes(elem)) is not None
+        swizzle_width(value.shape[1] * elem_bytes(elem)) is not None
 
 
 def lower_store(ctx: Ctx, op) -> None:
@@ -272,7 +272,7 @@ def lower_store(ctx: Ctx, op) -> None:
 
 def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | None = None) -> None:
     """Registers -> swizzled shared staging (column boxes of 128 bytes, or of 64 or 32 where the rows are not a
-    multiple of 128 bytes: `epilogue.staging_width`) -> TMA store, one box per copy; a lazy tile's `operand`
+    multiple of 128 bytes: `assign_layouts.swizzle_width`) -> TMA store, one box per copy; a lazy tile's `operand`
     (`_lazy_staging`, 128-byte boxes only) is brought in through the staging boxes.
 
     One program per CTA: the whole tile is staged at once (in the drained ring when it is large enough), stored,
@@ -283,7 +283,7 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
     b = ctx.b
     rows, cols = tile.shape
     es = elem_bytes(tile.elem)
-    width = staging_width(cols * es)
+    width = swizzle_width(cols * es)
     box_cols = width // es
     nbox = cols // box_cols
     box_bytes = rows * width

@@ -30,7 +30,8 @@ from mlir import ir
 from tawa.ir import attrs
 from tawa.ir.ops import LoadOp, PrefetchOp, StoreOp
 from tawa.ir.types import elem_bytes, elem_type
-from tawa.lowering.epilogue import STORE_BUFFERS, staging_width, stored_by_kernel
+from tawa.lowering.assign_layouts import swizzle_width
+from tawa.lowering.epilogue import STORE_BUFFERS, stored_by_kernel
 
 from .. import layouts as L
 from . import sync
@@ -136,7 +137,7 @@ def candidate(ctx: Ctx, value: LazyTile, op):
     dst = StoreOp(op).dst
     es = elem_bytes(elem_type(dst.type))
     # (the operand's boxes are copied and read as 128-byte ones: rows staged in narrower boxes load per thread)
-    if es not in (2, 4) or staging_width(value.shape[1] * es) != SWIZZLE_BYTES:
+    if es not in (2, 4) or swizzle_width(value.shape[1] * es) != SWIZZLE_BYTES:
         return None
     for v in ctx.pending:
         tile = ctx.env.get(v)
