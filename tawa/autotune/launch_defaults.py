@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from tawa import tile_plan
 from tawa.hopper import SECTOR_BYTES, THREADS_PER_WARP_GROUP, TMA_ALIGN_BYTES
-from tawa.options import cluster_name
+from tawa.options import cluster_axis, cluster_name
+
+from tawa.runtime.grid import walked_tiles
 
 from .config import Config
 from .space import _reduction_symbol, _stream_k_shares, grid_programs
@@ -131,6 +133,21 @@ SMALL_K_COOPERATIVE_RATE = 0.95
 #: partial sums and shared epilogues cost the rest): over two waves, where every tile is shared by two CTAs, about
 #: 0.75; over three or more, where only the last waves' tiles are, about 0.87.
 STREAM_K_FILL_TWO_WAVES, STREAM_K_FILL = 0.75, 0.87
+#: Rows off the sector grid (docs/performance.md, "Rows off the sector grid: tiles and clusters"): what a tile
+#: computes per slot while the operand every tile column reads (A) or every tile row reads (B) has rows off the
+#: grid and no cluster shares its tiles, against the same tile with it on the grid, as (A, B). A 2x1 or 1x2
+#: cluster shares one of them (TMA multicast: each CTA of the pair loads half of each tile for both), which
+#: halves its reads. Fitted to 13 shapes with A, B or both off the grid, eight variants each (H100): a 128x256
+#: tile reads twice as many B rows as A rows per k-step and loses a quarter with B unshared, 192x192 reads both
+#: alike and loses little; ping-pong 128x192 in clusters runs its pair's turns in lockstep (PINGPONG_CLUSTER_RATE).
+SECTOR_PENALTIES = {(128, 256): (0.96, 0.75), (128, 192): (0.88, 0.72), (128, 128): (0.65, 0.75),
+                    (192, 192): (0.95, 0.93)}
+PINGPONG_CLUSTER_RATE = 0.95
+#: ... and, with operands off the grid, 192x192 computes per slot what 128x256 does (0.97-1.04 of it where each
+#: shares the operand off the grid), not the 0.93 of aligned grids (TILE_SWITCHES).
+SECTOR_TILE_RATES = {(192, 192): 1.0}
+#: The tiles measured in clusters there (128x128 pairs along M ran at 0.6-0.7 of 128x256's: too many A rows)
+SECTOR_CLUSTER_TILES = ((128, 256), (128, 192), (192, 192))
 #: Another tile or schedule replaces the kernel's own only where it fills the waves by this factor more.
 SWITCH_MARGIN = 1.05
 #: Options given explicitly under which no other tile or schedule is launched ...
@@ -163,45 +180,113 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
         return {}
     may_cluster = not any(name in fixed for name in _CLUSTER_OPTIONS) and \
         fixed.get("schedule") in (None, "persistent", "pingpong")
-    sector_bound = may_cluster and tile_plan.cdiv(m, own[0]) >= 2 and bool(set(tile_row_operands(info)) & misaligned)
+    # which operands' rows sit off the sector grid: (A, B)
+    off_grid = (bool(set(tile_column_operands(info)) & misaligned), bool(set(tile_row_operands(info)) & misaligned))
+    # the tiles and clusters weighed together where rows are off the grid: measured for plain one-dot kernels
+    sector_bound = may_cluster and any(off_grid) and info.get("dots") == 1 and not info.get("epilogue_loads") and \
+        _plain(info) and tile_plan.cdiv(m, own[0]) * tile_plan.cdiv(n, own[1]) >= sms
+    # elsewhere the kernel's choice in pairs that share B, where its rows are off the grid (3000x5000x2000 with a
+    # B row pitch of 10000 bytes: 465 -> 630 TFLOP/s)
+    pairs_for_b = may_cluster and off_grid[1] and not sector_bound and tile_plan.cdiv(m, own[0]) >= 2
+    # (split-K and stream-K, which cannot pair CTAs, are not taken where B's tiles could be shared)
+    b_bound = (sector_bound or pairs_for_b) and off_grid[1] and tile_plan.cdiv(m, own[0]) >= 2
     may_switch = not any(name in fixed for name in _SCHEDULE_OPTIONS) and \
         cluster_name(fixed.get("cluster", "1x1")) == "1x1"
-    config: dict = {}
+    # candidates: (what the launch computes per slot, the configuration), the own tile's first
+    own_rate, rates = 1.0, {}
+    candidates = []
     # one dot over a grid of output tiles, or of them times a batch axis (split-K and stream-K: without one)
     if may_switch and info.get("dots") == 1 and batch is not None:
         plain = _plain(info)
         switching = own in TILE_SWITCHES
-        rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
+        own_rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
         # a cooperative tile's epilogue, which no other tile's main loop hides, weighs on short K loops
         own_cooperative, cooperative = _cooperative_rates(info, k, misaligned)
         if own[0] * own[1] > tile_plan.PINGPONG_ACC_REGISTERS * THREADS_PER_WARP_GROUP:   # (a cooperative own tile)
-            rate *= own_cooperative
-        own_fill = rate * tile_plan.wave_fill(m, n, own[0], own[1], sms, batch=batch)
-        if own_fill <= 0:                   # an empty output: nothing to launch, nothing to compile
-            return {}
-        choices = []
+            own_rate *= own_cooperative
         if switching:
             for (bm, bn), (switch, other) in TILE_SWITCHES.items():
                 if (bm, bn) != own:
-                    if switch.get("schedule") == "persistent":
-                        other *= cooperative
-                    choices.append((other * tile_plan.wave_fill(m, n, bm, bn, sms, batch=batch),
-                                    _switch_to(own, (bm, bn), switch)))
-        if plain and own == (128, 256) and k is not None and k >= SPLIT_MIN_K and not sector_bound:
-            choices.append((SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2), dict(SPLIT_SWITCH)))
+                    if sector_bound:
+                        other = SECTOR_TILE_RATES.get((bm, bn), other)
+                    rates[(bm, bn)] = (other * cooperative if switch.get("schedule") == "persistent" else other,
+                                       _switch_to(own, (bm, bn), switch))
+        # (split-K and stream-K run without clusters)
+        unshared = _sector_penalty((128, 256), off_grid, None) if sector_bound else 1.0
+        if plain and own == (128, 256) and k is not None and k >= SPLIT_MIN_K and not b_bound:
+            candidates.append((unshared * SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2),
+                               dict(SPLIT_SWITCH)))
         programs = grid_programs(info, Config({}), extents)
-        if plain and not sector_bound and not info.get("epilogue_loads") and k is not None and \
+        if plain and not b_bound and not info.get("epilogue_loads") and k is not None and \
                 k >= MIN_K_STREAM_K and _stream_k_shares(info, Config({}), extents, programs, sms):
             fill = STREAM_K_FILL_TWO_WAVES if tile_plan.cdiv(programs, sms) <= 2 else STREAM_K_FILL
-            choices.append((rate * fill, {"schedule": "streamk"}))
-        if choices:
-            fill, switch = max(choices, key=lambda choice: choice[0])
-            if fill >= SWITCH_MARGIN * own_fill:
-                config = switch
-    if sector_bound:                        # (stream-K, which cannot run in clusters, was not a choice then)
-        # pairs along the grid axis that tiles M, which share the tiles of B
-        config["cluster"] = "2x1" if [c for c, _ in info.get("tiles", [])].index("BLOCK_M") == 0 else "1x2"
+            candidates.append((unshared * own_rate * fill, {"schedule": "streamk"}))
+    rates = {own: (own_rate, {}), **rates}
+    m_axis = [c for c, _ in info.get("tiles", [])].index("BLOCK_M")
+    # clusters that share B (pairs along the grid axis that tiles M) or A (along the other)
+    sharing = {"B": "2x1" if m_axis == 0 else "1x2", "A": "1x2" if m_axis == 0 else "2x1"}
+    tiles = []
+    for tile, (rate, switch) in rates.items():
+        clusters = [None] + ([c for x, c in sharing.items() if off_grid["AB".index(x)]]
+                             if sector_bound and tile in SECTOR_CLUSTER_TILES else [])
+        alone = None
+        for cluster in clusters:
+            fill, paired = clustered_fill(m, n, tile, batch if batch is not None else 1, sms, cluster, m_axis)
+            if cluster is not None and not paired:
+                continue                    # (the runtime would launch it without clusters: the entry above)
+            shared = next((x for x, c in sharing.items() if c == cluster), None)
+            pingpong = switch.get("schedule") == "pingpong" if switch else own_pingpong(own)
+            if paired and pingpong:
+                rate_here = rate * PINGPONG_CLUSTER_RATE
+            else:
+                rate_here = rate
+            score = rate_here * fill * (_sector_penalty(tile, off_grid, shared) if sector_bound else 1.0)
+            if cluster is None:
+                alone = score
+            elif score < SWITCH_MARGIN * alone:
+                continue                    # (pairs run in lockstep: clusters only where they pay clearly)
+            tiles.append((score, dict(switch, **({"cluster": cluster} if cluster else {}))))
+    candidates = tiles + candidates
+    own_score = next(score for score, config in candidates if config == {})
+    if own_score <= 0:                      # an empty output: nothing to launch, nothing to compile
+        return {}
+    score, config = max(candidates, key=lambda candidate: candidate[0])
+    config = config if score >= SWITCH_MARGIN * own_score else {}
+    if pairs_for_b:
+        config = dict(config, cluster=sharing["B"])
     return config
+
+
+def own_pingpong(tile: tuple) -> bool:
+    """Whether a kernel's own tile of this size runs ping-pong (a consumer warp group holds all of it)."""
+    return tile[0] * tile[1] <= tile_plan.PINGPONG_ACC_REGISTERS * THREADS_PER_WARP_GROUP
+
+
+def _sector_penalty(tile: tuple, off_grid: tuple, shared) -> float:
+    """What `tile` computes per slot with the operands `off_grid` (A, B) off the sector grid, the one a cluster
+    shares (`shared`: "A", "B" or None) excepted (SECTOR_PENALTIES)."""
+    penalties = SECTOR_PENALTIES.get(tile, SECTOR_PENALTIES[(128, 256)])
+    rate = 1.0
+    for operand, off, penalty in zip("AB", off_grid, penalties):
+        if off and operand != shared:
+            rate *= penalty
+    return rate
+
+
+def clustered_fill(m: int, n: int, tile: tuple, batch: int, sms: int, cluster, m_axis: int) -> tuple:
+    """(wave fill, whether the CTAs run paired): `tile_plan.wave_fill` of an m x n output (times `batch`) in
+    `tile`s, as a persistent kernel in `cluster` ("2x1", "1x2" or None) walks it: the paired axis rounded up to
+    whole clusters where the runtime pairs the CTAs (`tawa.runtime.grid.walked_tiles`), alone where it does not."""
+    along_m, along_n = tile_plan.cdiv(m, tile[0]), tile_plan.cdiv(n, tile[1])
+    grid = (along_m, along_n, batch) if m_axis == 0 else (along_n, along_m, batch)
+    dims = [int(d) for d in cluster.split("x")] if cluster else None
+    if dims is not None and grid[cluster_axis(dims)[0]] < 2:
+        dims = None                         # (pairs of one tile and one past the output: not taken)
+    tiles, size = walked_tiles(dims, grid, sms)
+    if tiles <= 0:
+        return 0.0, False
+    slots = sms // size * size
+    return m * n * batch / (tile_plan.cdiv(tiles, slots) * slots * tile[0] * tile[1]), size > 1
 
 
 #: An attention-family kernel's own query block, and the configuration that replaces it: 192 rows on three

@@ -228,12 +228,19 @@ def _walked_tiles(tile_grid: tuple, axis: int, size: int) -> int:
     return _tiles(tile_grid) // tile_grid[axis] * (-(-tile_grid[axis] // size) * size) if tile_grid[axis] else 0
 
 
+def walked_tiles(cluster: Optional[Sequence[int]], tile_grid: tuple, most_ctas: int) -> tuple:
+    """(tiles, CTAs per cluster): the tiles a persistent kernel written for the 3-D `tile_grid` walks when at most
+    `most_ctas` CTAs run, in the clusters `cluster_size_for` allows (the grid rounded up to whole clusters along
+    the paired axis), and the size of those clusters (1: none)."""
+    size = cluster_size_for(cluster, tile_grid, most_ctas)
+    return (_walked_tiles(tile_grid, cluster_axis(cluster)[0], size) if size > 1 else _tiles(tile_grid)), size
+
+
 def persistent_launch(cluster: Optional[Sequence[int]], tile_grid: tuple, most_ctas: int) -> tuple:
     """((CTAs, 1, 1), CTAs per cluster): how a persistent kernel written for the 3-D `tile_grid` is launched when
     at most `most_ctas` CTAs are to run (on the GPU, those resident at once): one per tile it walks up to that
     many, in the clusters `cluster_size_for` allows, a whole number of them. The GPU runtime and the interpreter
     both launch through it, so the interpreter walks tiles and clusters as the GPU does."""
-    size = cluster_size_for(cluster, tile_grid, most_ctas)
-    tiles = _walked_tiles(tile_grid, cluster_axis(cluster)[0], size) if size > 1 else _tiles(tile_grid)
+    tiles, size = walked_tiles(cluster, tile_grid, most_ctas)
     ctas = min(tiles, most_ctas)
     return (ctas // size * size, 1, 1), size

@@ -49,6 +49,80 @@ def test_shape_defaults_pick_small_m_tiles_and_splits(extents, expected):
     assert choose(GEMM_INFO, extents) == expected
 
 
+A_OFF, B_OFF, BOTH_OFF = (0,), (1,), (0, 1)
+
+
+@pytest.mark.parametrize("extents, misaligned, expected", [
+    # both off the grid: 192x192 pairs along M (fill 0.92) over 128x256 pairs (2.2 waves: 0.69); measured 539
+    # against 457 TFLOP/s (H100)
+    ({"M": 3000, "N": 3000, "K": 3000}, BOTH_OFF, dict(THREE_GROUPS, cluster="2x1")),
+    # 55 rows of 128x256 tiles do not pair without a seventh wave, so 2x1 would have run unpaired (410): 192x192
+    # pairs (524)
+    ({"M": 7000, "N": 3000, "K": 3000}, BOTH_OFF, dict(THREE_GROUPS, cluster="2x1")),
+    ({"M": 9000, "N": 3000, "K": 5000}, BOTH_OFF, dict(THREE_GROUPS, cluster="2x1")),
+    ({"M": 2504, "N": 3496, "K": 4504}, BOTH_OFF, dict(PINGPONG, cluster="2x1")),
+    ({"M": 5000, "N": 3000, "K": 1000}, BOTH_OFF, {"cluster": "2x1"}),
+    # A alone off: 192x192 pairs along N share it (678 against 594 for ping-pong alone) ...
+    ({"M": 3072, "N": 3072, "K": 7000}, A_OFF, dict(THREE_GROUPS, cluster="1x2")),
+    # ... where the own tile fills as well, it stays (a pair sharing A: within 4% either way)
+    ({"M": 2048, "N": 8192, "K": 5000}, A_OFF, {}),
+    ({"M": 8192, "N": 4096, "K": 1000}, A_OFF, {}),
+    # ... and 128x128, which reads A twice as often per output, is not taken with A off (393 against 490)
+    ({"M": 3000, "N": 2048, "K": 1000}, A_OFF, PINGPONG),
+    # B alone off
+    ({"M": 4096, "N": 3000, "K": 4096}, B_OFF, {"cluster": "2x1"}),
+    ({"M": 1100, "N": 5000, "K": 4096}, B_OFF, {"cluster": "2x1"}),
+    ({"M": 3000, "N": 5000, "K": 2000}, B_OFF, dict(PINGPONG, cluster="2x1")),
+])
+def test_rows_off_the_sector_grid_weigh_tiles_and_clusters_together(extents, misaligned, expected):
+    """A plain GEMM of a wave or more with A's or B's rows off the sector grid: each tile, alone and in the pairs
+    that share the operand off the grid, weighed by its fill as the runtime launches it and what it computes per
+    slot with the other unshared (`SECTOR_PENALTIES`); the 21 shapes measured all take their fastest variant."""
+    assert choose(GEMM_INFO, extents, misaligned=misaligned) == expected
+
+
+def test_off_grid_clusters_are_ones_the_runtime_pairs():
+    """Every cluster the off-grid rule picks for a plain GEMM is launched in pairs (`tawa.runtime.grid`): the
+    runtime runs a cluster alone where rounding its axis to whole pairs would cost a wave, and a rule that picked
+    such a cluster paid B's unshared reads without knowing (7000x3000x3000: 2x1 ran unpaired at 410 TFLOP/s)."""
+    from tawa.runtime.grid import cluster_size_for
+    picked = 0
+    for m in (1000, 1100, 2000, 3000, 4500, 7000, 9000):
+        for n in (1000, 3000, 5000, 7000, 14336):
+            for misaligned in (A_OFF, B_OFF, BOTH_OFF):
+                config = choose(GEMM_INFO, {"M": m, "N": n, "K": 3000}, misaligned=misaligned)
+                if "cluster" not in config or m // 128 * n // 256 < 132:
+                    continue
+                bm, bn = config.get("BLOCK_M", 128), config.get("BLOCK_N", 256)
+                dims = [int(d) for d in config["cluster"].split("x")]
+                grid = (-(-m // bm), -(-n // bn), 1)
+                assert cluster_size_for(dims, grid, 132) == 2, (m, n, misaligned, config)
+                picked += 1
+    assert picked > 20
+
+
+def test_clustered_fill_matches_the_runtime_walk():
+    fill = launch_defaults.clustered_fill
+    # alone: the wave fill
+    assert fill(3000, 3000, (128, 256), 1, 132, None, 0) == (pytest.approx(0.6936, abs=1e-4), False)
+    # 24 tile rows pair as they are; 55 do not without another wave: the launch runs unpaired
+    assert fill(3000, 3000, (128, 256), 1, 132, "2x1", 0)[1] is True
+    assert fill(7000, 3000, (128, 256), 1, 132, "2x1", 0) == (fill(7000, 3000, (128, 256), 1, 132, None, 0)[0],
+                                                               False)
+    assert fill(7000, 3000, (128, 256), 1, 132, "1x2", 0)[1] is True
+    # a single tile along the paired axis is never paired
+    assert fill(100, 8192, (128, 256), 1, 132, "2x1", 0)[1] is False
+
+
+def test_off_grid_weighing_is_for_plain_gemms_of_a_wave_or_more():
+    """Fused epilogues, batched grids and grids of fewer tiles than SMs keep the rule measured for them: their
+    own choice, paired along M where B's rows are off the grid."""
+    linear = dict(GEMM_INFO, epilogue_loads=True)
+    assert choose(linear, {"M": 3000, "N": 3000, "K": 3000}, misaligned=BOTH_OFF).get("BLOCK_M") is None
+    assert choose(linear, {"M": 3000, "N": 3000, "K": 3000}, misaligned=A_OFF).get("cluster") is None
+    assert choose(GEMM_INFO, {"M": 1000, "N": 1000, "K": 8192}, misaligned=B_OFF) == dict(NARROW, cluster="2x1")
+
+
 def test_shape_defaults_leave_other_kernels_alone():
     assert choose(dict(GEMM_INFO, has_dot=False), {"M": 8, "N": 4096, "K": 4096}) == {}
     attention = dict(GEMM_INFO, tiles=[["BLOCK_M", "S"]], symbols=[["S", 0, 2]])
