@@ -54,10 +54,17 @@ CASES = {
     # the linear layer: 187 tiles of its own 128x192 fill 0.67 of two waves, 121 of 192x192 0.89 of one; W's rows
     # 528 bytes apart (off the sector grid): in pairs
     ("linear_gelu_residual.tawa", 2112, 2048, 264): (192, "persistent", 2),
+    # A's and B's rows both off the sector grid (1040 and 6000 bytes apart): 192x192 in pairs along M
+    ("gemm.tawa", 3000, 3000, 520): (192, "persistent", 2),
+    # ... where 55 rows of 128x256 tiles would not pair without another wave
+    ("gemm.tawa", 7000, 3000, 1000): (192, "persistent", 2),
+    # A's rows alone off the grid (2000 bytes apart): 192x192 in pairs along N, which share A
+    ("gemm.tawa", 3072, 3072, 1000): (192, "persistent", 2),
 }
 #: The cases whose variant has 192-row tiles.
 BLOCK_M = {("gemm.tawa", 1100, 4096, 520): 192, ("gemm_fp8.tawa", 1100, 4096, 512): 192,
-           ("linear_gelu_residual.tawa", 2112, 2048, 264): 192}
+           ("linear_gelu_residual.tawa", 2112, 2048, 264): 192, ("gemm.tawa", 3000, 3000, 520): 192,
+           ("gemm.tawa", 7000, 3000, 1000): 192, ("gemm.tawa", 3072, 3072, 1000): 192}
 
 
 SPLITS = {("gemm.tawa", 1000, 1024, 4104): 2, ("gemm_fp8.tawa", 512, 1024, 4096): 2}
