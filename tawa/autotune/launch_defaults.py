@@ -184,7 +184,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
     off_grid = (bool(set(tile_column_operands(info)) & misaligned), bool(set(tile_row_operands(info)) & misaligned))
     # the tiles and clusters weighed together where rows are off the grid: measured for plain one-dot kernels
     sector_bound = may_cluster and any(off_grid) and info.get("dots") == 1 and not info.get("epilogue_loads") and \
-        _plain(info) and tile_plan.cdiv(m, own[0]) * tile_plan.cdiv(n, own[1]) >= sms
+        _plain(info) and own in SECTOR_CLUSTER_TILES and tile_plan.cdiv(m, own[0]) * tile_plan.cdiv(n, own[1]) >= sms
     # elsewhere the kernel's choice in pairs that share B, where its rows are off the grid (3000x5000x2000 with a
     # B row pitch of 10000 bytes: 465 -> 630 TFLOP/s)
     pairs_for_b = may_cluster and off_grid[1] and not sector_bound and tile_plan.cdiv(m, own[0]) >= 2
@@ -211,16 +211,16 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
                         other = SECTOR_TILE_RATES.get((bm, bn), other)
                     rates[(bm, bn)] = (other * cooperative if switch.get("schedule") == "persistent" else other,
                                        _switch_to(own, (bm, bn), switch))
-        # (split-K and stream-K run without clusters)
-        unshared = _sector_penalty((128, 256), off_grid, None) if sector_bound else 1.0
+        # (split-K, over 128x128 tiles, and stream-K, over the own tile, run without clusters)
+        unshared = (lambda tile: _sector_penalty(tile, off_grid, None)) if sector_bound else (lambda tile: 1.0)
         if plain and own == (128, 256) and k is not None and k >= SPLIT_MIN_K and not b_bound:
-            candidates.append((unshared * SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2),
+            candidates.append((unshared((128, 128)) * SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2),
                                dict(SPLIT_SWITCH)))
         programs = grid_programs(info, Config({}), extents)
         if plain and not b_bound and not info.get("epilogue_loads") and k is not None and \
                 k >= MIN_K_STREAM_K and _stream_k_shares(info, Config({}), extents, programs, sms):
             fill = STREAM_K_FILL_TWO_WAVES if tile_plan.cdiv(programs, sms) <= 2 else STREAM_K_FILL
-            candidates.append((unshared * own_rate * fill, {"schedule": "streamk"}))
+            candidates.append((unshared(own) * own_rate * fill, {"schedule": "streamk"}))
     rates = {own: (own_rate, {}), **rates}
     m_axis = [c for c, _ in info.get("tiles", [])].index("BLOCK_M")
     # clusters that share B (pairs along the grid axis that tiles M) or A (along the other)
@@ -235,7 +235,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
             if cluster is not None and not paired:
                 continue                    # (the runtime would launch it without clusters: the entry above)
             shared = next((x for x, c in sharing.items() if c == cluster), None)
-            pingpong = switch.get("schedule") == "pingpong" if switch else own_pingpong(own)
+            pingpong = (switch or fixed).get("schedule", "pingpong" if own_pingpong(own) else None) == "pingpong"
             if paired and pingpong:
                 rate_here = rate * PINGPONG_CLUSTER_RATE
             else:
@@ -281,11 +281,13 @@ def clustered_fill(m: int, n: int, tile: tuple, batch: int, sms: int, cluster, m
     grid = (along_m, along_n, batch) if m_axis == 0 else (along_n, along_m, batch)
     dims = [int(d) for d in cluster.split("x")] if cluster else None
     if dims is not None and grid[cluster_axis(dims)[0]] < 2:
-        dims = None                         # (pairs of one tile and one past the output: not taken)
+        dims = None     # (the runtime may pair a single tile with one past the output; the rule does not take it)
     tiles, size = walked_tiles(dims, grid, sms)
     if tiles <= 0:
         return 0.0, False
     slots = sms // size * size
+    if slots <= 0:
+        return 0.0, False
     return m * n * batch / (tile_plan.cdiv(tiles, slots) * slots * tile[0] * tile[1]), size > 1
 
 

@@ -91,7 +91,7 @@ def test_off_grid_clusters_are_ones_the_runtime_pairs():
         for n in (1000, 3000, 5000, 7000, 14336):
             for misaligned in (A_OFF, B_OFF, BOTH_OFF):
                 config = choose(GEMM_INFO, {"M": m, "N": n, "K": 3000}, misaligned=misaligned)
-                if "cluster" not in config or m // 128 * n // 256 < 132:
+                if "cluster" not in config or -(-m // 128) * -(-n // 256) < 132:
                     continue
                 bm, bn = config.get("BLOCK_M", 128), config.get("BLOCK_N", 256)
                 dims = [int(d) for d in config["cluster"].split("x")]
@@ -110,8 +110,10 @@ def test_clustered_fill_matches_the_runtime_walk():
     assert fill(7000, 3000, (128, 256), 1, 132, "2x1", 0) == (fill(7000, 3000, (128, 256), 1, 132, None, 0)[0],
                                                                False)
     assert fill(7000, 3000, (128, 256), 1, 132, "1x2", 0)[1] is True
-    # a single tile along the paired axis is never paired
+    # the rule does not count a single tile along the paired axis as paired (the runtime could pair it with one
+    # past the output)
     assert fill(100, 8192, (128, 256), 1, 132, "2x1", 0)[1] is False
+    assert fill(3000, 3000, (128, 256), 1, 0, "2x1", 0) == (0.0, False)            # no SMs: nothing to fill
 
 
 def test_off_grid_weighing_is_for_plain_gemms_of_a_wave_or_more():
@@ -121,6 +123,9 @@ def test_off_grid_weighing_is_for_plain_gemms_of_a_wave_or_more():
     assert choose(linear, {"M": 3000, "N": 3000, "K": 3000}, misaligned=BOTH_OFF).get("BLOCK_M") is None
     assert choose(linear, {"M": 3000, "N": 3000, "K": 3000}, misaligned=A_OFF).get("cluster") is None
     assert choose(GEMM_INFO, {"M": 1000, "N": 1000, "K": 8192}, misaligned=B_OFF) == dict(NARROW, cluster="2x1")
+    # an own tile the rule has no off-grid weights for keeps its pairs along M
+    tall = dict(GEMM_INFO, constants=dict(GEMM_INFO["constants"], BLOCK_M=256, BLOCK_N=128))
+    assert choose(tall, {"M": 4096, "N": 3000, "K": 4096}, misaligned=B_OFF) == {"cluster": "2x1"}
 
 
 def test_shape_defaults_leave_other_kernels_alone():

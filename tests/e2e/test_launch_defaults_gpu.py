@@ -30,10 +30,11 @@ def _product(extents) -> int:
 #: (example, M, N, K) -> (BLOCK_N, schedule named in the notes, cluster size launched on 132 SMs); split-K where K
 #: is 4096 or more and the tiles are few (SPLITS)
 CASES = {
-    # B's rows 10000 bytes apart; 480 tiles of 128x256 fill 0.87 of 4 waves, 648 of 128x192 0.93 of 5
-    ("gemm.tawa", 3000, 5000, 520): (192, "pingpong", 2),
-    # B's rows 5392 bytes apart; 51 tile rows rounded up to 26 pairs (765 -> 780 tiles, 6 waves either way)
-    ("gemm.tawa", 6504, 2696, 264): (192, "pingpong", 2),
+    # B's rows 10000 bytes apart and A's 1040: 128x256 in pairs along M sharing B (24 tile rows pair as they are)
+    ("gemm.tawa", 3000, 5000, 520): (256, "persistent", 2),
+    # B's rows 5392 bytes apart and A's 528: 192x192 in pairs along M (34 tile rows), where 51 rows of 128x192
+    # would be rounded up to 26 pairs
+    ("gemm.tawa", 6504, 2696, 264): (192, "persistent", 2),
     # aligned: 288 tiles of 128x256 fill 0.73 of 3 waves, 384 of 128x192 0.97
     ("gemm.tawa", 1536, 6144, 256): (192, "pingpong", 1),
     ("gemm_fp8.tawa", 1536, 6144, 512): (192, "pingpong", 1),
@@ -49,7 +50,8 @@ CASES = {
     # the linear layer's W [N, K] with rows 1424 bytes apart: its own 128x192 ping-pong tile, in pairs
     ("linear_gelu_residual.tawa", 1000, 3000, 712): (192, "pingpong", 2),
     # 144 tiles of 128x256 (two waves, the second sparse), 132 of 192x192 (three consumer warp groups): one wave
-    ("gemm.tawa", 1100, 4096, 520): (192, "persistent", 1),
+    # (A's rows 1040 bytes apart: in pairs along N, which share A)
+    ("gemm.tawa", 1100, 4096, 520): (192, "persistent", 2),
     ("gemm_fp8.tawa", 1100, 4096, 512): (192, "persistent", 1),
     # the linear layer: 187 tiles of its own 128x192 fill 0.67 of two waves, 121 of 192x192 0.89 of one; W's rows
     # 528 bytes apart (off the sector grid): in pairs
@@ -64,7 +66,8 @@ CASES = {
 #: The cases whose variant has 192-row tiles.
 BLOCK_M = {("gemm.tawa", 1100, 4096, 520): 192, ("gemm_fp8.tawa", 1100, 4096, 512): 192,
            ("linear_gelu_residual.tawa", 2112, 2048, 264): 192, ("gemm.tawa", 3000, 3000, 520): 192,
-           ("gemm.tawa", 7000, 3000, 1000): 192, ("gemm.tawa", 3072, 3072, 1000): 192}
+           ("gemm.tawa", 7000, 3000, 1000): 192, ("gemm.tawa", 3072, 3072, 1000): 192,
+           ("gemm.tawa", 6504, 2696, 264): 192}
 
 
 SPLITS = {("gemm.tawa", 1000, 1024, 4104): 2, ("gemm_fp8.tawa", 512, 1024, 4096): 2}
