@@ -37,7 +37,7 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
     A GEMM-family kernel (a dot, a grid tiled by BLOCK_M and BLOCK_N) compiled without BLOCK_M, BLOCK_N or split_k
     launches, per call, the variant its shape calls for (`tawa.autotune.launch_defaults`, docs/autotuning.md):
     64-row tiles and split-K for M <= 64; another tile, split-K or stream-K where that fills the SMs' waves better;
-    2x1 clusters where B's rows are off the 32-byte sector grid. An attention-family kernel (two dots, a grid tiled
+    clusters that share an operand whose rows are off the 32-byte sector grid. An attention-family kernel (two dots, a grid tiled
     by BLOCK_M along the sequence) at head dims up to 64 takes 192-row query blocks on long sequences. Options
     given here are never overridden. Variants
     are compiled on a call's first need; `kernel.variant_for(*args)` says which kernel a call runs.

@@ -40,6 +40,12 @@ def cluster_name(value):
     return value
 
 
+def cluster_dims(name: str) -> tuple:
+    """(CTAs along grid axis 0, along axis 1) of a cluster spelled "AxB"."""
+    x, y = name.split("x")
+    return (int(x), int(y))
+
+
 def cluster_axis(dims) -> tuple:
     """(grid axis, CTAs along it) of cluster dims [x, y] with one of them above 1 (2x1 or 1x2)."""
     x, y = dims
@@ -149,10 +155,7 @@ class CompileOptions:
 
     def cluster_dims(self) -> tuple:
         """(CTAs along grid axis 0, along axis 1) of the `cluster` option; (1, 1) without clusters."""
-        if not self.cluster:
-            return (1, 1)
-        x, y = self.cluster.split("x")
-        return (int(x), int(y))
+        return cluster_dims(self.cluster) if self.cluster else (1, 1)
 
     def cache_key_fields(self) -> dict:
         """The fields that determine the generated code (the disk cache's key): not the debugging switches."""

@@ -8,7 +8,8 @@ extents of its shape symbols, and whether the rows of the operands every tile ro
 
 - small M (decode shapes): 64-row tiles, and split-K where those leave most SMs idle over a long K;
 - larger M: the tile and schedule that fill the SMs' waves best (`tawa.tile_plan.wave_fill`), weighted by what each
-  computes per tile slot, and thread-block clusters where B's rows sit off the 32-byte sector grid.
+  computes per tile slot, and thread-block clusters that share the tiles of an operand whose rows sit off the
+  32-byte sector grid.
 
 An attention-family kernel (two dots, a grid tiled by BLOCK_M along the sequence) at head dims up to 64 takes
 192-row query blocks on long sequences (`attention_defaults`).
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from tawa import tile_plan
 from tawa.hopper import SECTOR_BYTES, THREADS_PER_WARP_GROUP, TMA_ALIGN_BYTES
-from tawa.options import cluster_axis, cluster_name
+from tawa.options import cluster_axis, cluster_dims, cluster_name
 
 from tawa.runtime.grid import walked_tiles
 
@@ -133,7 +134,7 @@ SMALL_K_COOPERATIVE_RATE = 0.95
 #: partial sums and shared epilogues cost the rest): over two waves, where every tile is shared by two CTAs, about
 #: 0.75; over three or more, where only the last waves' tiles are, about 0.87.
 STREAM_K_FILL_TWO_WAVES, STREAM_K_FILL = 0.75, 0.87
-#: Rows off the sector grid (docs/performance.md, "Rows off the sector grid: tiles and clusters"): what a tile
+#: Rows off the sector grid (docs/performance.md, "rows off the sector grid weigh tiles and clusters together"): what a tile
 #: computes per slot while the operand every tile column reads (A) or every tile row reads (B) has rows off the
 #: grid and no cluster shares its tiles, against the same tile with it on the grid, as (A, B). A 2x1 or 1x2
 #: cluster shares one of them (TMA multicast: each CTA of the pair loads half of each tile for both), which
@@ -158,8 +159,8 @@ _CLUSTER_OPTIONS = ("warp_specialize", "split_k", "cluster", "tma", "num_consume
 
 def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: int, misaligned: set,
                       fixed: dict) -> dict:
-    """For M > 64: the tile and schedule that fill the GPU's waves best, and 2x1 clusters where the operand that
-    every tile row reads (B of a GEMM) has rows off the 32-byte sector grid.
+    """For M > 64: the tile and schedule that fill the GPU's waves best, and thread-block clusters where an operand's
+    rows sit off the 32-byte sector grid.
 
     - Waves. A persistent CTA computes its tiles one after another, so a launch takes as long as its fullest
       CTA: `tawa.tile_plan.wave_fill` is the share of all the waves' tile slots that computes output. Over 41
@@ -170,31 +171,38 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
       that loads a tensor, which stream-K refuses), when that fills the waves `SWITCH_MARGIN` better, weighted by
       what each computes per slot (GEMM 1536x6144x2048: 0.73 -> 0.97, 527 -> 680 TFLOP/s; the linear layer at
       1024x4096x4096: 0.65 -> 0.97, 440 -> 607).
-    - Sectors. A B row pitch that is a multiple of 16 but not 32 bytes (a bf16 N of 8 mod 16: 1000, 3000, 5000)
-      halves TMA's read rate of B; a pair of CTAs along M loading each B tile once for both (TMA multicast)
-      recovers most of it (3000x5000x2000: 465 -> 630). Stream-K cannot run in clusters, so it is not taken
-      there."""
+    - Sectors. A row pitch that is a multiple of 16 but not 32 bytes (a bf16 K or N of 8 mod 16: 1000, 3000,
+      5000) halves TMA's read rate of that operand; a pair of CTAs loading each of its tiles once for both (TMA
+      multicast) recovers most of it. A plain one-dot GEMM of a wave or more of its own tiles weighs every tile
+      alone and in the pairs that share an operand off the grid (`clustered_fill`, `SECTOR_PENALTIES`;
+      3000x3000x3000 with A and B off: 192x192 in 2x1 pairs, 457 -> 539 TFLOP/s); other kernels run their choice
+      in pairs along M where B is off the grid (3000x5000x2000: 465 -> 630). Stream-K and split-K, which cannot
+      pair CTAs, are not taken where B's tiles could be shared."""
     consts = info.get("constants", {})
     own = (consts.get("BLOCK_M"), consts.get("BLOCK_N"))
     if not all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in own):
         return {}
     may_cluster = not any(name in fixed for name in _CLUSTER_OPTIONS) and \
         fixed.get("schedule") in (None, "persistent", "pingpong")
-    # which operands' rows sit off the sector grid: (A, B)
-    off_grid = (bool(set(tile_column_operands(info)) & misaligned), bool(set(tile_row_operands(info)) & misaligned))
-    # the tiles and clusters weighed together where rows are off the grid: measured for plain one-dot kernels
-    sector_bound = may_cluster and any(off_grid) and info.get("dots") == 1 and not info.get("epilogue_loads") and \
-        _plain(info) and own in SECTOR_CLUSTER_TILES and tile_plan.cdiv(m, own[0]) * tile_plan.cdiv(n, own[1]) >= sms
-    # elsewhere the kernel's choice in pairs that share B, where its rows are off the grid (3000x5000x2000 with a
-    # B row pitch of 10000 bytes: 465 -> 630 TFLOP/s)
-    pairs_for_b = may_cluster and off_grid[1] and not sector_bound and tile_plan.cdiv(m, own[0]) >= 2
-    # (split-K and stream-K, which cannot pair CTAs, are not taken where B's tiles could be shared)
-    b_bound = (sector_bound or pairs_for_b) and off_grid[1] and tile_plan.cdiv(m, own[0]) >= 2
+    off_grid = {operand for operand, indices in (("A", tile_column_operands(info)), ("B", tile_row_operands(info)))
+                if set(indices) & misaligned}
+    # the tiles and clusters weighed together where rows are off the grid: measured for plain one-dot GEMMs
+    sector_bound = may_cluster and bool(off_grid) and info.get("dots") == 1 and not info.get("epilogue_loads") \
+        and _plain(info) and own in SECTOR_CLUSTER_TILES and \
+        tile_plan.cdiv(m, own[0]) * tile_plan.cdiv(n, own[1]) >= sms
+    # elsewhere the kernel's choice runs in pairs that share B, where B is off the grid
+    pairs_for_b = may_cluster and "B" in off_grid and not sector_bound and tile_plan.cdiv(m, own[0]) >= 2
+    b_bound = may_cluster and "B" in off_grid and tile_plan.cdiv(m, own[0]) >= 2
+
+    def sector_rate(tile, shared=None) -> float:
+        return _sector_penalty(tile, off_grid - {shared}) if sector_bound else 1.0
+
     may_switch = not any(name in fixed for name in _SCHEDULE_OPTIONS) and \
         cluster_name(fixed.get("cluster", "1x1")) == "1x1"
-    # candidates: (what the launch computes per slot, the configuration), the own tile's first
+    # (what each computes per slot, its configuration) of the own tile and the tiles it may switch to ...
     own_rate, rates = 1.0, {}
-    candidates = []
+    # ... and of split-K and stream-K
+    others = []
     # one dot over a grid of output tiles, or of them times a batch axis (split-K and stream-K: without one)
     if may_switch and info.get("dots") == 1 and batch is not None:
         plain = _plain(info)
@@ -202,59 +210,50 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
         own_rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
         # a cooperative tile's epilogue, which no other tile's main loop hides, weighs on short K loops
         own_cooperative, cooperative = _cooperative_rates(info, k, misaligned)
-        if own[0] * own[1] > tile_plan.PINGPONG_ACC_REGISTERS * THREADS_PER_WARP_GROUP:   # (a cooperative own tile)
+        if not own_pingpong(own):
             own_rate *= own_cooperative
         if switching:
-            for (bm, bn), (switch, other) in TILE_SWITCHES.items():
-                if (bm, bn) != own:
+            for tile, (switch, other) in TILE_SWITCHES.items():
+                if tile != own:
                     if sector_bound:
-                        other = SECTOR_TILE_RATES.get((bm, bn), other)
-                    rates[(bm, bn)] = (other * cooperative if switch.get("schedule") == "persistent" else other,
-                                       _switch_to(own, (bm, bn), switch))
-        # (split-K, over 128x128 tiles, and stream-K, over the own tile, run without clusters)
-        unshared = (lambda tile: _sector_penalty(tile, off_grid, None)) if sector_bound else (lambda tile: 1.0)
+                        other = SECTOR_TILE_RATES.get(tile, other)
+                    rates[tile] = (other * cooperative if switch.get("schedule") == "persistent" else other,
+                                   _switch_to(own, tile, switch))
+        # (split-K runs 128x128 tiles, stream-K the own one; neither in clusters)
         if plain and own == (128, 256) and k is not None and k >= SPLIT_MIN_K and not b_bound:
-            candidates.append((unshared((128, 128)) * SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2),
-                               dict(SPLIT_SWITCH)))
+            others.append((sector_rate((128, 128)) * SPLIT_RATE * tile_plan.wave_fill(m, n, 128, 128, sms, splits=2),
+                           dict(SPLIT_SWITCH)))
         programs = grid_programs(info, Config({}), extents)
         if plain and not b_bound and not info.get("epilogue_loads") and k is not None and \
                 k >= MIN_K_STREAM_K and _stream_k_shares(info, Config({}), extents, programs, sms):
             fill = STREAM_K_FILL_TWO_WAVES if tile_plan.cdiv(programs, sms) <= 2 else STREAM_K_FILL
-            candidates.append((unshared(own) * own_rate * fill, {"schedule": "streamk"}))
+            others.append((sector_rate(own) * own_rate * fill, {"schedule": "streamk"}))
     rates = {own: (own_rate, {}), **rates}
     m_axis = [c for c, _ in info.get("tiles", [])].index("BLOCK_M")
-    # clusters that share B (pairs along the grid axis that tiles M) or A (along the other)
+    # the cluster that shares each operand: B in pairs along the grid axis that tiles M, A along the other
     sharing = {"B": "2x1" if m_axis == 0 else "1x2", "A": "1x2" if m_axis == 0 else "2x1"}
-    tiles = []
+    outputs = 1 if batch is None else batch
+    candidates = []
     for tile, (rate, switch) in rates.items():
-        clusters = [None] + ([c for x, c in sharing.items() if off_grid["AB".index(x)]]
-                             if sector_bound and tile in SECTOR_CLUSTER_TILES else [])
-        alone = None
-        for cluster in clusters:
-            fill, paired = clustered_fill(m, n, tile, batch if batch is not None else 1, sms, cluster, m_axis)
-            if cluster is not None and not paired:
-                continue                    # (the runtime would launch it without clusters: the entry above)
-            shared = next((x for x, c in sharing.items() if c == cluster), None)
-            pingpong = (switch or fixed).get("schedule", "pingpong" if own_pingpong(own) else None) == "pingpong"
-            if paired and pingpong:
-                rate_here = rate * PINGPONG_CLUSTER_RATE
-            else:
-                rate_here = rate
-            score = rate_here * fill * (_sector_penalty(tile, off_grid, shared) if sector_bound else 1.0)
-            if cluster is None:
-                alone = score
-            elif score < SWITCH_MARGIN * alone:
-                continue                    # (pairs run in lockstep: clusters only where they pay clearly)
-            tiles.append((score, dict(switch, **({"cluster": cluster} if cluster else {}))))
-    candidates = tiles + candidates
-    own_score = next(score for score, config in candidates if config == {})
+        schedule = (switch or fixed).get("schedule", "pingpong" if own_pingpong(own) else None)
+        alone = rate * sector_rate(tile) * tile_plan.wave_fill(m, n, *tile, sms, batch=outputs)
+        candidates.append((alone, switch))
+        if not (sector_bound and tile in SECTOR_CLUSTER_TILES):
+            continue
+        for operand in sorted(off_grid):
+            fill, paired = clustered_fill(m, n, tile, outputs, sms, sharing[operand], m_axis)
+            score = rate * (PINGPONG_CLUSTER_RATE if schedule == "pingpong" else 1.0) * \
+                sector_rate(tile, operand) * fill
+            # (a cluster the runtime would launch unpaired is the entry above; pairs run in lockstep: only where
+            # they pay clearly)
+            if paired and score >= SWITCH_MARGIN * alone:
+                candidates.append((score, dict(switch, cluster=sharing[operand])))
+    own_score = candidates[0][0]
     if own_score <= 0:                      # an empty output: nothing to launch, nothing to compile
         return {}
-    score, config = max(candidates, key=lambda candidate: candidate[0])
+    score, config = max(candidates + others, key=lambda candidate: candidate[0])
     config = config if score >= SWITCH_MARGIN * own_score else {}
-    if pairs_for_b:
-        config = dict(config, cluster=sharing["B"])
-    return config
+    return dict(config, cluster=sharing["B"]) if pairs_for_b else config
 
 
 def own_pingpong(tile: tuple) -> bool:
@@ -262,14 +261,13 @@ def own_pingpong(tile: tuple) -> bool:
     return tile[0] * tile[1] <= tile_plan.PINGPONG_ACC_REGISTERS * THREADS_PER_WARP_GROUP
 
 
-def _sector_penalty(tile: tuple, off_grid: tuple, shared) -> float:
-    """What `tile` computes per slot with the operands `off_grid` (A, B) off the sector grid, the one a cluster
-    shares (`shared`: "A", "B" or None) excepted (SECTOR_PENALTIES)."""
-    penalties = SECTOR_PENALTIES.get(tile, SECTOR_PENALTIES[(128, 256)])
+def _sector_penalty(tile: tuple, unshared: set) -> float:
+    """What `tile` computes per slot while the operands in `unshared` ("A", "B") have rows off the sector grid that
+    no cluster shares (SECTOR_PENALTIES)."""
+    penalties = dict(zip("AB", SECTOR_PENALTIES.get(tile, SECTOR_PENALTIES[(128, 256)])))
     rate = 1.0
-    for operand, off, penalty in zip("AB", off_grid, penalties):
-        if off and operand != shared:
-            rate *= penalty
+    for operand in unshared:
+        rate *= penalties[operand]
     return rate
 
 
@@ -279,7 +277,7 @@ def clustered_fill(m: int, n: int, tile: tuple, batch: int, sms: int, cluster, m
     whole clusters where the runtime pairs the CTAs (`tawa.runtime.grid.walked_tiles`), alone where it does not."""
     along_m, along_n = tile_plan.cdiv(m, tile[0]), tile_plan.cdiv(n, tile[1])
     grid = (along_m, along_n, batch) if m_axis == 0 else (along_n, along_m, batch)
-    dims = [int(d) for d in cluster.split("x")] if cluster else None
+    dims = cluster_dims(cluster) if cluster else None
     if dims is not None and grid[cluster_axis(dims)[0]] < 2:
         dims = None     # (the runtime may pair a single tile with one past the output; the rule does not take it)
     tiles, size = walked_tiles(dims, grid, sms)
