@@ -291,7 +291,9 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
 
     Returns the module when `tile_level_only` or `stop_after` is given, else the `CompiledKernel`."""
     plan, notes = decide(module, options)
-    traits = {"uneven_programs": uneven_programs(module), "chained_dots": chained_dots(module)}
+    # (read on the tile-level module, before the passes rewrite it; only a compiled kernel records them)
+    traits = {} if tile_level_only or stop_after else \
+        {"uneven_programs": uneven_programs(module), "chained_dots": chained_dots(module)}
     where = source_location(kernel_info.kernel_function(module))     # for errors of the backend's tools
     # Choices made automatically that ptxas may find too tight are checked below (two CTAs per SM; ping-pong, whose
     # groups each hold a whole tile's accumulators beside their epilogue): keep the input to compile again.

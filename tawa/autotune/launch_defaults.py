@@ -398,9 +398,11 @@ def _operands_along(info: dict, read: str, other: str) -> tuple:
 
 
 def watched_operands(info: dict) -> tuple:
-    """The argument indices whose rows' alignment the rules read (`misaligned` of `shape_defaults`): the tensors
-    every tile row reads (B) and every tile column reads (A)."""
-    return tile_row_operands(info) + tile_column_operands(info)
+    """The argument indices whose rows' alignment the rules read (`misaligned` of `shape_defaults`), checked at
+    every launch: the tensors every tile row reads (B), and, for one dot over a grid of output tiles alone (the
+    only kernels whose rules read it), every tile column reads (A)."""
+    columns = tile_column_operands(info) if _plain(info) and info.get("dots") == 1 else ()
+    return tile_row_operands(info) + columns
 
 
 def rows_off_sector(array) -> bool:

@@ -77,7 +77,7 @@ def smem_swizzle(cols: int, elem: str) -> int | None:
 
 def swizzle_width(row_bytes: int) -> int | None:
     """The widest swizzle (bytes) that divides rows of `row_bytes`, None when none does: a dot operand's shared
-    tile (`smem_swizzle`) and a TMA store's staging boxes (`epilogue.staging_bytes`, `to_nvvm.memory`) alike."""
+    tile (`smem_swizzle`) and a TMA store's staging boxes (`epilogue.staging_area`, `to_nvvm.memory`) alike."""
     return next((w for w in reversed(SWIZZLES) if row_bytes % w == 0), None)
 
 

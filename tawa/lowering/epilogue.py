@@ -22,21 +22,22 @@ from tawa.lowering.assign_layouts import swizzle_width
 STORE_BUFFERS = 2
 
 
-def staging_bytes(rows: int, cols: int, elem_bytes: int, persistent: bool) -> int:
-    """Shared bytes staged for a TMA store of a rows x cols tile (the whole tile unless persistent)."""
-    return staging_area(rows, cols, elem_bytes, persistent)[1]
+def staging_key(rows: int, nbox: int, width: int) -> tuple:
+    """(box bytes, buffers) of a persistent store's staging for a `rows`-row tile of `nbox` column boxes of
+    `width` bytes: what the prefetch that fills it and the store that uses it must agree on."""
+    return rows * width, min(nbox, STORE_BUFFERS)
 
 
 def staging_area(rows: int, cols: int, elem_bytes: int, persistent: bool) -> tuple:
     """(what identifies the area, its bytes) of a TMA store's staging. A persistent kernel keeps one area per
-    geometry (box bytes, buffers: `to_nvvm.staged_operand.staging_key`), shared by its stores of that geometry,
+    geometry (`staging_key`), shared by its stores of that geometry,
     so stores of two geometries need both areas; one program per CTA stages in memory that is dead again after
     each store."""
     row_bytes = cols * elem_bytes
     width = swizzle_width(row_bytes)
     if not persistent or width is None:
         return ("whole", rows * row_bytes), rows * row_bytes
-    key = (rows * width, min(row_bytes // width, STORE_BUFFERS))
+    key = staging_key(rows, row_bytes // width, width)
     return key, key[0] * key[1]
 
 

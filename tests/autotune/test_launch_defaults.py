@@ -237,6 +237,7 @@ def test_a_plain_gemm_over_a_short_k_takes_ping_pong_where_a_is_on_the_sector_gr
     assert choose(GEMM_INFO, {"M": 8192, "N": 8192, "K": 2048}) == {}
     assert choose(GEMM_INFO, {"M": 4096, "N": 4096, "K": 1024}) == {}
     assert launch_defaults.watched_operands(GEMM_INFO) == (1, 0)
+    assert launch_defaults.watched_operands(dict(GEMM_INFO, dots=2)) == (1,)        # (A read by one-dot rules only)
     # batched grids were not measured at such K: unchanged
     assert choose(BATCHED, {"Z": 2, "M": 8192, "N": 8192, "K": 1024}) == {}
 

@@ -25,9 +25,9 @@ from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .global_access import element_address, leading_in_bounds, predicated_load
 from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled, swizzled_register
-from .staged_operand import (StagedOperand, candidate, drain_prefetched, persistent_staging, staging_key,
+from .staged_operand import (StagedOperand, candidate, drain_prefetched, persistent_staging,
                              take_prefetched)
-from ..epilogue import stored_by_kernel
+from ..epilogue import staging_key, stored_by_kernel
 
 
 # ---- TMA loads into shared tiles ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
-from .context import Ctx, LazyTile, SmemTile, Tile
+from .context import Ctx, LazyTile, SmemTile, Tile, swizzled
 
 
 def register_tile(value, op, ctx: Ctx | None = None) -> Tile:
@@ -41,8 +41,7 @@ def register_tile(value, op, ctx: Ctx | None = None) -> Tile:
 
 def smem_offset(ctx: Ctx, t: SmemTile, row: V, col: V) -> V:
     """Byte offset (i32) in the shared segment of element (row, col) of the tile `t` as used (after its
-    transpose, if any), where TMA wrote it: column box, then row of W bytes, then the 16-byte chunk XORed with
-    address bits 7.. (TMA's swizzle of width W: `Swizzle<log2(W/16), 4, 3>`; tiles start on a multiple of 8W)."""
+    transpose, if any), where TMA wrote it: column box, then the row's swizzled bytes (`context.swizzled`)."""
     from ..assign_layouts import smem_swizzle
     b = ctx.b
     if t.transposed:
@@ -52,9 +51,7 @@ def smem_offset(ctx: Ctx, t: SmemTile, row: V, col: V) -> V:
         raise InternalCompilerError(f"a shared tile of {t.cols} {t.elem} columns has no swizzle mode")
     byte = b.mul(col, elem_bytes(t.elem))
     box = b.shr(byte, w.bit_length() - 1)
-    lin = b.add(b.mul(row, w), b.and_(byte, w - 1))
-    swz = b.shl(b.and_(b.shr(lin, 7), w // 16 - 1), 4)
-    return b.add(b.add(b.xor(lin, swz), b.mul(box, t.rows * w)), t.offset)
+    return b.add(b.add(swizzled(b, row, byte, w), b.mul(box, t.rows * w)), t.offset)
 
 
 def read_smem(ctx: Ctx, t: SmemTile, layout: L.Layout, sync_after: bool = True) -> Tile:

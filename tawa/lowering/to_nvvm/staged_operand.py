@@ -31,7 +31,7 @@ from tawa.ir import attrs
 from tawa.ir.ops import LoadOp, PrefetchOp, StoreOp
 from tawa.ir.types import elem_bytes, elem_type
 from tawa.lowering.assign_layouts import swizzle_width
-from tawa.lowering.epilogue import STORE_BUFFERS, stored_by_kernel
+from tawa.lowering.epilogue import staging_key, stored_by_kernel
 
 from .. import layouts as L
 from . import sync
@@ -153,12 +153,6 @@ def candidate(ctx: Ctx, value: LazyTile, op):
 
 
 # ---- prefetch: the first boxes copied while the main loop runs -------------------------------------------------
-def staging_key(rows: int, nbox: int, width: int = SWIZZLE_BYTES) -> tuple:
-    """(box bytes, buffers) of a persistent store's staging for a `rows`-row tile of `nbox` column boxes of
-    `width` bytes: what the prefetch that fills it and the store that uses it must agree on."""
-    return rows * width, min(nbox, STORE_BUFFERS)
-
-
 def persistent_staging(ctx: Ctx, key: tuple, barriers: bool) -> list:
     """[shared offset, mbarrier offset or None] of a persistent epilogue's staging `key` (`staging_key`), with one
     mbarrier per buffer when `barriers`: one per region and geometry, shared by its TMA stores (each waits for the
@@ -217,7 +211,7 @@ def lower_prefetch(ctx: Ctx, op) -> None:
     nbox = cols // box_cols
     boxes = OperandBoxes(ctx, p.src, [ctx.get(v) for v in p.offsets], rows, box_cols)
     b = ctx.b
-    key = staging_key(rows, nbox)
+    key = staging_key(rows, nbox, SWIZZLE_BYTES)
     if not ctx.persistent or any(r.key == key for r in ctx.prefetched):
         with b.if_(b.cmpi("eq", ctx.tid(), 0)):
             for j in range(nbox):
