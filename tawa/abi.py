@@ -19,12 +19,16 @@ Kinds of entry (`arg` is the index of the user-facing kernel argument it derives
 - `workspace`: the device address (u64; `arg` is -1) of a split-K kernel's workspace (`CompiledKernel.split_k` >
   1): `workspace_per_tile` bytes for each program of the grid the kernel is launched with, zeroed when the runtime
   allocates it (the kernel leaves it zeroed where it matters: each tile's counter). A stream-K kernel's
-  (`CompiledKernel.stream_k`) has `workspace_per_tile` bytes for each CTA it is launched as.
+  (`CompiledKernel.stream_k`) has `workspace_per_tile` bytes for each CTA it is launched as; a kernel with dynamic
+  tiles (`CompiledKernel.dynamic_tiles`) has `TILE_COUNTER_BYTES`, its tile counter, which it leaves at zero.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, asdict
 from typing import Optional
+
+#: Workspace bytes of a kernel with dynamic tiles: one counter, padded to a 128-byte line.
+TILE_COUNTER_BYTES = 128
 
 
 @dataclass
@@ -59,6 +63,8 @@ class CompiledKernel:
     #: (`workspace_per_tile` bytes each) are one per CTA launched instead of one per program.
     stream_k: bool = False
     workspace_per_tile: int = 0
+    #: A persistent kernel whose CTAs take tiles from a counter in the workspace (`TILE_COUNTER_BYTES`).
+    dynamic_tiles: bool = False
     #: A clustered persistent kernel: [CTAs along grid axis 0, along axis 1] of its thread-block clusters, which
     #: the runtime launches where the grid divides into them (`runtime.grid.cluster_size_for`); None: no clusters.
     cluster: Optional[list] = None

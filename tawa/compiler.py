@@ -136,7 +136,22 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     cluster, why = _cluster(func, options, loop_plans, schedule)
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
-    if schedule in PERSISTENT_SCHEDULES:
+    dynamic = schedule in PERSISTENT_SCHEDULES and persistent_tiles.dynamic_tiles(
+        func, options, 2 if schedule == "pingpong" else 1)
+    if options.dynamic_tiles and not dynamic:
+        raise CompilationError(
+            f"cannot give kernel '{kernel_info.kernel_name(func)}' dynamic tiles: " +
+            ("its CTAs take tiles in a fixed order under the " + schedule + " schedule" + (
+                f" in {cluster} clusters" if cluster != "1x1" else "") if schedule in PERSISTENT_SCHEDULES
+             else "it is not persistent (schedule " + repr(schedule) + ")"),
+            source_location(func), note="dynamic tiles need schedule='persistent' without clusters")
+    if dynamic:
+        notes.append(f"kernel '{kernel_info.kernel_name(func)}' takes its tiles from a counter as its CTAs free up "
+                     f"(dynamic tiles: " + ("dynamic_tiles=True" if options.dynamic_tiles else
+                                            "its loops' lengths depend on the program") +
+                     "), in rows along grid axis 0 for each program along axis 1, each row longest first where "
+                     "`launch-order` ordered it so")
+    elif schedule in PERSISTENT_SCHEDULES:
         group, why = persistent_tiles.tile_group([ld for p in loop_plans for ld in p.loads], options,
                                                  2 if schedule == "pingpong" else 1)
         order = {persistent_tiles.WHOLE_AXIS: "all of grid axis 0 for each tile along axis 1",
@@ -187,13 +202,17 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
     if ok and prologue is not None and options.schedule is None:
         # Measured (docs/performance.md, persistent attention): where every tile's loop has the same length, the
         # persistent kernel runs level with one program per CTA on long loops and up to a fifth faster on short
-        # ones. Loops whose length depends on the program (causal attention) keep the hardware's dynamic
-        # assignment of programs to SMs: a fixed assignment of tiles to CTAs left long causal grids 23% slower.
+        # ones. Loops whose length depends on the program (causal attention) take dynamic tiles: a fixed
+        # assignment of tiles to CTAs left long causal grids 23% slower, and one block per CTA short ones 4-11%.
         # A kernel already at two CTAs per SM (attention at head dim 64) gets its overlap from the other CTA.
         why = None
-        if any(ws_ir.computed_from_program(p.loop.operands[:3]) for p in loop_plans):
+        uneven = any(ws_ir.computed_from_program(p.loop.operands[:3]) for p in loop_plans)
+        if uneven and options.dynamic_tiles is False:
             why = ("its loop's length depends on the program, and the hardware hands programs to SMs as they free "
-                   "up, where persistent CTAs would take fixed shares of unequal tiles")
+                   "up, where persistent CTAs without dynamic tiles would take fixed shares of unequal tiles")
+        elif uneven and persistent_tiles.takes_three_groups(persistent_tiles.carried_rows(func)):
+            why = ("its loop's length depends on the program, and three consumer warp groups (160 registers each) "
+                   "spill the state a dynamic tile loop keeps beside them")
         elif occupancy.choose(func, options, loop_plans, "tile", "1x1")[0] > 1:
             why = "two CTAs per SM already overlap one program's start and end with the other's loop"
         if why:

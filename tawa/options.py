@@ -126,6 +126,11 @@ class CompileOptions:
                    "clusters). Auto: the group that makes the tiles resident at one time read about as many "
                    "operand bytes along M as along N, so each k-step's operands come from DRAM once per wave "
                    "for the fewest bytes")
+    dynamic_tiles: Optional[bool] = _opt(
+        None, help="persistent CTAs take their next tile from a counter in device memory as they free up, heaviest "
+                   "first, instead of fixed shares of the grid (auto: on for a persistent kernel whose loops run "
+                   "longer for some programs than others, as causal attention's; never with clusters, ping-pong "
+                   "or stream-K)")
     ctas_per_sm: Optional[int] = _opt(
         None, choices=hopper.CTAS_PER_SM,
         help="blocks kept resident per SM (1 or 2): with 2, each block gets half the registers and shared memory "
@@ -203,6 +208,8 @@ class CompileOptions:
         if self.ctas_per_sm is not None and (not is_int(self.ctas_per_sm)
                                              or self.ctas_per_sm not in hopper.CTAS_PER_SM):
             bad("ctas_per_sm", self.ctas_per_sm, "1 or 2 (or None: chosen by the compiler)")
+        if self.dynamic_tiles is not None and not is_bool(self.dynamic_tiles):
+            bad("dynamic_tiles", self.dynamic_tiles, "True, False or None (auto)")
         if self.group_m is not None and (not is_int(self.group_m) or self.group_m < 1):
             bad("group_m", self.group_m, "a positive integer (or None: chosen by the compiler)")
         if not is_int(self.split_k) or not 1 <= self.split_k <= MAX_SPLIT_K:

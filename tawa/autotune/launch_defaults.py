@@ -152,9 +152,10 @@ SECTOR_CLUSTER_TILES = ((128, 256), (128, 192), (192, 192))
 #: Another tile or schedule replaces the kernel's own only where it fills the waves by this factor more.
 SWITCH_MARGIN = 1.05
 #: Options given explicitly under which no other tile or schedule is launched ...
-_SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK_N", "tma", "num_consumer_groups")
+_SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK_N", "tma", "num_consumer_groups",
+                     "dynamic_tiles")
 #: ... and under which no clusters are added.
-_CLUSTER_OPTIONS = ("warp_specialize", "split_k", "cluster", "tma", "num_consumer_groups")
+_CLUSTER_OPTIONS = ("warp_specialize", "split_k", "cluster", "tma", "num_consumer_groups", "dynamic_tiles")
 
 
 def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: int, misaligned: set,
@@ -309,6 +310,15 @@ ATTENTION_192_MIN_BLOCKS, ATTENTION_192_MIN_BLOCKS_UNEVEN = 16, 48
 #: which the own blocks stay (fewer, larger CTAs leave more of a partial last wave idle, and a CTA alone on its SM
 #: finishes 128 rows sooner than 192).
 ATTENTION_192_RATE, ATTENTION_192_MIN_WAVES = 1.1, 2
+#: Sequence lengths, in 128-key blocks, from which an attention kernel whose own schedule takes dynamic tiles
+#: (persistent CTAs taking query blocks from a counter: causal attention at head dims from 80) runs one query block
+#: per CTA instead. Its K and V rings then share the shared memory with no ring for the next block's Q (and no
+#: staging for O beside them), a slot deeper, which long key loops want more than the overlap of one block's end
+#: with the next block's start, which short ones want. Measured (H100, head dim 128, causal; docs/performance.md)
+#: the dynamic tiles against one block per CTA: 1.10x at S = 256 and 512, 1.04x at 1024, 1.00x at 2048, 0.95-0.97x
+#: from 3000 to 8192.
+ATTENTION_TILE_MIN_BLOCKS = 20
+ATTENTION_TILE = {"schedule": "tile"}
 #: Options given explicitly under which an attention kernel keeps its own configuration.
 _ATTENTION_OPTIONS = _SCHEDULE_OPTIONS + ("cluster", "ctas_per_sm", "consumer_pingpong", "consumer_lookahead",
                                           "producer_registers", "consumer_registers")
@@ -322,7 +332,11 @@ def is_attention_family(info: dict) -> bool:
 
 
 def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: int = 132) -> dict:
-    """ATTENTION_192 for an attention-family kernel whose compiled configuration (`own`) chains its loop's dots and
+    """ATTENTION_TILE for an attention-family kernel whose compiled configuration (`own`) chains its loop's dots,
+    has query blocks of ATTENTION_OWN_ROWS and takes dynamic tiles, on sequences of at least
+    ATTENTION_TILE_MIN_BLOCKS 128-key blocks.
+
+    ATTENTION_192 for an attention-family kernel whose compiled configuration (`own`) chains its loop's dots and
     has query blocks of ATTENTION_OWN_ROWS, at head dims up to ATTENTION_192_MAX_HEAD_DIM, on sequences of at least
     ATTENTION_192_MIN_BLOCKS 128-key blocks (ATTENTION_192_MIN_BLOCKS_UNEVEN where the programs' loops run
     different lengths, `own.uneven_programs`), on grids of at least ATTENTION_192_MIN_WAVES waves of 192-row CTAs
@@ -341,6 +355,8 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     if not widths or not all(isinstance(w, int) and not isinstance(w, bool) for w in widths):
         return {}
     length = extents.get(symbol)
+    if getattr(own, "dynamic_tiles", False) and length is not None and length >= ATTENTION_TILE_MIN_BLOCKS * 128:
+        return dict(ATTENTION_TILE)
     least = ATTENTION_192_MIN_BLOCKS_UNEVEN if getattr(own, "uneven_programs", True) else ATTENTION_192_MIN_BLOCKS
     if length is None or max(widths) > ATTENTION_192_MAX_HEAD_DIM or length < least * 128:
         return {}

@@ -138,6 +138,8 @@ TILE_SHARE = PyAttr("tawa.tile_share", None)
 CLUSTER = PyAttr("tawa.cluster", None)
 #: On a persistent kernel: the programs along grid axis 0 its tile loop visits together (see `persistent_tiles`).
 TILE_GROUP = I32Attr("tawa.tile_group", None)
+#: On a persistent kernel whose CTAs take tiles from a counter as they free up (`persistent_tiles`, dynamic tiles).
+DYNAMIC_TILES = UnitAttr("tawa.dynamic_tiles")
 #: On a producer's load: the CTAs of a cluster all read this tile; each copies its share to every one of them.
 MULTICAST = UnitAttr("tawa.multicast")
 
@@ -159,5 +161,5 @@ KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 #: Every `tawa.*` attribute, for the verifier and the docs.
 ALL = (KERNEL, PARAMS, GRID, CONSTANTS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
        AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, STREAM_K, TILE_SHARE, CLUSTER,
-       TILE_GROUP, MULTICAST, UNIT_SCALE_OPERAND, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
+       TILE_GROUP, DYNAMIC_TILES, MULTICAST, UNIT_SCALE_OPERAND, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
        KERNEL_INFO)

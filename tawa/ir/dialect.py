@@ -60,6 +60,22 @@ irdl.dialect @tawa {
     %i32 = irdl.is i32
     irdl.results(result: %i32)
   }
+  // Dynamic tiles of a persistent kernel (`persistent-tiles`): the producer takes its CTA's next tile from the
+  // launch's tile counter (a linear tile index; at least the grid's program count once none is left) ...
+  irdl.operation @next_tile {
+    %i32 = irdl.is i32
+    irdl.results(result: %i32)
+  }
+  // ... and hands it to the consumer warp groups, one tile at a time ...
+  irdl.operation @tile_put {
+    %i32 = irdl.is i32
+    irdl.operands(tile: %i32)
+  }
+  // ... which take it when they finish their current tile.
+  irdl.operation @tile_get {
+    %i32 = irdl.is i32
+    irdl.results(result: %i32)
+  }
   irdl.operation @dim {
     %mem = irdl.base "!builtin.memref"
     %i32 = irdl.is i32

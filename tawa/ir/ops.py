@@ -55,6 +55,23 @@ class ClusterSizeOp(OpView):
     NAME = "tawa.cluster_size"
 
 
+class NextTileOp(OpView):
+    """`%t = tawa.next_tile`: the producer's fetch-and-add on the launch's tile counter, plus the CTAs launched: the
+    linear index of the next tile its CTA computes, the grid's program count or more when none is left."""
+    NAME = "tawa.next_tile"
+
+
+class TilePutOp(OpView):
+    """`tawa.tile_put %t`: the producer hands tile index %t to the consumer warp groups (a channel of one slot)."""
+    NAME = "tawa.tile_put"
+    tile = property(lambda self: self.op.operands[0])
+
+
+class TileGetOp(OpView):
+    """`%t = tawa.tile_get`: a consumer warp group takes the next tile index the producer put."""
+    NAME = "tawa.tile_get"
+
+
 class DimOp(OpView):
     NAME = "tawa.dim"
     tensor = property(lambda self: self.op.operands[0])

@@ -153,12 +153,15 @@ def _is_block_arg(value, block) -> bool:
 
 def consumer_loops(region) -> list:
     """The loops of a consumer region that may take its schedules: those directly in it, and in a persistent
-    kernel those directly in its tile loop (the pass runs after `persistent-tiles`)."""
+    kernel those directly in its tile loop (the pass runs after `persistent-tiles`; with dynamic tiles the tile
+    loop is an `scf.while`, its body the second region)."""
     loops = []
     for op in ops_of(region.regions[0].blocks[0]):
         if op.name == ForOp.NAME:
             loops.append(op)
             loops.extend(o for o in ops_of(ForOp(op).body) if o.name == ForOp.NAME)
+        elif op.name == "scf.while":
+            loops.extend(o for o in ops_of(op.regions[1].blocks[0]) if o.name == ForOp.NAME)
     return loops
 
 

@@ -42,6 +42,28 @@ each CTA half of the tile to copy into both CTAs' ring slots at once (TMA multic
 clusters only when axis a of the grid divides into pairs; otherwise `%n` is 1, every tile its own pair, and each
 CTA copies both halves for itself, so one kernel serves every grid.
 
+Dynamic tiles (`tawa.dynamic_tiles`; the `dynamic_tiles` option, on by default where the loops' lengths depend
+on the program, as causal attention's): fixed shares of unequal tiles leave some CTAs working long after the
+others, so instead each CTA starts with tile %cta and then takes the next one from a counter in device memory:
+
+    producer:                                         consumers:
+    scf.while (%t = %cta) : %t < tiles {              scf.while (%t = %cta) : %t < tiles {
+      %next = tawa.next_tile     (fetch-and-add)        <body of program(%t)>
+      <body of program(%t)>                             %next = tawa.tile_get
+      tawa.tile_put %next                               scf.yield %next
+      scf.yield %next                                 }
+    }
+
+The producer fetches at the top of a tile, so the atomic's latency hides behind the tile's loads, and hands the
+index over after the tile's last put, so it runs ahead into the next tile as in the static loop. The tiles are
+taken in the grouped order of the static loop (whole rows along axis 0, not snaked: attention's query blocks of
+one head side by side, so the CTAs resident at one time share its keys and values in L2), which `launch-order`
+made longest first within a row: the last tiles taken are short ones, as the hardware's own block scheduler
+takes them, and each CTA's next tile is loaded while it finishes the current one. (Walking the longest blocks of
+all heads first, in sections of heads whose keys and values fit in L2, ran 2-6% slower on H100: the CTAs resident
+together then read more heads.) The counter leaves each launch at zero (`tawa.next_tile`'s lowering), so the
+runtime zeroes it once, when it allocates it.
+
 `can_persist(func, plans)` (asked by the driver before any pass runs, with the kernel's `ws_analysis.plan`) says
 whether the kernel qualifies, and why not; `can_cluster(func, plans, ...)` the same for clusters.
 """
@@ -56,8 +78,8 @@ from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
 from tawa.ir.location import source_location, where
-from tawa.ir.ops import (ClusterSizeOp, GridExtentOp, LoadOp, NumProgramsOp, ProgramIdOp, warp_group_role,
-                         warp_groups)
+from tawa.ir.ops import (ClusterSizeOp, ForOp, GridExtentOp, LoadOp, NextTileOp, NumProgramsOp, ProgramIdOp, TileGetOp,
+                         TilePutOp, warp_group_role, warp_groups)
 from tawa.ir.traversal import ops_of, parent_op, walk
 from tawa.ir.types import elem_type, tile_bytes, tile_shape
 from tawa.lowering import aref_insertion, ws_analysis, ws_ir
@@ -103,7 +125,6 @@ def prologue_operand(func_op, plans: list):
     return next(iter(aref_insertion.prologue_loads(func_op, heavy)), None)
 
 
-
 def can_pingpong(func_op, plans: list, options=None) -> tuple:
     """(True, "") if each consumer warp group can compute whole tiles on its own, else (False, why not). Asked
     after `can_persist`, with the same `plans`.
@@ -124,7 +145,7 @@ def can_pingpong(func_op, plans: list, options=None) -> tuple:
     for p in plans:
         if ws_ir.computed_from_program(p.loop.operands[:3]):
             return False, f"the trip count of the loop{where(p.loop)} depends on the program"
-    rows = max((t.shape[0] for t in _carried_tiles(func_op) if len(t.shape) == 2), default=0)
+    rows = carried_rows(func_op)
     if takes_three_groups(rows):
         return False, f"its {rows}-row tiles take three consumer warp groups together (64 rows each)"
     acc = _accumulator_registers(func_op)
@@ -192,6 +213,11 @@ def _depends_on_program(values, axis: int) -> bool:
     return ws_ir.computed_from(values, lambda op: op.name == ProgramIdOp.NAME and ProgramIdOp(op).axis == axis)
 
 
+def carried_rows(func_op) -> int:
+    """The rows of the 2-D tiles the kernel's loops with dots carry (their accumulators; 0 if none)."""
+    return max((t.shape[0] for t in _carried_tiles(func_op) if len(t.shape) == 2), default=0)
+
+
 def _carried_tiles(func_op) -> list:
     """The tile types carried by the kernel's loops with dots (their accumulators)."""
     return [ir.RankedTensorType(r.type) for op in walk(func_op.operation)
@@ -249,7 +275,8 @@ def _cluster_of(options):
 
 
 def _grouped_program(t, gx, gy, group: int) -> tuple:
-    """(p0, p1, p2) of linear tile index `t` in grouped order over a gx x gy x gz grid."""
+    """(p0, p1, p2) of linear tile index `t` in grouped order over a gx x gy x gz grid (`group`: a constant or
+    a value)."""
     per_z = arith.MulIOp(gx, gy).result
     p2 = arith.DivUIOp(t, per_z).result
     r = arith.RemUIOp(t, per_z).result
@@ -259,26 +286,44 @@ def _grouped_program(t, gx, gy, group: int) -> tuple:
             odd = arith.CmpIOp(arith.CmpIPredicate.ne, arith.AndIOp(p1, ws_ir.i32(1)).result, ws_ir.i32(0)).result
             p0 = arith.SelectOp(odd, arith.SubIOp(arith.SubIOp(gx, ws_ir.i32(1)).result, p0).result, p0).result
         return p0, p1, p2
-    size = arith.MulIOp(gy, ws_ir.i32(group)).result
+    group = group if isinstance(group, ir.Value) else ws_ir.i32(group)
+    size = arith.MulIOp(gy, group).result
     gid = arith.DivUIOp(r, size).result
-    first = arith.MulIOp(gid, ws_ir.i32(group)).result
-    width = arith.MinUIOp(arith.SubIOp(gx, first).result, ws_ir.i32(group)).result
+    first = arith.MulIOp(gid, group).result
+    width = arith.MinUIOp(arith.SubIOp(gx, first).result, group).result
     rest = arith.SubIOp(r, arith.MulIOp(gid, size).result).result
     p0 = arith.AddIOp(first, arith.RemUIOp(rest, width).result).result
     p1 = arith.DivUIOp(rest, width).result
     return p0, p1, p2
 
 
+def _region_queries(region):
+    """The body of a warp-group region (without its terminator), its terminator, and the program queries the body
+    makes (taken before the tile loop's own are created)."""
+    block = region.regions[0].blocks[0]
+    pids = [op for op in walk(region) if op.name == ProgramIdOp.NAME]
+    counts = [op for op in walk(region) if op.name == NumProgramsOp.NAME]
+    return ops_of(block)[:-1], ops_of(block)[-1], pids, counts
+
+
+def _into_loop(body, before, program, extents, pids, counts) -> None:
+    """Move `body` into the tile loop (before its op `before`), reading program `program` of a grid of
+    `extents`."""
+    for op in body:
+        op.move_before(before)
+    for op in pids:
+        op.results[0].replace_all_uses_with(program[ProgramIdOp(op).axis])
+        op.erase()
+    for op in counts:
+        op.results[0].replace_all_uses_with(extents[NumProgramsOp(op).axis])
+        op.erase()
+
+
 def wrap_region(region, cluster=None, group: int = DEFAULT_GROUP) -> None:
     """Move the region's body into a loop over the tiles this CTA owns (a ping-pong consumer region: the c-th of
     every n consecutive ones, for its `tawa.tile_share` [c, n]); with `cluster` (grid axis, CTAs), over the tiles
     of its cluster's pairs."""
-    block = region.regions[0].blocks[0]
-    body = ops_of(block)[:-1]
-    term = ops_of(block)[-1]
-    # Program queries of the body, taken before the loop's own are created.
-    pids = [op for op in walk(region) if op.name == ProgramIdOp.NAME]
-    counts = [op for op in walk(region) if op.name == NumProgramsOp.NAME]
+    body, term, pids, counts = _region_queries(region)
     with ir.InsertionPoint(term), region.location:
         cta = ws_ir.program_query(ProgramIdOp.NAME, 0)
         ctas = ws_ir.program_query(NumProgramsOp.NAME, 0)
@@ -305,14 +350,37 @@ def wrap_region(region, cluster=None, group: int = DEFAULT_GROUP) -> None:
             if cluster:
                 program[axis] = arith.AddIOp(arith.MulIOp(program[axis], size).result, rank).result
             tail = scf.YieldOp([])
-    for op in body:
-        op.move_before(tail)
-    for op in pids:
-        op.results[0].replace_all_uses_with(program[ProgramIdOp(op).axis])
-        op.erase()
-    for op in counts:
-        op.results[0].replace_all_uses_with(extents[NumProgramsOp(op).axis])
-        op.erase()
+    _into_loop(body, tail, program, extents, pids, counts)
+
+
+def wrap_region_dynamic(region, program_of) -> None:
+    """Move the region's body into a loop over the tiles its CTA takes from the launch's tile counter (the module's
+    docstring, "Dynamic tiles"): the producer fetches and puts each next index, the consumers get it.
+    `program_of(t, extents)` gives the program of linear tile index t."""
+    body, term, pids, counts = _region_queries(region)
+    producer = warp_group_role(region) == attrs.PRODUCER
+    t32 = ir.IntegerType.get_signless(32)
+    with ir.InsertionPoint(term), region.location:
+        cta = ws_ir.program_query(ProgramIdOp.NAME, 0)
+        extents = [ws_ir.program_query(GridExtentOp.NAME, a) for a in range(3)]
+        tiles = arith.MulIOp(arith.MulIOp(extents[0], extents[1]).result, extents[2]).result
+        loop = scf.WhileOp([t32], [cta])
+        before = loop.before.blocks.append(t32)
+        after = loop.after.blocks.append(t32)
+        with ir.InsertionPoint(before):
+            more = arith.CmpIOp(arith.CmpIPredicate.ult, before.arguments[0], tiles).result
+            scf.ConditionOp(more, [before.arguments[0]])
+        with ir.InsertionPoint(after):
+            if producer:
+                following = ir.Operation.create(NextTileOp.NAME, results=[t32]).results[0]
+            program = list(program_of(after.arguments[0], extents))
+            if producer:
+                tail = ir.Operation.create(TilePutOp.NAME, operands=[following])
+            else:
+                tail = ir.Operation.create(TileGetOp.NAME, results=[t32])
+                following = tail.results[0]
+            scf.YieldOp([following])
+    _into_loop(body, tail, program, extents, pids, counts)
 
 
 def run(module: ir.Module, options=None) -> ir.Module:
@@ -325,15 +393,38 @@ def run(module: ir.Module, options=None) -> ir.Module:
             loads = [op for region in groups if warp_group_role(region) == attrs.PRODUCER for op in walk(region)
                      if op.name == LoadOp.NAME and ws_ir.feeds_puts(op) and parent_op(op).name == "scf.for"]
             cluster = _cluster_of(options)
-            if cluster:
-                attrs.CLUSTER.set(func, list(options.cluster_dims()))
-                for op in loads:
-                    if multicast_parts(op, *cluster):
-                        attrs.MULTICAST.set(op)
             share = max((attrs.TILE_SHARE.get(r) or [0, 1])[1] for r in groups)
             group, _ = tile_group(loads, options, share)
-            for region in groups:
-                wrap_region(region, cluster, group)
+            if dynamic_tiles(func, options, share):
+                # Walked backwards, every other row would put short tiles before long ones: taken as CTAs free
+                # up, the tiles run in the order given, the longest first within each row (`launch-order`).
+                group = WHOLE_AXIS if group == SNAKE else group
+                order = lambda t, extents: _grouped_program(t, extents[0], extents[1], group)  # noqa: E731
+                for region in groups:
+                    wrap_region_dynamic(region, order)
+                attrs.DYNAMIC_TILES.set(func)
+            else:
+                if cluster:
+                    attrs.CLUSTER.set(func, list(options.cluster_dims()))
+                    for op in loads:
+                        if multicast_parts(op, *cluster):
+                            attrs.MULTICAST.set(op)
+                for region in groups:
+                    wrap_region(region, cluster, group)
             attrs.PERSISTENT.set(func)
             attrs.TILE_GROUP.set(func, group)
     return module
+
+
+def dynamic_tiles(func, options, share: int) -> bool:
+    """Whether a persistent kernel takes its tiles from a counter (the module's docstring, "Dynamic tiles"): where
+    `dynamic_tiles=True`, else where the lengths of its loops with dots depend on the program; never with
+    clusters, ping-pong (`share` > 1 consumer regions per tile loop), stream-K or split-K (whose workspace and
+    program-dependent K ranges are its own). The driver asks it for the
+    kernel's notes (and refuses `dynamic_tiles=True` where it says no), this pass to build the loop."""
+    asked = getattr(options, "dynamic_tiles", None)
+    if asked is False or share > 1 or _cluster_of(options) or getattr(options, "schedule", None) == "streamk" \
+            or getattr(options, "split_k", 1) > 1:
+        return False
+    return bool(asked) or any(ws_ir.computed_from_program(op.operands[:3]) for op in walk(func.operation)
+                              if op.name == ForOp.NAME and any(o.name == "tawa.dot" for o in walk(op)))

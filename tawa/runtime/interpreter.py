@@ -23,9 +23,10 @@ from tawa.ir import attrs, kernel_info
 # The shared helpers, re-exported under the names the interpreter has always offered.
 from tawa.ir.convert import to_python as attr_to_python
 from tawa.ir.kernel_info import kernel_function
+from tawa.ir.ops import warp_group_role, warp_groups
 from tawa.runtime.grid import bind_numpy_args, eval_grid, persistent_launch
 # Importing the op modules registers their handlers.
-from tawa.runtime.interp import arith_ops, aref_ops, math_ops, scf_ops, tawa_ops  # noqa: F401
+from tawa.runtime.interp import arith_ops, aref_ops, math_ops, scf_ops, tawa_ops, tile_ops  # noqa: F401
 from tawa.runtime.interp.compiler import Compiler, Runtime
 from tawa.runtime.interp.dtypes import make_scalar
 from tawa.runtime.interp.errors import ArefProtocolError, InterpreterDeadlock, InterpreterError
@@ -57,6 +58,9 @@ class CompiledProgram:
         self.split_k = attrs.SPLIT_K.get(func)
         #: A clustered persistent kernel: [CTAs along axis 0, along axis 1] of its clusters (see `run`).
         self.cluster = attrs.CLUSTER.get(func)
+        #: Dynamic tiles: the consumer regions that take each tile index the producer puts (`interp.tile_ops`).
+        self.tile_readers = (sum(1 for r in warp_groups(func) if warp_group_role(r) == attrs.CONSUMER)
+                             if attrs.DYNAMIC_TILES.get(func) else 0)
         self.rt = Runtime()
         compiler = Compiler(self.rt)
         blocks = list(func.regions[0].blocks)
@@ -100,6 +104,7 @@ class CompiledProgram:
         rt, body, slots = self.rt, self.body, self.arg_slots
         rt.tile_grid = grid3
         rt.partials, rt.arrived = {}, {}
+        rt.tile_counter = 0
         rt.cluster_size = 1
         if self.persistent:
             # As the GPU runtime launches it: in clusters where the grid divides into them, a whole number of them.
@@ -112,11 +117,15 @@ class CompiledProgram:
                     env[s] = v
                 rt.pid, rt.rings, rt.task = (x, y, z), [], None
                 rt.turn, rt.main_loops = 0, {}
+                rt.channel = tile_ops.TileChannel(self.tile_readers) if self.tile_readers else None
                 if body.is_gen:
                     run_tasks(rt, [Task("kernel body", body.fn(env))])
                 else:
                     body.fn(env)
                 aref_ops.check_drained(rt.rings)
+                tile_ops.check_taken(rt.channel)
+            if self.tile_readers and 0 not in grid3:
+                tile_ops.check_tiles_done(rt)
 
 
 def compile_kernel(module: ir.Module, kernel_name: Optional[str] = None) -> CompiledProgram:

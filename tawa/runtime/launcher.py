@@ -19,7 +19,7 @@ from typing import Any, Optional, Sequence
 
 from tawa import hopper
 from tawa.errors import LaunchError, TmaAlignmentError
-from tawa.abi import AbiParam, CompiledKernel
+from tawa.abi import TILE_COUNTER_BYTES, AbiParam, CompiledKernel
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
 from tawa.runtime import driver as drv
 from tawa.runtime import tensor_map as tm
@@ -183,8 +183,10 @@ class GpuLauncher:
             if p.kind == "workspace":     # split-K partials: the launcher's own memory, no user argument
                 if (kernel.split_k > 1 or (kernel.stream_k and kernel.persistent)) and kernel.workspace_per_tile > 0:
                     continue
+                if kernel.dynamic_tiles and kernel.persistent:
+                    continue
                 raise LaunchError(f"kernel '{kernel.name}': ABI entry {p} needs a split-K or stream-K kernel with a "
-                                  f"workspace size")
+                                  f"workspace size, or a persistent kernel with dynamic tiles")
             if not 0 <= p.arg < len(self.params):
                 raise LaunchError(f"kernel '{kernel.name}': ABI entry {p} names argument {p.arg}, but the kernel "
                                   f"has {len(self.params)}")
@@ -409,7 +411,8 @@ class GpuLauncher:
         if workspace is not None:
             # stream-K: one record per boundary between two CTAs (`tawa.lowering.stream_k`), so one per CTA
             records = grid3[0] * grid3[1] * grid3[2] if self.kernel.stream_k else tiles
-            workspace = (workspace, records * self.kernel.workspace_per_tile)
+            nbytes = TILE_COUNTER_BYTES if self.kernel.dynamic_tiles else records * self.kernel.workspace_per_tile
+            workspace = (workspace, nbytes)
         return _Plan(grid3, ordinal if known else None, template, ptr_slots, scalar_slots, map_slots, tma_checks,
                      workspace, cluster)
 

@@ -287,12 +287,13 @@ def attention_info(example="flash_attention.tawa", source=None):
     return space_info(source or path.read_text(), str(path))
 
 
-def own(head_dim=64, uneven=False, chained=True, ctas_per_sm=2, **constants):
+def own(head_dim=64, uneven=False, chained=True, ctas_per_sm=2, dynamic_tiles=False, **constants):
     """What the attention rule reads of the kernel's own compiled configuration (a `CompiledKernel`'s fields)."""
     from types import SimpleNamespace
     return SimpleNamespace(constants={"HEAD_DIM": head_dim, "BLOCK_M": 128, "BLOCK_N": 64 + 64 * (head_dim > 64),
                                       **constants},
-                           uneven_programs=uneven, chained_dots=chained, ctas_per_sm=ctas_per_sm)
+                           uneven_programs=uneven, chained_dots=chained, ctas_per_sm=ctas_per_sm,
+                           dynamic_tiles=dynamic_tiles)
 
 
 def heads(s, z=8, h=16):
@@ -358,3 +359,21 @@ def test_attention_weighs_the_waves_of_both_grids():
     assert choose(info, {"Z": 1, "H": 40, "S": 4096}, own=own()) == M192
     # fewer SMs, more waves: 176 CTAs make two of 88
     assert choose(info, heads(2048, z=1), sms=88, own=own()) == M192
+
+
+@pytest.mark.parametrize("example", ["flash_attention.tawa", "gqa_attention.tawa"])
+def test_attention_with_dynamic_tiles_runs_one_block_per_cta_on_long_sequences(example):
+    """Causal attention at head dim 128 (persistent CTAs taking query blocks from a counter) switches to one block
+    per CTA from 20 key blocks of 128 on (S = 2560), at any head count; not where options fix the schedule."""
+    info = attention_info(example)
+    extra = {"HKV": 4} if example == "gqa_attention.tawa" else {}
+    dyn = own(128, uneven=True, ctas_per_sm=1, dynamic_tiles=True)
+    tile = {"schedule": "tile"}
+    assert choose(info, dict(heads(2560), **extra), own=dyn) == tile
+    assert choose(info, dict(heads(16384, z=1, h=2), **extra), own=dyn) == tile
+    assert choose(info, dict(heads(2559), **extra), own=dyn) == {}
+    assert choose(info, dict(heads(512, z=64), **extra), own=dyn) == {}
+    # the same kernel without dynamic tiles (compiled with dynamic_tiles=False: one block per CTA already)
+    assert choose(info, dict(heads(8192), **extra), own=own(128, uneven=True, ctas_per_sm=1)) == {}
+    for option in ({"schedule": "persistent"}, {"dynamic_tiles": True}, {"BLOCK_N": 64}):
+        assert choose(info, dict(heads(8192), **extra), fixed=option, own=dyn) == {}, option

@@ -16,6 +16,7 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
+from mlir import ir
 
 from tawa.ir.kernel_info import body_block, kernels
 from tawa.ir.ops import warp_group_role
@@ -265,6 +266,8 @@ def test_persistent_attention_interleavings(name, causal, S, heads, depth, q_slo
                       ref, 3e-2, num_buffers=depth, persistent=True)
     text = str(m)
     assert "tawa.persistent" in text
+    # causal tiles are unequal: the CTAs take them from the launch's counter
+    assert ("tawa.dynamic_tiles" in text) == bool(causal)
     # Q's ring: put in the producer's tile loop, taken in the consumer's, released after the key loop
     q_ring = re.search(r'"tawa.aref_create"\(\) : \(\) -> !tawa.aref<\[tensor<32x32xbf16>\], (\d) : i32>', text)
     assert q_ring and int(q_ring.group(1)) == q_slots, text
@@ -328,6 +331,50 @@ def test_persistent_tiles_visit_every_tile_once(group_m):
         args[2][:] = np.nan
         program.run(args, grid_of(m, args), seed=ctas, ctas=ctas)
         np.testing.assert_allclose(args[2], ref, rtol=1e-5, atol=1e-5)
+
+
+# ---- dynamic tiles: persistent CTAs take their next tile from the launch's counter --------------------------------
+@pytest.mark.parametrize("M,N,K,bk,depth", [
+    (45, 37, 70, 16, 2),     # 2 x 2 tiles over 3 CTAs, ragged everything
+    (100, 70, 40, 16, 3),    # 4 x 3 tiles: the CTA run first takes most of them
+    (20, 20, 48, 16, 4),     # a single tile: one CTA, whose fetch finds none
+    (45, 37, 0, 16, 2),      # K = 0
+])
+def test_dynamic_tiles_gemm_interleavings(M, N, K, bk, depth):
+    consts, make_args, ref = gemm_case(M, N, K, bk, depth)
+    m = run_all_seeds("gemm", consts, make_args, 2, ref, 1e-5, num_buffers=depth, persistent=True,
+                      dynamic_tiles=True)
+    text = str(m)
+    assert "tawa.dynamic_tiles" in text and text.count('"tawa.next_tile"') == 1 and "tawa.tile_get" in text
+
+
+@pytest.mark.parametrize("ctas", [1, 2, 3, 7, 12, 40])
+def test_dynamic_tiles_visit_every_tile_once(ctas):
+    """Every program of the grid (4 x 3) is computed exactly once whichever CTA takes it, for any number of CTAs
+    (the interpreter runs them one after another, so the first takes what the others leave), and each launch
+    leaves the counter at zero (the interpreter checks it): launched twice in a row."""
+    consts, make_args, ref = gemm_case(100, 70, 16, 16, 2)
+    m = build("gemm", consts, num_buffers=2, persistent=True, dynamic_tiles=True)
+    from tawa.runtime.interpreter import compile_kernel
+    program = compile_kernel(m)
+    for launch in range(2):
+        args = make_args()
+        args[2][:] = np.nan
+        program.run(args, grid_of(m, args), seed=ctas + launch, ctas=ctas)
+        np.testing.assert_allclose(args[2], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_tiles_without_a_put_deadlock():
+    """The consumers wait for tile indices the producer hands over: without its `tile_put` they wait forever."""
+    consts, make_args, ref = gemm_case(45, 37, 70, 16, 2)
+    m = build("gemm", consts, num_buffers=2, persistent=True, dynamic_tiles=True)
+    text = re.sub(r'\n\s*"tawa.tile_put"\(%\w+\) : \(i32\) -> \(\)', "", str(m))
+    assert '"tawa.tile_put"' not in text
+    with m.context:
+        broken = ir.Module.parse(text)
+    args = make_args()
+    with pytest.raises(InterpreterDeadlock, match="tawa.tile_get"):
+        run_kernel(broken, args, grid_of(broken, args))
 
 
 @pytest.mark.parametrize("M,N,K,bk,depth,splits,persistent", [

@@ -48,19 +48,57 @@ def test_persistent_refused_where_the_rings_do_not_fit(head_dim):
     assert info.value.location is not None
 
 
-@pytest.mark.parametrize("head_dim,causal,schedule,why", [
-    (128, 0, "persistent", "the dot operand loaded at"),
-    (96, 0, "persistent", "a ring of its own that the producer fills for the next tile"),
-    (128, 1, "tile", "its loop's length depends on the program"),
-    (64, 0, "tile", "two CTAs per SM already overlap"),
+@pytest.mark.parametrize("head_dim,causal,options,schedule,why", [
+    (128, 0, {}, "persistent", "the dot operand loaded at"),
+    (96, 0, {}, "persistent", "a ring of its own that the producer fills for the next tile"),
+    (128, 1, {}, "persistent", "the dot operand loaded at"),
+    (128, 1, {"dynamic_tiles": False}, "tile", "its loop's length depends on the program"),
+    (64, 0, {}, "tile", "two CTAs per SM already overlap"),
+    (64, 1, {}, "tile", "two CTAs per SM already overlap"),
 ])
-def test_the_compiler_chooses_the_schedule_and_says_why(head_dim, causal, schedule, why):
-    """Persistent where every query block's loop has the same length; one block per CTA with causal masking (the
+def test_the_compiler_chooses_the_schedule_and_says_why(head_dim, causal, options, schedule, why):
+    """Persistent where every query block's loop has the same length, and with causal masking where the CTAs take
+    the unequal blocks from a counter (dynamic tiles); one block per CTA where dynamic tiles are off (the
     hardware's dynamic assignment evens out unequal blocks) and at two CTAs per SM."""
-    k = attention(HEAD_DIM=head_dim, CAUSAL=causal)
+    k = attention(HEAD_DIM=head_dim, CAUSAL=causal, **options)
     assert k.persistent == (schedule == "persistent")
+    assert k.dynamic_tiles == (schedule == "persistent" and bool(causal))
     note = next(n for n in k.notes if f"uses the {schedule} schedule" in n)
     assert why in note and "flash_attention.tawa:" in note
+    if k.dynamic_tiles:
+        assert any("takes its tiles from a counter" in n for n in k.notes)
+
+
+@pytest.mark.parametrize("head_dim", [128, 96])
+def test_dynamic_tiles_codegen(head_dim):
+    """Causal attention with dynamic tiles: the counter is the runtime's workspace (fetched with a relaxed atomic,
+    reset by the launch's last fetch), the tile index goes to the consumers through mbarriers, and the consumer
+    loop keeps its schedule inside the `scf.while` tile loop (lookahead, ping-pong: one copy of the softmax per
+    body as in the static loop) with 0 spills and no serialized wgmma."""
+    k = attention(HEAD_DIM=head_dim, CAUSAL=1)
+    static = attention(HEAD_DIM=head_dim, CAUSAL=1, schedule="persistent", dynamic_tiles=False)
+    assert k.dynamic_tiles and k.persistent and not static.dynamic_tiles
+    assert [p.kind for p in k.abi].count("workspace") == 1 and k.workspace_per_tile == 0
+    assert k.ptx.count("atom.add.relaxed.gpu.global.u32") == 1
+    assert k.ptx.count("ex2.approx") == static.ptx.count("ex2.approx")
+    assert k.ptx.count("mbarrier.try_wait") > static.ptx.count("mbarrier.try_wait")
+    assert k.spill_bytes == 0 and not any("C75" in n for n in k.notes)
+    module = parse_and_lower(FA.read_text(), str(FA), {"HEAD_DIM": head_dim, "CAUSAL": 1})
+    text = str(compile_module(module, CompileOptions(), stop_after="assign-warp-groups"))
+    assert "scf.while" in text and text.count("tawa.lookahead") == 1 and text.count("tawa.pingpong") == 1
+
+
+def test_dynamic_tiles_refused_where_the_order_is_fixed():
+    """Asked for where the CTAs take tiles in a fixed order: one clear error, at the kernel."""
+    for options in ({"schedule": "tile"}, {"schedule": "pingpong", "constants": {"BLOCK_N": 128}}):
+        with pytest.raises(CompilationError, match="cannot give kernel .* dynamic tiles") as info:
+            gemm = EXAMPLES / "gemm.tawa"
+            compile_source(gemm.read_text(), str(gemm), CompileOptions(dynamic_tiles=True, **options))
+        assert info.value.location is not None
+    with pytest.raises(CompilationError, match="in 2x1 clusters"):
+        gemm = EXAMPLES / "gemm.tawa"
+        compile_source(gemm.read_text(), str(gemm), CompileOptions(dynamic_tiles=True, schedule="persistent",
+                                                                   cluster="2x1"))
 
 
 def test_split_k_and_a_prologue_operand_are_refused(tmp_path):

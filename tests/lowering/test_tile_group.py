@@ -43,15 +43,20 @@ def test_group_follows_the_operand_bytes(example, options, group):
     assert group_of(example, **options) == group
 
 
-@pytest.mark.parametrize("causal,group", [(0, 0), (1, -1)], ids=["whole-axis", "snake"])
-def test_persistent_attention_walks_the_query_blocks_of_a_head_together(causal, group):
+@pytest.mark.parametrize("causal,dynamic,group", [(0, None, 0), (1, False, -1), (1, None, 0)],
+                         ids=["whole-axis", "snake", "dynamic"])
+def test_persistent_attention_walks_the_query_blocks_of_a_head_together(causal, dynamic, group):
     """Attention's query blocks of one head share its K and V: the persistent order walks all of them before the
     next head (WHOLE_AXIS), every other head backwards where causal masking makes the blocks' loops grow along the
-    axis (SNAKE: a CTA taking every 132nd tile of 4-block heads would otherwise always take the same block)."""
-    assert group_of("flash_attention", CAUSAL=causal, schedule="persistent") == group
+    axis and the CTAs take fixed shares (SNAKE: a CTA taking every 132nd tile of 4-block heads would otherwise
+    always take the same block); with dynamic tiles (causal's default) whole heads in order, each longest first."""
+    options = dict(schedule="persistent", dynamic_tiles=dynamic)
+    assert group_of("flash_attention", CAUSAL=causal, **options) == group
     path = EXAMPLES / "flash_attention.tawa"
-    k = compile_source(path.read_text(), str(path), CompileOptions(constants={"CAUSAL": causal},
-                                                                   schedule="persistent"))
+    k = compile_source(path.read_text(), str(path), CompileOptions(constants={"CAUSAL": causal}, **options))
+    if causal and dynamic is None:
+        assert any("takes its tiles from a counter" in n and "in rows along grid axis 0" in n for n in k.notes)
+        return
     assert any("all of grid axis 0 for each tile along axis 1" in n for n in k.notes)
     assert any("every other row backwards" in n for n in k.notes) == bool(causal)
 
@@ -67,7 +72,8 @@ def test_notes_say_the_group_and_why():
 
 def test_kernels_that_are_not_persistent_have_no_group():
     assert group_of("gemm", schedule="tile") is None
-    assert group_of("flash_attention", CAUSAL=1) is None          # causal attention keeps one block per CTA
+    assert group_of("flash_attention", CAUSAL=1, HEAD_DIM=64) is None   # two CTAs per SM keep one block per CTA
+    assert group_of("flash_attention", CAUSAL=1, dynamic_tiles=False) is None
     path = EXAMPLES / "gemm.tawa"
     k = compile_source(path.read_text(), str(path), CompileOptions(schedule="tile", group_m=4))
     assert any("ignores group_m=4: only a persistent schedule" in n for n in k.notes)

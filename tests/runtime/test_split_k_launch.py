@@ -1,6 +1,7 @@
 """Launching a split-K kernel: axis 2 of the grid multiplied by the split, and a workspace of
 `workspace_per_tile` bytes per program of the launch grid, allocated zeroed once per context and stream and grown
-when a larger grid needs more."""
+when a larger grid needs more; stream-K's, one record per CTA; and the tile counter of a kernel with dynamic
+tiles."""
 from __future__ import annotations
 
 import dataclasses
@@ -109,3 +110,35 @@ def test_a_stream_k_workspace_has_one_record_per_cta(monkeypatch):
     assert fake.launches[-1].grid == (6, 1, 1) and mem.allocs == [6 * PER_TILE]
     launcher.launch(args(M=300, N=504), grid=(20, 10, 1))    # 200 tiles: one CTA per SM
     assert fake.launches[-1].grid == (SMS, 1, 1) and mem.allocs[-1] == SMS * PER_TILE
+
+
+def dynamic_kernel():
+    """A persistent kernel with dynamic tiles: its workspace is one tile counter."""
+    k = gemm_kernel()
+    abi = [AbiParam("grid", -1, axis=a) for a in range(3)] + [AbiParam("workspace", -1)] + k.abi
+    return dataclasses.replace(k, abi=abi, persistent=True, dynamic_tiles=True)
+
+
+def test_dynamic_tiles_get_one_zeroed_counter_per_stream(monkeypatch):
+    """Whatever the grid, the workspace is TILE_COUNTER_BYTES, zeroed when allocated (the kernel leaves its counter
+    at zero for the next launch); another stream, whose launches may overlap, gets a counter of its own."""
+    from tawa.abi import TILE_COUNTER_BYTES
+    kernel = dynamic_kernel()
+    fake, mem = _install(monkeypatch, kernel)
+    launcher = GpuLauncher(kernel)
+    launcher.launch(args(M=4096, N=4096))                   # 32 x 16 tiles
+    assert fake.launches[-1].grid == (SMS, 1, 1)
+    counter = _workspace_param(fake.launches[-1], 3)
+    assert mem.allocs == [TILE_COUNTER_BYTES] and mem.zeroed == [(counter, TILE_COUNTER_BYTES, 0)]
+    launcher.launch(args(M=300, N=504))                     # another grid: the same counter, not zeroed again
+    assert _workspace_param(fake.launches[-1], 3) == counter and len(mem.zeroed) == 1
+    launcher.launch(args(M=300, N=504), stream=0x1234)
+    assert mem.allocs == [TILE_COUNTER_BYTES] * 2 and mem.zeroed[-1][1:] == (TILE_COUNTER_BYTES, 0x1234)
+    assert _workspace_param(fake.launches[-1], 3) != counter
+
+
+def test_dynamic_tiles_need_a_persistent_kernel():
+    kernel = dynamic_kernel()
+    kernel = dataclasses.replace(kernel, abi=[p for p in kernel.abi if p.kind != "grid"], persistent=False)
+    with pytest.raises(LaunchError, match="dynamic tiles"):
+        GpuLauncher(kernel)

@@ -112,6 +112,8 @@ def iteration(ctx, op):
         iv = ctx.get(loop.iv)
         lb, step = ctx.get(loop.lower), ctx.get(loop.step)
         return b.binary("divsi", b.sub(iv, lb), step)
+    if parent is not None and parent.name == "scf.while" and parent.results[0] in ctx.tile_iterations:
+        return ctx.tile_iterations[parent.results[0]]
     if parent is not None and warp_group_role(parent):
         return b.i32(0)
     raise CompilationError(f"{op.name}{where(op)}: arefs are lowered only directly in a warp group or in a loop "
@@ -120,8 +122,9 @@ def iteration(ctx, op):
 
 # ---- use counts of rings across loops ---------------------------------------------------------------------------
 def rings_used(ctx, for_op) -> tuple:
-    """(rings used by aref ops directly in the loop's body, rings used only in loops nested in it)."""
-    body = ForOp(for_op).body
+    """(rings used by aref ops directly in the loop's body, rings used only in loops nested in it); the loop is an
+    `scf.for` or a dynamic tile loop's `scf.while` (its body is its second region)."""
+    body = for_op.regions[1].blocks[0] if for_op.name == "scf.while" else ForOp(for_op).body
     direct, nested = [], []
     for op in ops_of(body):
         if op.name in AREF_USE_OPS:

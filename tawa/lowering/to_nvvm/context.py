@@ -262,6 +262,9 @@ class Ctx:
     persistent: bool = False
     #: Uses of each aref ring (by `id(Ring)`) before the current loop, where that is not 0 (`arefs.stage_of`).
     ring_uses: dict = field(default_factory=dict)
+    #: The iteration count of each dynamic tile loop being lowered (`dynamic_tiles.lower_tile_loop`), by the
+    #: loop's first result: the arefs used directly in its body take their slots from it (`arefs.iteration`).
+    tile_iterations: dict = field(default_factory=dict)
     #: Whether this context issued TMA stores it has not yet waited for (a persistent epilogue defers the wait).
     stores_in_flight: bool = False
     #: Dot operands and tile stores go through TMA; False (compile option `tma=False`): the threads copy them.

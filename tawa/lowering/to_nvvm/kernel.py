@@ -26,7 +26,7 @@ from tawa.ir.location import source_location
 from tawa.ir.ops import ArefCreateOp, warp_groups
 from tawa.ir.traversal import ops_of, walk
 
-from . import (arefs, control, dot, elementwise, memory, reduce, shape, split_k, sync,
+from . import (arefs, control, dot, dynamic_tiles, elementwise, memory, reduce, shape, split_k, sync,
                warp_groups as warp_group_lowering)
 from .builder import Builder
 from .context import BARRIER_REGION, Ctx, Params, SharedAllocator
@@ -54,6 +54,8 @@ HANDLERS = {
     **arefs.HANDLERS,
     # Split-K partial accumulators in the runtime's workspace.
     **split_k.HANDLERS,
+    # Dynamic tiles: the consumers' tile loop and the tiles they take from the producer.
+    **dynamic_tiles.HANDLERS,
 }
 
 
@@ -123,6 +125,9 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
     if warp_groups(func) and len(attrs.GRID.get(func)) == 2 and not ctx.persistent:
         # (A persistent kernel visits its tiles in grouped order already: persistent-tiles wrote it in the IR.)
         ctx.pid_group = PID_GROUP
+    dynamic = bool(attrs.DYNAMIC_TILES.get(func))
+    if dynamic:
+        dynamic_tiles.open_channel(ctx, num_warps * hopper.THREADS_PER_WARP)
     ctx.lower_block(block)
 
     start: list = []
@@ -179,6 +184,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         "cluster": list(ctx.cluster) if ctx.cluster else None,
         "ctas_per_sm": ctx.ctas_per_sm,
         "workspace_per_tile": ctx.params.workspace_per_tile,
+        "dynamic_tiles": dynamic,
     }
     try:
         out = ir.Module.parse(text, module.context)

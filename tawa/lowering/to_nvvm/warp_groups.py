@@ -15,10 +15,10 @@ from tawa import hopper
 from tawa.errors import CompilationError, InternalCompilerError
 from tawa.ir import attrs
 from tawa.ir.location import where
-from tawa.ir.ops import ArefPutOp, DimOp, ForOp, LoadOp, warp_group_role
+from tawa.ir.ops import ArefPutOp, DimOp, ForOp, LoadOp, NextTileOp, TilePutOp, warp_group_role
 from tawa.ir.traversal import ops_of
 
-from . import arefs, elementwise, memory, sync
+from . import arefs, dynamic_tiles, elementwise, memory, sync
 from .arefs import DeferredLoad, lower_aref_put
 from .builder import V
 from .context import Ctx
@@ -77,8 +77,9 @@ def lower_warp_group(ctx: Ctx, op) -> None:
 
 
 def lower_producer_block(ctx: Ctx, block) -> None:
-    """The producer's code: scalar control, loops without iter_args, deferred loads and puts."""
-    for op in ops_of(block):
+    """The producer's code (a block, or a list of ops): scalar control, loops without iter_args, deferred loads
+    and puts; with dynamic tiles, its tile loop and the ops that fetch and hand over tiles."""
+    for op in block if isinstance(block, list) else ops_of(block):
         name = op.name
         if name == "scf.yield":
             if len(op.operands):
@@ -98,6 +99,12 @@ def lower_producer_block(ctx: Ctx, block) -> None:
             elementwise.lower_elementwise(ctx, op)
         elif name == ForOp.NAME and len(op.results) == 0:
             lower_producer_loop(ctx, op)
+        elif name == "scf.while":
+            dynamic_tiles.lower_tile_loop(ctx, op, lower_producer_block)
+        elif name == NextTileOp.NAME:
+            dynamic_tiles.lower_next_tile(ctx, op)
+        elif name == TilePutOp.NAME:
+            dynamic_tiles.lower_tile_put(ctx, op)
         else:
             raise CompilationError(f"'{name}'{where(op)} cannot run in the producer warp group")
 

@@ -55,6 +55,9 @@ class Runtime:
     #: Ping-pong: the tile (in the CTA's order) whose main loop may run now, and each group's main loops so far.
     turn: int = 0
     main_loops: dict = field(default_factory=dict)
+    #: Dynamic tiles: the launch's tile counter and the current CTA's channel (`tile_ops`).
+    tile_counter: int = 0
+    channel: object = None
 
 
 @dataclass
