@@ -12,9 +12,10 @@ around them (`persistent_tiles`, "Dynamic tiles").
   producer's) and an `empty` one (one arrival per consumer thread) each, as an aref's ring: the k-th put and get of
   a CTA use slot k % TILE_SLOTS with parity (k / TILE_SLOTS) & 1, k the tile loop's iteration. put: wait empty,
   lane 0 stores the index and arrives on full (a release at CTA scope); get: every consumer thread waits on full
-  (an acquire), loads the index, and arrives on empty. Each consumer warp group goes through on its own: a barrier
-  over all of them at every tile would undo the stagger that consumer ping-pong sets up between them (it cost 4-5%
-  on H100). With two slots the producer hands over the tile after next while the consumers finish this one.
+  (an acquire), loads the index, and arrives on empty. Each consumer warp group passes on its own (a named
+  barrier over all of them at every tile would make the group that runs ahead under the consumer ping-pong wait
+  for the other), and with two slots the producer hands over the tile after next while the consumers finish this
+  one.
 - `scf.while` (the tile loop of a region): carries the tile index, its iteration count (the arefs used directly in
   its body, a prologue operand's, use slot `count` of their rings past the uses before the loop) and the use
   counts of the rings of the loops nested in it (`arefs.ring_counts`), as the static tile loop does.
