@@ -129,8 +129,9 @@ class CompileOptions:
     dynamic_tiles: Optional[bool] = _opt(
         None, help="persistent CTAs take their next tile from a counter in device memory as they free up, heaviest "
                    "first, instead of fixed shares of the grid (auto: on for a persistent kernel whose loops run "
-                   "longer for some programs than others, as causal attention's; never with clusters, ping-pong "
-                   "or stream-K)")
+                   "longer for some programs than others, as causal attention's; never with clusters, ping-pong, "
+                   "stream-K or split-K). True also makes the compiler choose the persistent schedule where it "
+                   "would choose ping-pong or one program per CTA")
     ctas_per_sm: Optional[int] = _opt(
         None, choices=hopper.CTAS_PER_SM,
         help="blocks kept resident per SM (1 or 2): with 2, each block gets half the registers and shared memory "

@@ -71,7 +71,7 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fix
         return _large_m_defaults(info, extents, m, n, k, batch, sms, set(misaligned), dict(fixed or {}))
     config = {"BLOCK_M": SMALL_M, "BLOCK_N": 128}
     programs = -(-m // SMALL_M) * -(-n // 128)
-    for splits in (4, 2):
+    for splits in (4, 2) if not _asks_dynamic_tiles(dict(fixed or {})) else ():
         # (split-K counts its programs along grid axis 2, which a batched grid already uses)
         if k is not None and _plain(info) and programs * splits <= sms and k >= splits * MIN_K_PER_SPLIT:
             config["split_k"] = splits
@@ -152,10 +152,15 @@ SECTOR_CLUSTER_TILES = ((128, 256), (128, 192), (192, 192))
 #: Another tile or schedule replaces the kernel's own only where it fills the waves by this factor more.
 SWITCH_MARGIN = 1.05
 #: Options given explicitly under which no other tile or schedule is launched ...
-_SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK_N", "tma", "num_consumer_groups",
-                     "dynamic_tiles")
+_SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK_N", "tma", "num_consumer_groups")
 #: ... and under which no clusters are added.
-_CLUSTER_OPTIONS = ("warp_specialize", "split_k", "cluster", "tma", "num_consumer_groups", "dynamic_tiles")
+_CLUSTER_OPTIONS = ("warp_specialize", "split_k", "cluster", "tma", "num_consumer_groups")
+
+
+def _asks_dynamic_tiles(fixed: dict) -> bool:
+    """`dynamic_tiles=True` given: it needs the persistent schedule without clusters or split-K, so no rule may
+    switch the schedule, add clusters or split K (`dynamic_tiles=False` changes nothing the rules read)."""
+    return fixed.get("dynamic_tiles") is True
 
 
 def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: int, misaligned: set,
@@ -183,7 +188,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
     own = (consts.get("BLOCK_M"), consts.get("BLOCK_N"))
     if not all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in own):
         return {}
-    may_cluster = not any(name in fixed for name in _CLUSTER_OPTIONS) and \
+    may_cluster = not any(name in fixed for name in _CLUSTER_OPTIONS) and not _asks_dynamic_tiles(fixed) and \
         fixed.get("schedule") in (None, "persistent", "pingpong")
     off_grid = {operand for operand, indices in (("A", tile_column_operands(info)), ("B", tile_row_operands(info)))
                 if set(indices) & misaligned}
@@ -198,7 +203,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
     def sector_rate(tile, shared=None) -> float:
         return _sector_penalty(tile, off_grid - {shared}) if sector_bound else 1.0
 
-    may_switch = not any(name in fixed for name in _SCHEDULE_OPTIONS) and \
+    may_switch = not any(name in fixed for name in _SCHEDULE_OPTIONS) and not _asks_dynamic_tiles(fixed) and \
         cluster_name(fixed.get("cluster", "1x1")) == "1x1"
     # (what each computes per slot, its configuration) of the own tile and the tiles it may switch to ...
     own_rate, rates = 1.0, {}
@@ -343,7 +348,8 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     that finish no later than the own grid: waves of the own CTAs (`own.ctas_per_sm` per SM) against waves of
     192-row ones, each 192 / (128 x CTAs per SM) / ATTENTION_192_RATE as long. Else {}. The head dim is the widest
     constant extent of the tensors the grid tiles, at the compiled kernel's constants (derived ones included)."""
-    if own is None or not getattr(own, "chained_dots", False) or any(name in fixed for name in _ATTENTION_OPTIONS):
+    if own is None or not getattr(own, "chained_dots", False) or any(name in fixed for name in _ATTENTION_OPTIONS) \
+            or _asks_dynamic_tiles(fixed):
         return {}
     constants = dict(getattr(own, "constants", None) or {})
     if constants.get("BLOCK_M") != ATTENTION_OWN_ROWS:

@@ -66,7 +66,7 @@ irdl.dialect @tawa {
     %i32 = irdl.is i32
     irdl.results(result: %i32)
   }
-  // ... and hands it to the consumer warp groups, one tile at a time ...
+  // ... and hands it to the consumer warp groups (a ring of two slots) ...
   irdl.operation @tile_put {
     %i32 = irdl.is i32
     irdl.operands(tile: %i32)

@@ -62,7 +62,7 @@ class NextTileOp(OpView):
 
 
 class TilePutOp(OpView):
-    """`tawa.tile_put %t`: the producer hands tile index %t to the consumer warp groups (a channel of one slot)."""
+    """`tawa.tile_put %t`: the producer hands tile index %t to the consumer warp groups (a ring of two slots)."""
     NAME = "tawa.tile_put"
     tile = property(lambda self: self.op.operands[0])
 

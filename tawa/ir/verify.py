@@ -72,6 +72,7 @@ RULES = {
     "aref-put-values": "aref_put values match the aref's payload types",
     "aref-get-results": "aref_get results match the aref's payload types",
     "aref-role": "in a partitioned kernel aref_put is in the producer, aref_get / aref_consumed in consumers",
+    "tile-channel-role": "next_tile / tile_put are in the producer warp group, tile_get in a consumer one",
     # warp groups
     "warp-group-op": "tawa.warp_group is on scf.execute_region ops",
     "warp-group-attr": "warp-group attributes are on warp-group regions",
@@ -87,6 +88,10 @@ RULES = {
     "attr-unknown": "every tawa.* attribute is one of tawa.ir.attrs.ALL",
     "attr-kind": "every tawa.* attribute has its declared kind",
 }
+
+#: Dynamic tiles' ops and the warp group each runs in (`persistent_tiles`).
+_TILE_CHANNEL_ROLES = {"tawa.next_tile": attrs.PRODUCER, "tawa.tile_put": attrs.PRODUCER,
+                       "tawa.tile_get": attrs.CONSUMER}
 
 _BY_NAME = {a.name: a for a in attrs.ALL}
 _WG_ONLY = (attrs.NUM_WARP_GROUPS.name, attrs.FIRST_WARP_GROUP.name, attrs.MAX_REGISTERS.name)
@@ -517,6 +522,14 @@ class _Verifier:
                     _fail(op, "aref-payload", f"aref payload types must be tiles, got {t}")
             if depth < 1:
                 _fail(op, "aref-depth", f"an aref needs at least one slot, got depth {depth}")
+            return
+        if name in _TILE_CHANNEL_ROLES:
+            want = _TILE_CHANNEL_ROLES[name]
+            if role != want:
+                where = f"a {role} warp group" if role else "no warp group"
+                _fail(op, "tile-channel-role", f"'{name}' belongs in "
+                                               f"{'the producer' if want == attrs.PRODUCER else 'a consumer'} warp "
+                                               f"group, found in {where}")
             return
         if name not in ("tawa.aref_put", "tawa.aref_get", "tawa.aref_consumed"):
             return    # an unknown tawa op: MLIR's verification already rejected it

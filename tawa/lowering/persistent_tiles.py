@@ -395,7 +395,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
             cluster = _cluster_of(options)
             share = max((attrs.TILE_SHARE.get(r) or [0, 1])[1] for r in groups)
             group, _ = tile_group(loads, options, share)
-            if dynamic_tiles(func, options, share):
+            if dynamic_tiles(func, options, share)[0]:
                 # Walked backwards, every other row would put short tiles before long ones: taken as CTAs free
                 # up, the tiles run in the order given, the longest first within each row (`launch-order`).
                 group = WHOLE_AXIS if group == SNAKE else group
@@ -416,15 +416,31 @@ def run(module: ir.Module, options=None) -> ir.Module:
     return module
 
 
-def dynamic_tiles(func, options, share: int) -> bool:
-    """Whether a persistent kernel takes its tiles from a counter (the module's docstring, "Dynamic tiles"): where
-    `dynamic_tiles=True`, else where the lengths of its loops with dots depend on the program; never with
-    clusters, ping-pong (`share` > 1 consumer regions per tile loop), stream-K or split-K (whose workspace and
-    program-dependent K ranges are its own). The driver asks it for the
-    kernel's notes (and refuses `dynamic_tiles=True` where it says no), this pass to build the loop."""
+def dynamic_tiles(func, options, share: int) -> tuple:
+    """(True, why) if a persistent kernel takes its tiles from a counter (the module's docstring, "Dynamic
+    tiles"): where `dynamic_tiles=True`, else where the lengths of its loops with dots depend on the program.
+    (False, why not) with clusters, ping-pong (`share` > 1 consumer regions per tile loop), stream-K or split-K
+    (whose workspace and program-dependent K ranges are its own); the reason is "" where none was asked for. The
+    driver asks it for the kernel's notes (and refuses `dynamic_tiles=True` where it says no), this pass to build
+    the loop."""
     asked = getattr(options, "dynamic_tiles", None)
-    if asked is False or share > 1 or _cluster_of(options) or getattr(options, "schedule", None) == "streamk" \
-            or getattr(options, "split_k", 1) > 1:
-        return False
-    return bool(asked) or any(ws_ir.computed_from_program(op.operands[:3]) for op in walk(func.operation)
-                              if op.name == ForOp.NAME and any(o.name == "tawa.dot" for o in walk(op)))
+    if asked is False:
+        return False, ""
+    if share > 1:
+        why = "each consumer warp group takes every other tile of its CTA in turn (ping-pong)"
+    elif _cluster_of(options):
+        why = "the CTAs of a cluster take neighbouring tiles together"
+    elif getattr(options, "schedule", None) == "streamk":
+        why = "stream-K shares the last tiles' K iterations between CTAs that know them in advance"
+    elif getattr(options, "split_k", 1) > 1:
+        why = "the split-K programs of a tile meet in a workspace of their own"
+    else:
+        why = None
+    if why is not None:
+        return False, why if asked else ""
+    if asked:
+        return True, "dynamic_tiles=True"
+    if any(ws_ir.computed_from_program(op.operands[:3]) for op in walk(func.operation)
+           if op.name == ForOp.NAME and any(o.name == "tawa.dot" for o in walk(op))):
+        return True, "its loops' lengths depend on the program"
+    return False, ""

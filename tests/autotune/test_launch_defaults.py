@@ -377,3 +377,16 @@ def test_attention_with_dynamic_tiles_runs_one_block_per_cta_on_long_sequences(e
     assert choose(info, dict(heads(8192), **extra), own=own(128, uneven=True, ctas_per_sm=1)) == {}
     for option in ({"schedule": "persistent"}, {"dynamic_tiles": True}, {"BLOCK_N": 64}):
         assert choose(info, dict(heads(8192), **extra), fixed=option, own=dyn) == {}, option
+
+
+def test_dynamic_tiles_asked_for_keep_the_persistent_schedule_and_false_changes_nothing():
+    """`dynamic_tiles=True` needs the persistent schedule without clusters or split-K: no rule switches the
+    schedule, adds clusters or splits K; `dynamic_tiles=False` leaves every rule as it is."""
+    for m, n, k in ((3000, 3000, 3000), (32, 8192, 8192), (7000, 3000, 3000), (1100, 4096, 4096)):
+        extents = {"M": m, "N": n, "K": k}
+        plain = choose(GEMM_INFO, extents, misaligned={0, 1} if m % 16 else ())
+        assert plain, (m, n, k)                        # the shapes have launch rules to turn off
+        asked = choose(GEMM_INFO, extents, misaligned={0, 1} if m % 16 else (), fixed={"dynamic_tiles": True})
+        assert not {"schedule", "cluster", "split_k"} & set(asked), (m, n, k, asked)
+        assert choose(GEMM_INFO, extents, misaligned={0, 1} if m % 16 else (),
+                      fixed={"dynamic_tiles": False}) == plain

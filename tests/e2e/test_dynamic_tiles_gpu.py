@@ -55,7 +55,7 @@ def test_grouped_query_attention_dynamic():
 
 
 def test_launches_back_to_back_leave_the_counter_at_zero():
-    """Grids of 512, 2, 24 and 512 tiles launched on one stream without a wait between them: each launch starts
+    """Grids of 512, 4, 24 and 512 tiles launched on one stream without a wait between them: each launch starts
     from the counter the previous one left, so a counter not back at zero would skip tiles (NaN left)."""
     kernel = _attention()
     import torch
@@ -73,7 +73,8 @@ def test_launches_back_to_back_leave_the_counter_at_zero():
 
 
 def test_two_streams_at_once():
-    """Launches on two streams may overlap: each stream has a counter of its own."""
+    """Launches on two streams may overlap: each stream has a counter of its own (a shared one would hand one
+    launch's tiles to the other's CTAs). Inputs are made first; the launches then go out with no wait between."""
     kernel = _attention()
     import torch
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
@@ -82,27 +83,30 @@ def test_two_streams_at_once():
         for j, stream in enumerate(streams):
             shape = (4, 16, 1000, 128) if j == 0 else (2, 8, 2000, 128)
             q, k, v = _inputs(torch, shape, seed=60 + 2 * round_ + j)
-            o = poisoned(torch, shape, torch.bfloat16)
-            torch.cuda.synchronize()
-            kernel(q, k, v, o, 1 / math.sqrt(shape[-1]), stream=stream)
-            runs.append((q, k, v, o))
+            runs.append((stream, q, k, v, poisoned(torch, shape, torch.bfloat16)))
     torch.cuda.synchronize()
-    for q, k, v, o in runs:
+    for stream, q, k, v, o in runs:
+        kernel(q, k, v, o, 1 / math.sqrt(q.shape[-1]), stream=stream)
+    torch.cuda.synchronize()
+    for _, q, k, v, o in runs:
         assert not o.isnan().any()
         assert rel_err(o, _reference(torch, q, k, v, 1)) < 2e-2
 
 
 def test_replayed_from_a_cuda_graph():
-    """A captured launch replays with the counter the previous replay left: at zero."""
+    """A captured launch replays with the counter the previous replay left: at zero. The capture stream's counter
+    is allocated (and zeroed) by an eager launch on it first, so the graph holds no zero fill of its own."""
     kernel = _attention()
     import torch
     shape = (4, 16, 1000, 128)
     q, k, v = _inputs(torch, shape, seed=70)
     o = poisoned(torch, shape, torch.bfloat16)
-    kernel(q, k, v, o, 1 / math.sqrt(shape[-1]))          # loads the module and allocates the counter
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        kernel(q, k, v, o, 1 / math.sqrt(shape[-1]))
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream):
         kernel(q, k, v, o, 1 / math.sqrt(shape[-1]))
     for i in range(3):
         for x, y in zip((q, k, v), _inputs(torch, shape, seed=71 + i)):
@@ -136,8 +140,9 @@ def test_same_bits_as_the_static_loop(causal):
     assert rel_err(outs[0], _reference(torch, q, k, v, causal)) < 2e-2
 
 
-#: A single tile, fewer tiles than SMs, ragged M, N and K over several waves.
-GEMM_SHAPES = [(129, 200, 8), (1000, 3000, 712), (3000, 3000, 3000), (4096, 4096, 256)]
+#: A single tile, fewer tiles than SMs, exactly 132 tiles of 128x256 (as many as an H100's SMs: each CTA's first
+#: fetch finds none), ragged M, N and K over several waves.
+GEMM_SHAPES = [(129, 200, 8), (1000, 3000, 712), (1408, 3072, 320), (3000, 3000, 3000), (4096, 4096, 256)]
 
 
 @pytest.mark.parametrize("shape", GEMM_SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -146,3 +151,21 @@ def test_dynamic_gemm(shape):
     assert kernel.compiled.dynamic_tiles
     import torch
     check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape)), launches=2)
+
+
+@pytest.mark.parametrize("shape", [(1000, 3000, 712), (3000, 3000, 3000)], ids=lambda s: "x".join(map(str, s)))
+def test_dynamic_gemm_three_consumer_groups(shape):
+    """192x192 tiles on three consumer warp groups: the handover's empty barriers expect 384 threads."""
+    kernel = compiled("gemm.tawa", BLOCK_M=192, BLOCK_N=192, dynamic_tiles=True)
+    assert kernel.compiled.dynamic_tiles and kernel.compiled.num_threads == 512
+    import torch
+    check_launch(torch, kernel, *gemm_case(torch, *shape, seed=sum(shape)), launches=2)
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_dynamic_attention_two_ctas_per_sm(causal):
+    """Head dim 64 at two CTAs per SM with dynamic tiles (264 CTAs share one counter)."""
+    kernel = _attention(causal, head_dim=64, dynamic_tiles=True, ctas_per_sm=2)
+    assert kernel.compiled.dynamic_tiles and kernel.compiled.ctas_per_sm == 2
+    import torch
+    check_attention(torch, kernel, (4, 16, 700, 64), causal, seed=90 + causal)

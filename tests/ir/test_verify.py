@@ -274,6 +274,9 @@ func.func @helper() {
     "aref-role:put-in-consumer": ws_kernel(
         consumer=f'"tawa.aref_put"(%r, %b) {PUT_SEG} : ({AREF}, {TILE}) -> ()'),
     "aref-role:outside": ws_kernel(extra=f'"tawa.aref_consumed"(%r) : ({AREF}) -> ()'),
+    "tile-channel-role:get-in-producer": ws_kernel(producer='%t = "tawa.tile_get"() : () -> i32'),
+    "tile-channel-role:fetch-in-consumer": ws_kernel(consumer='%t = "tawa.next_tile"() : () -> i32'),
+    "tile-channel-role:outside": ws_kernel(extra='"tawa.tile_put"(%c0) : (i32) -> ()'),
     "first-warp-group:producer": ws_kernel(producer_attrs=", tawa.first_warp_group = 1 : i32",
                                            consumer_attrs=", tawa.first_warp_group = 0 : i32",
                                            kernel_attrs=", tawa.num_warps = 8 : i32"),

@@ -88,17 +88,56 @@ def test_dynamic_tiles_codegen(head_dim):
     assert "scf.while" in text and text.count("tawa.lookahead") == 1 and text.count("tawa.pingpong") == 1
 
 
-def test_dynamic_tiles_refused_where_the_order_is_fixed():
-    """Asked for where the CTAs take tiles in a fixed order: one clear error, at the kernel."""
-    for options in ({"schedule": "tile"}, {"schedule": "pingpong", "constants": {"BLOCK_N": 128}}):
-        with pytest.raises(CompilationError, match="cannot give kernel .* dynamic tiles") as info:
-            gemm = EXAMPLES / "gemm.tawa"
-            compile_source(gemm.read_text(), str(gemm), CompileOptions(dynamic_tiles=True, **options))
-        assert info.value.location is not None
-    with pytest.raises(CompilationError, match="in 2x1 clusters"):
-        gemm = EXAMPLES / "gemm.tawa"
-        compile_source(gemm.read_text(), str(gemm), CompileOptions(dynamic_tiles=True, schedule="persistent",
-                                                                   cluster="2x1"))
+def _barrier_counts(ptx: str) -> list:
+    """The arrival counts the kernel initialises its mbarriers with (constants moved into registers first)."""
+    consts = dict(re.findall(r"mov\.b32\s+(%r\d+), (\d+);", ptx))
+    return [int(consts[r]) for r in re.findall(r"mbarrier\.init\.shared\.b64\s+\[[^]]+\], (%r\d+);", ptx)]
+
+
+@pytest.mark.parametrize("constants,options,consumers", [
+    ({"BLOCK_N": 256}, {}, 256),                                    # two consumer groups
+    ({"BLOCK_M": 192, "BLOCK_N": 192}, {}, 384),                    # three
+    ({"BLOCK_M": 64, "BLOCK_N": 128}, {"num_consumer_groups": 1}, 128),
+])
+def test_dynamic_gemm_codegen(constants, options, consumers):
+    """A GEMM given dynamic tiles: the persistent schedule (not the ping-pong the compiler would pick for some
+    tiles), one fetch and one reset of the counter, and the handover's `empty` barriers expecting every consumer
+    thread."""
+    gemm = EXAMPLES / "gemm.tawa"
+    k = compile_source(gemm.read_text(), str(gemm), CompileOptions(constants=constants, dynamic_tiles=True,
+                                                                   **options))
+    assert k.persistent and k.dynamic_tiles
+    assert k.ptx.count("atom.add.relaxed.gpu.global.u32") == 1 and k.ptx.count("st.relaxed.gpu.global.u32") == 1
+    counts = _barrier_counts(k.ptx)
+    assert counts.count(consumers) >= 2 and counts.count(1) >= 2, counts      # the handover's two slots
+    assert k.spill_bytes == 0
+
+
+def test_dynamic_tiles_asked_for_choose_the_persistent_schedule():
+    """Where the compiler would pick ping-pong (a GEMM's 128x128 tiles) or one block per CTA (causal attention at
+    head dim 64, two CTAs per SM), `dynamic_tiles=True` makes it pick the persistent schedule instead."""
+    gemm = EXAMPLES / "gemm.tawa"
+    own = compile_source(gemm.read_text(), str(gemm), CompileOptions(constants={"BLOCK_N": 128}))
+    assert any("uses the pingpong schedule" in n for n in own.notes)
+    k = compile_source(gemm.read_text(), str(gemm), CompileOptions(constants={"BLOCK_N": 128}, dynamic_tiles=True))
+    assert k.dynamic_tiles and any("uses the persistent schedule" in n for n in k.notes)
+    k = attention(HEAD_DIM=64, CAUSAL=1, dynamic_tiles=True)
+    assert k.persistent and k.dynamic_tiles
+
+
+@pytest.mark.parametrize("options,why", [
+    ({"schedule": "tile"}, "it runs one program per CTA"),
+    ({"schedule": "pingpong", "constants": {"BLOCK_N": 128}}, "ping-pong"),
+    ({"schedule": "persistent", "cluster": "2x1"}, "the CTAs of a cluster take neighbouring tiles together"),
+    ({"schedule": "streamk"}, "stream-K shares"),
+    ({"schedule": "persistent", "split_k": 2}, "split-K programs of a tile meet in a workspace"),
+])
+def test_dynamic_tiles_refused_where_the_order_is_fixed(options, why):
+    """Asked for where the CTAs take tiles in a fixed order: one clear error, at the kernel, saying why."""
+    gemm = EXAMPLES / "gemm.tawa"
+    with pytest.raises(CompilationError, match="cannot give kernel 'gemm' dynamic tiles") as info:
+        compile_source(gemm.read_text(), str(gemm), CompileOptions(dynamic_tiles=True, **options))
+    assert why in info.value.message and info.value.location is not None
 
 
 def test_split_k_and_a_prologue_operand_are_refused(tmp_path):

@@ -5,9 +5,10 @@ around them (`persistent_tiles`, "Dynamic tiles").
   says `dynamic_tiles`, and the runtime allocates `abi.TILE_COUNTER_BYTES`, zeroed once).
 - `next_tile` (the producer warp): lane 0 adds 1 to the counter (`atom.add.relaxed.gpu`, nothing else is ordered
   by it); the `tile_put` that hands the result over (after the tile's loads, so the atomic's latency hides behind
-  them) shuffles the old value v to the warp; the tile is v + CTAs launched. Every CTA fetches until it reads
-  past the tiles, so a launch makes exactly `tiles` fetches (tiles - CTAs that find one, CTAs that find none): the
-  one that reads tiles - 1 is the last, and stores 0 back for the next launch.
+  them) shuffles the old value v to the warp; the tile is v + CTAs launched. Every CTA fetches once per tile it
+  runs (the runtime launches at most as many CTAs as tiles, each starting with its own), so a launch makes
+  exactly `tiles` fetches, reading 0 to tiles - 1: the one that reads tiles - 1 is the last, and stores 0 back
+  (`st.relaxed.gpu`) for the next launch.
 - `tile_put` / `tile_get`: a ring of `TILE_SLOTS` shared words with a `full` mbarrier (one arrival: the
   producer's) and an `empty` one (one arrival per consumer thread) each, as an aref's ring: the k-th put and get of
   a CTA use slot k % TILE_SLOTS with parity (k / TILE_SLOTS) & 1, k the tile loop's iteration. put: wait empty,
@@ -154,6 +155,7 @@ def lower_tile_loop(ctx: Ctx, op, lower_body) -> None:
         b.line(f"scf.condition({cond}) " + ", ".join(str(a) for a in entry) + f" : {types}")
     b.line("} do {")
     b.line(f"^bb0(" + ", ".join(f"{a}: i32" for a in inner) + "):")
+    ctx.loop_depth += 1
     with b.indented():
         ctx.set(after.arguments[0], inner[0])
         ctx.tile_iterations[op.results[0]] = inner[1]
@@ -162,6 +164,7 @@ def lower_tile_loop(ctx: Ctx, op, lower_body) -> None:
         lower_body(ctx, body[:-1])
         out = [ctx.get(body[-1].operands[0]), b.add(inner[1], 1)] + arefs.ring_counts(ctx, nested)
         b.line(f"scf.yield " + ", ".join(str(v) for v in out) + f" : {types}")
+    ctx.loop_depth -= 1
     b.line("}")
     results = [V(f"{res}#{i}", "i32") for i in range(len(carried))]
     arefs.set_ring_counts(ctx, nested, results[2:])
