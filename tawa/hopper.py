@@ -74,6 +74,17 @@ def register_pool(num_threads: int, ctas_per_sm: int = 1) -> int:
     return (entry_registers(num_threads, ctas_per_sm) + step - 1) // step * step * num_threads
 
 
+#: setmaxnreg budgets for one producer and up to two consumer warp groups at one CTA per SM (a TMA producer needs a
+#: few dozen registers, a consumer with a 64xN wgmma accumulator slab up to 240).
+PRODUCER_REGISTERS, CONSUMER_REGISTERS = 40, 232
+
+
+def producer_registers(consumer_groups: int, ctas_per_sm: int = 1) -> int:
+    """The producer's budget where none is given: PRODUCER_REGISTERS, or the least setmaxnreg allows where three
+    consumer groups or two CTAs per SM share the register file."""
+    return SETMAXNREG_MIN if consumer_groups > 2 or ctas_per_sm > 1 else PRODUCER_REGISTERS
+
+
 def consumer_register_limit(producer: int, consumer_groups: int, ctas_per_sm: int = 1) -> tuple:
     """(the register pool of a block of a producer and `consumer_groups` consumer warp groups, at `ctas_per_sm`
     blocks per SM; the most registers each consumer warp group may ask for next to a producer budget of

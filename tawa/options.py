@@ -151,10 +151,14 @@ class CompileOptions:
     num_stages: int = _opt(3, help="loads in flight in the uniform-warp software pipeline (default 3)")
     num_warps: Optional[int] = _opt(None, choices=NUM_WARPS,
                                     help="warps per program on the uniform-warp path (4 or 8)")
-    producer_registers: int = _opt(40, help=f"setmaxnreg budget of the producer warp group ({_REGISTERS}; "
-                                            f"default 40)")
-    consumer_registers: int = _opt(232, help=f"setmaxnreg budget of each consumer warp group ({_REGISTERS}; "
-                                             f"default 232)")
+    producer_registers: Optional[int] = _opt(
+        None, help=f"setmaxnreg budget of the producer warp group ({_REGISTERS}; auto: "
+                   f"{hopper.PRODUCER_REGISTERS}, or {hopper.SETMAXNREG_MIN} with three consumer warp groups or two "
+                   f"CTAs per SM)")
+    consumer_registers: Optional[int] = _opt(
+        None, help=f"setmaxnreg budget of each consumer warp group ({_REGISTERS}; auto: "
+                   f"{hopper.CONSUMER_REGISTERS}, or with three consumer warp groups or two CTAs per SM an equal share "
+                   f"of what the producer leaves)")
     constants: dict = _opt(factory=dict, help="overrides of the kernel's const parameters (NAME=VALUE)")
     dump_ir_after_all: bool = _opt(False, help="print the IR after every pass to stderr (also verifies each)")
     verify_each: bool = _opt(False, help="run the tawa verifier after every pass (also TAWA_VERIFY_EACH=1)")
@@ -223,22 +227,24 @@ class CompileOptions:
             bad("num_warps", self.num_warps, "4 or 8 (one or two warp groups)")
         for name in ("producer_registers", "consumer_registers"):
             v = getattr(self, name)
-            if (not is_int(v) or v % hopper.SETMAXNREG_STEP
-                    or not hopper.SETMAXNREG_MIN <= v <= hopper.SETMAXNREG_MAX):
-                bad(name, v, f"{_REGISTERS} (what setmaxnreg accepts)")
-        if self.num_consumer_groups is not None and not (
-                self.num_consumer_groups > 2 and self.default_register_budgets()):
-            # With the consumer count known (and budgets other than the defaults, which three groups replace), the budgets can be checked here against the registers the block
-            # starts with (setmaxnreg only moves those between its warp groups); otherwise the register-realloc
-            # pass checks them once partitioning has chosen the count.
+            if v is not None and (not is_int(v) or v % hopper.SETMAXNREG_STEP
+                                  or not hopper.SETMAXNREG_MIN <= v <= hopper.SETMAXNREG_MAX):
+                bad(name, v, f"{_REGISTERS} (what setmaxnreg accepts, or None: chosen by the compiler)")
+        if self.num_consumer_groups is not None and self.consumer_registers is not None \
+                and (self.ctas_per_sm or 1) == 1:
+            # With the consumer count known, a given consumer budget can be checked here against the registers the
+            # block starts with (setmaxnreg only moves those between its warp groups); otherwise the
+            # register-realloc pass checks it once partitioning has chosen the count.
+            producer = self.producer_registers
+            if producer is None:
+                producer = hopper.producer_registers(self.num_consumer_groups)
             threads = hopper.THREADS_PER_WARP_GROUP * (1 + self.num_consumer_groups)
-            pool, most = hopper.consumer_register_limit(self.producer_registers, self.num_consumer_groups)
-            need = hopper.THREADS_PER_WARP_GROUP * (self.producer_registers
-                                                    + self.num_consumer_groups * self.consumer_registers)
+            pool, most = hopper.consumer_register_limit(producer, self.num_consumer_groups)
+            need = hopper.THREADS_PER_WARP_GROUP * (producer + self.num_consumer_groups * self.consumer_registers)
             if self.consumer_registers > most:
                 bad("consumer_registers", self.consumer_registers,
-                    f"at most {most} with producer_registers={self.producer_registers} and "
-                    f"num_consumer_groups={self.num_consumer_groups} (128 x ({self.producer_registers} + "
+                    f"at most {most} with producer_registers={producer} and "
+                    f"num_consumer_groups={self.num_consumer_groups} (128 x ({producer} + "
                     f"{self.num_consumer_groups} x {self.consumer_registers}) = {need} registers > the {pool} "
                     f"its {threads} threads start with)")
         if not isinstance(self.constants, dict) or not all(isinstance(k, str) for k in self.constants):
@@ -247,13 +253,6 @@ class CompileOptions:
             if not is_bool(getattr(self, name)):
                 bad(name, getattr(self, name), "True or False")
         return self
-
-    def default_register_budgets(self) -> bool:
-        """Whether the producer and consumer budgets are the defaults (meant for two consumer groups; three get
-        budgets of their own, `register_realloc.budgets`)."""
-        fields = CompileOptions.__dataclass_fields__
-        return (self.producer_registers, self.consumer_registers) == \
-            (fields["producer_registers"].default, fields["consumer_registers"].default)
 
     @classmethod
     def names(cls) -> list[str]:

@@ -1,9 +1,9 @@
 """register_realloc: per-warp-group register budgets (`setmaxnreg`) of a warp-specialized kernel.
 
 Takes: a partitioned kernel (warp-group regions, see docs/ir.md). Gives: the same kernel with
-`tawa.max_registers = N : i32` on every warp-group region: `options.producer_registers` (default 40) on the
-producer, `options.consumer_registers` (default 232) on consumers; with three consumer warp groups the defaults
-become 24 and 160 (what 512 threads start with). The NVVM conversion emits `setmaxnreg.dec/inc`
+`tawa.max_registers = N : i32` on every warp-group region: `options.producer_registers` on the producer,
+`options.consumer_registers` on consumers; where not given, 40 and 232, and with three consumer warp groups 24 and
+160 (what 512 threads start with). The NVVM conversion emits `setmaxnreg.dec/inc`
 with these counts as the first instruction of each warp group.
 
 Why: a TMA producer needs a few dozen registers while a consumer holding a 64xN wgmma accumulator per warp group
@@ -27,20 +27,22 @@ from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
 from tawa.ir.location import source_location
 from tawa.ir.ops import consumer_warp_groups, warp_group_role, warp_groups
-from tawa.options import CompileOptions
 
 
 def budgets(options, num_consumer_groups: int, func=None) -> tuple:
-    """(producer, consumer) register counts, checked against the registers the block starts with. At two CTAs per SM
+    """(producer, consumer) register counts, checked against the registers the block starts with. Budgets not
+    given are chosen: 40 and 232 for up to two consumer groups; three (512 threads, 128 registers each at entry)
+    get the least a producer may keep and an equal share of the rest, 24 + 3 x 160. At two CTAs per SM
     (`ctas_per_sm`) the CTA holds half the register file from its start: the producer gets the least setmaxnreg
     allows and the consumers share what is left, at most `consumer_registers` each."""
-    p, c = options.producer_registers, options.consumer_registers
     ctas = getattr(options, "ctas_per_sm", None) or 1
-    if num_consumer_groups > 2 and CompileOptions.default_register_budgets(options):
-        # The defaults are for two consumer groups. Three (512 threads, 128 registers each at entry) get the
-        # least a producer may keep and an equal share of the rest: 24 + 3 x 160.
-        p = hopper.SETMAXNREG_MIN
-        c = hopper.consumer_register_limit(p, num_consumer_groups, ctas)[1]
+    p = options.producer_registers
+    if p is None:
+        p = hopper.producer_registers(num_consumer_groups)
+    c = options.consumer_registers
+    if c is None:
+        c = (hopper.consumer_register_limit(p, num_consumer_groups, ctas)[1] if num_consumer_groups > 2
+             else hopper.CONSUMER_REGISTERS)
     if ctas > 1:
         p = min(p, hopper.SETMAXNREG_MIN)
         return p, min(c, hopper.consumer_register_limit(p, num_consumer_groups, ctas)[1])

@@ -34,6 +34,13 @@ def test_register_budgets():
     with pytest.raises(CompilationError, match=r"lower consumer_registers to at most 232"):
         register_realloc.budgets(CompileOptions(consumer_registers=240), 2)
     assert register_realloc.budgets(CompileOptions(consumer_registers=240), 1) == (40, 240)
+    # budgets not given are chosen per consumer count; given ones are kept, even where they equal the defaults
+    assert register_realloc.budgets(CompileOptions(), 2) == (40, 232)
+    assert register_realloc.budgets(CompileOptions(), 3) == (24, 160)
+    assert register_realloc.budgets(CompileOptions(producer_registers=40), 3) == (40, 152)
+    assert register_realloc.budgets(CompileOptions(producer_registers=24, consumer_registers=152), 3) == (24, 152)
+    with pytest.raises(CompilationError, match=r"lower consumer_registers to at most 160"):
+        register_realloc.budgets(CompileOptions(producer_registers=24, consumer_registers=232), 3)
     # each count alone is validated with the other options
     with pytest.raises(CompilationError, match="multiple of 8"):
         CompileOptions(producer_registers=42).validate()
