@@ -49,7 +49,9 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
     # With tma left automatic, arguments that break TMA's alignment rules get the variant compiled without it.
     without_tma = None
     if target == "cuda" and options.tma is None:
-        without_tma = lambda: compile(path_or_source, target=target, cache=cache, **kwargs, tma=False)  # noqa: E731
+        # (the copies by threads run on the uniform-warp path: no persistent schedule, clusters or dynamic tiles)
+        plain = {k: v for k, v in kwargs.items() if k not in ("cluster", "dynamic_tiles")}
+        without_tma = lambda: compile(path_or_source, target=target, cache=cache, **plain, tma=False)  # noqa: E731
     # Without tile constants, a GEMM-family kernel launches the tile (and split-K) that suits small-M shapes.
     shapes = None
     if target == "cuda" and not SHAPE_CHOICES & set(kwargs):

@@ -130,16 +130,16 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
         return Plan(options.target, False, split_k=options.split_k), []
     loop_plans, note = ws_analysis.decide(func, options)
     notes = [note] if note else []
-    schedule, why = _tile_schedule(func, options, loop_plans)
-    if why:
-        notes.append(f"kernel '{kernel_info.kernel_name(func)}' uses the {schedule} schedule: {why}")
+    schedule, why_schedule = _tile_schedule(func, options, loop_plans)
+    if why_schedule:
+        notes.append(f"kernel '{kernel_info.kernel_name(func)}' uses the {schedule} schedule: {why_schedule}")
     cluster, why = _cluster(func, options, loop_plans, schedule)
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
     name = kernel_info.kernel_name(func)
     share = 2 if schedule == "pingpong" else 1
     dynamic, why_dynamic = (persistent_tiles.dynamic_tiles(func, options, share) if schedule in PERSISTENT_SCHEDULES
-                            else (False, f"it runs one program per CTA (the {schedule} schedule)"))
+                            else (False, f"it runs one program per CTA ({why_schedule or 'not warp-specialized'})"))
     if options.dynamic_tiles and not dynamic:
         raise CompilationError(f"cannot give kernel '{name}' dynamic tiles: {why_dynamic}", source_location(func),
                                note="dynamic tiles need the persistent schedule without clusters, stream-K or "
@@ -247,7 +247,9 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
                                    "compile with schedule='persistent' or 'tile'")
         return "tile", f"not persistent because {reason}"
     return "persistent", ("about one CTA per SM, each looping over output tiles in grouped order; the aref ring "
-                          "runs across tiles and each epilogue's TMA store overlaps the next tile's main loop")
+                          "runs across tiles and each epilogue's TMA store overlaps the next tile's main loop" +
+                          (" (dynamic_tiles=True: the schedule that takes them)"
+                           if options.dynamic_tiles and options.schedule is None else ""))
 
 
 def _verify_each(options: CompileOptions) -> bool:

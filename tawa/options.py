@@ -215,6 +215,21 @@ class CompileOptions:
             bad("ctas_per_sm", self.ctas_per_sm, "1 or 2 (or None: chosen by the compiler)")
         if self.dynamic_tiles is not None and not is_bool(self.dynamic_tiles):
             bad("dynamic_tiles", self.dynamic_tiles, "True, False or None (auto)")
+        if self.dynamic_tiles:
+            # Dynamic tiles are a persistent warp-specialized schedule's: refuse what rules that out up front.
+            clash = [(name, value) for name, value, ok in (
+                ("warp_specialize", self.warp_specialize, self.warp_specialize is not False
+                 and not (self.target == "cpu" and self.warp_specialize is None)),
+                ("tma", self.tma, self.tma is not False),
+                ("schedule", self.schedule, self.schedule in (None, "persistent")),
+                ("cluster", self.cluster, cluster_name(self.cluster) in (None, "1x1")),
+                ("split_k", self.split_k, self.split_k == 1)) if not ok]
+            if clash:
+                name, value = clash[0]
+                raise InvalidOptionError(
+                    "dynamic_tiles", True, f"a persistent warp-specialized schedule without clusters or split-K, "
+                    f"not {name}={value!r}" + (" (the cpu target specializes only with warp_specialize=True)"
+                                               if name == "warp_specialize" and value is None else ""))
         if self.group_m is not None and (not is_int(self.group_m) or self.group_m < 1):
             bad("group_m", self.group_m, "a positive integer (or None: chosen by the compiler)")
         if not is_int(self.split_k) or not 1 <= self.split_k <= MAX_SPLIT_K:

@@ -146,3 +146,25 @@ def test_tma_off_cannot_be_warp_specialized():
     """The producer warp group loads through TMA: asking for both is refused, naming the conflict."""
     with pytest.raises(CompilationError, match="invalid option warp_specialize=True.*tma=False"):
         CompileOptions(tma=False, warp_specialize=True).validate()
+
+
+@pytest.mark.parametrize("options,clash", [
+    (dict(warp_specialize=False), "warp_specialize=False"),
+    (dict(tma=False), "tma=False"),
+    (dict(schedule="tile"), "schedule='tile'"),
+    (dict(schedule="pingpong"), "schedule='pingpong'"),
+    (dict(cluster="2x1"), "cluster='2x1'"),
+    (dict(split_k=2), "split_k=2"),
+    (dict(target="cpu"), "warp_specialize=None (the cpu target specializes only with warp_specialize=True)"),
+])
+def test_dynamic_tiles_refuse_what_rules_them_out(options, clash):
+    with pytest.raises(CompilationError, match="invalid option dynamic_tiles=True") as info:
+        CompileOptions(dynamic_tiles=True, **options).validate()
+    assert clash in info.value.message
+    CompileOptions(dynamic_tiles=False, **options).validate()
+
+
+def test_dynamic_tiles_accepted_where_they_can_apply():
+    CompileOptions(dynamic_tiles=True).validate()
+    CompileOptions(dynamic_tiles=True, schedule="persistent", cluster="1x1").validate()
+    CompileOptions(dynamic_tiles=True, target="cpu", warp_specialize=True).validate()

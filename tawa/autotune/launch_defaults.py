@@ -152,7 +152,9 @@ SECTOR_CLUSTER_TILES = ((128, 256), (128, 192), (192, 192))
 #: Another tile or schedule replaces the kernel's own only where it fills the waves by this factor more.
 SWITCH_MARGIN = 1.05
 #: Options given explicitly under which no other tile or schedule is launched ...
-_SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK_N", "tma", "num_consumer_groups")
+_SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK_N", "tma", "num_consumer_groups",
+                     # (budgets given fit the kernel's own consumer groups, not a tile of three)
+                     "producer_registers", "consumer_registers")
 #: ... and under which no clusters are added.
 _CLUSTER_OPTIONS = ("warp_specialize", "split_k", "cluster", "tma", "num_consumer_groups")
 
@@ -325,8 +327,7 @@ ATTENTION_192_RATE, ATTENTION_192_MIN_WAVES = 1.1, 2
 ATTENTION_TILE_MIN_BLOCKS = 20
 ATTENTION_TILE = {"schedule": "tile"}
 #: Options given explicitly under which an attention kernel keeps its own configuration.
-_ATTENTION_OPTIONS = _SCHEDULE_OPTIONS + ("cluster", "ctas_per_sm", "consumer_pingpong", "consumer_lookahead",
-                                          "producer_registers", "consumer_registers")
+_ATTENTION_OPTIONS = _SCHEDULE_OPTIONS + ("cluster", "ctas_per_sm", "consumer_pingpong", "consumer_lookahead")
 
 
 def is_attention_family(info: dict) -> bool:

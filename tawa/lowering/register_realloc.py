@@ -31,8 +31,9 @@ from tawa.ir.ops import consumer_warp_groups, warp_group_role, warp_groups
 
 def budgets(options, num_consumer_groups: int, func=None) -> tuple:
     """(producer, consumer) register counts, checked against the registers the block starts with. Budgets not
-    given are chosen: 40 and 232 for up to two consumer groups; three (512 threads, 128 registers each at entry)
-    get the least a producer may keep and an equal share of the rest, 24 + 3 x 160. At two CTAs per SM
+    given are chosen: the producer 40, or with three consumer groups (512 threads, 128 registers each at entry)
+    the least it may keep, 24; each consumer an equal share of what the producer leaves, at most 232 (2 x 232
+    beside 40, 3 x 160 beside 24). At two CTAs per SM
     (`ctas_per_sm`) the CTA holds half the register file from its start: the producer gets the least setmaxnreg
     allows and the consumers share what is left, at most `consumer_registers` each."""
     ctas = getattr(options, "ctas_per_sm", None) or 1
@@ -41,8 +42,7 @@ def budgets(options, num_consumer_groups: int, func=None) -> tuple:
         p = hopper.producer_registers(num_consumer_groups)
     c = options.consumer_registers
     if c is None:
-        c = (hopper.consumer_register_limit(p, num_consumer_groups, ctas)[1] if num_consumer_groups > 2
-             else hopper.CONSUMER_REGISTERS)
+        c = min(hopper.CONSUMER_REGISTERS, hopper.consumer_register_limit(p, num_consumer_groups, ctas)[1])
     if ctas > 1:
         p = min(p, hopper.SETMAXNREG_MIN)
         return p, min(c, hopper.consumer_register_limit(p, num_consumer_groups, ctas)[1])

@@ -125,19 +125,30 @@ def test_dynamic_tiles_asked_for_choose_the_persistent_schedule():
     assert k.persistent and k.dynamic_tiles
 
 
-@pytest.mark.parametrize("options,why", [
-    ({"schedule": "tile"}, "it runs one program per CTA"),
-    ({"schedule": "pingpong", "constants": {"BLOCK_N": 128}}, "ping-pong"),
-    ({"schedule": "persistent", "cluster": "2x1"}, "the CTAs of a cluster take neighbouring tiles together"),
-    ({"schedule": "streamk"}, "stream-K shares"),
-    ({"schedule": "persistent", "split_k": 2}, "split-K programs of a tile meet in a workspace"),
-])
-def test_dynamic_tiles_refused_where_the_order_is_fixed(options, why):
-    """Asked for where the CTAs take tiles in a fixed order: one clear error, at the kernel, saying why."""
-    gemm = EXAMPLES / "gemm.tawa"
-    with pytest.raises(CompilationError, match="cannot give kernel 'gemm' dynamic tiles") as info:
-        compile_source(gemm.read_text(), str(gemm), CompileOptions(dynamic_tiles=True, **options))
-    assert why in info.value.message and info.value.location is not None
+def test_dynamic_tiles_refused_where_the_kernel_cannot_persist(tmp_path):
+    """Options that rule dynamic tiles out are refused by `CompileOptions.validate` (tests/test_options.py); a
+    kernel that cannot take the persistent schedule gets one clear error at the kernel, saying why."""
+    softmax = EXAMPLES / "softmax.tawa"
+    with pytest.raises(CompilationError, match="cannot give kernel .* dynamic tiles: it runs one program per CTA") \
+            as info:
+        compile_source(softmax.read_text(), str(softmax), CompileOptions(dynamic_tiles=True))
+    assert info.value.location is not None
+    src = tmp_path / "staged.tawa"
+    src.write_text(
+        "@grid(cdiv(M, 128), cdiv(N, 128))\n"
+        "def staged(A: bf16[M, K], B: bf16[K, N], C: bf16[M, N]):\n"
+        "    acc = zeros((128, 128), f32)\n"
+        "    if K > 64:\n"
+        "        a0 = load(A, (program_id(0), 0), (128, 64))\n"
+        "        acc = dot(a0, load(B, (0, program_id(1)), (64, 128)), acc)\n"
+        "    for k in range(1, cdiv(K, 64)):\n"
+        "        acc = dot(load(A, (program_id(0), k), (128, 64)), load(B, (k, program_id(1)), (64, 128)), acc)\n"
+        "    store(C, (program_id(0), program_id(1)), acc.to(bf16))\n")
+    plain = compile_source(src.read_text(), str(src), CompileOptions())
+    assert any("not persistent because the dot operand loaded at" in n for n in plain.notes), plain.notes
+    with pytest.raises(CompilationError, match="dynamic tiles: it runs one program per CTA \\(not persistent "
+                                               "because the dot operand loaded at .*staged.tawa:5"):
+        compile_source(src.read_text(), str(src), CompileOptions(dynamic_tiles=True))
 
 
 def test_split_k_and_a_prologue_operand_are_refused(tmp_path):

@@ -63,3 +63,15 @@ def test_a_variant_that_cannot_be_had_keeps_the_alignment_error(failure, note):
     with pytest.raises(TmaAlignmentError) as info:
         kernel(True, variant)("x")
     assert note in info.value.note
+
+
+def test_the_variant_without_tma_drops_dynamic_tiles_and_clusters(tmp_path, monkeypatch):
+    """Threads copy the operands on the uniform-warp path, which has no persistent schedule: a kernel compiled with
+    dynamic tiles (or clusters) gets a variant without them, which compiles."""
+    import tawa
+    monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path))
+    gemm = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "gemm.tawa"
+    k = tawa.compile(str(gemm), dynamic_tiles=True, cache=False)
+    assert k.compiled.dynamic_tiles
+    fallback = k._without_tma()
+    assert not fallback.compiled.persistent and not fallback.compiled.dynamic_tiles
