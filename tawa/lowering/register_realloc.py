@@ -38,13 +38,12 @@ def budgets(options, num_consumer_groups: int, func=None) -> tuple:
     allows and the consumers share what is left, at most `consumer_registers` each."""
     ctas = getattr(options, "ctas_per_sm", None) or 1
     p = options.producer_registers
-    if p is None:
-        p = hopper.producer_registers(num_consumer_groups)
+    if p is None or ctas > 1:
+        p = hopper.producer_registers(num_consumer_groups, ctas) if p is None else min(p, hopper.SETMAXNREG_MIN)
     c = options.consumer_registers
     if c is None:
         c = min(hopper.CONSUMER_REGISTERS, hopper.consumer_register_limit(p, num_consumer_groups, ctas)[1])
     if ctas > 1:
-        p = min(p, hopper.SETMAXNREG_MIN)
         return p, min(c, hopper.consumer_register_limit(p, num_consumer_groups, ctas)[1])
     per_group = hopper.THREADS_PER_WARP_GROUP
     threads = per_group * (1 + num_consumer_groups)

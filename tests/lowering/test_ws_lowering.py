@@ -37,6 +37,8 @@ def test_register_budgets():
     # budgets not given are chosen per consumer count; given ones are kept, even where they equal the defaults
     assert register_realloc.budgets(CompileOptions(), 2) == (40, 232)
     assert register_realloc.budgets(CompileOptions(), 3) == (24, 160)
+    assert register_realloc.budgets(CompileOptions(ctas_per_sm=2), 2) == (24, 104)      # half the register file
+    assert register_realloc.budgets(CompileOptions(producer_registers=64), 2) == (64, 216)
     assert register_realloc.budgets(CompileOptions(producer_registers=40), 3) == (40, 152)
     assert register_realloc.budgets(CompileOptions(producer_registers=24, consumer_registers=152), 3) == (24, 152)
     with pytest.raises(CompilationError, match=r"lower consumer_registers to at most 160"):
