@@ -141,15 +141,13 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     dynamic, why_dynamic = (persistent_tiles.dynamic_tiles(func, options, share) if schedule in PERSISTENT_SCHEDULES
                             else (False, f"it runs one program per CTA ({why_schedule or 'not warp-specialized'})"))
     if options.dynamic_tiles and not dynamic:
+        why_dynamic = why_dynamic or f"the {schedule} schedule gives its tiles to fixed CTAs"
         raise CompilationError(f"cannot give kernel '{name}' dynamic tiles: {why_dynamic}", source_location(func),
                                note="dynamic tiles need the persistent schedule without clusters, stream-K or "
                                     "split-K")
     if schedule in PERSISTENT_SCHEDULES:
-        group, why = persistent_tiles.tile_group([ld for p in loop_plans for ld in p.loads], options, share)
-        if dynamic and group == persistent_tiles.SNAKE:
-            group = persistent_tiles.WHOLE_AXIS
-            why = ("the tiles along axis 0 load the same operands and, taken as CTAs free up, run longest first "
-                   "where their loops' lengths grow along axis 0 (causal attention's query blocks)")
+        group, why = persistent_tiles.tile_group([ld for p in loop_plans for ld in p.loads], options, share,
+                                                 dynamic)
         order = {persistent_tiles.WHOLE_AXIS: "all of grid axis 0 for each tile along axis 1",
                  persistent_tiles.SNAKE: "all of grid axis 0 for each tile along axis 1, every other row "
                                          "backwards"}.get(
@@ -368,9 +366,7 @@ def chained_dots(module) -> bool:
 def uneven_programs(module) -> bool:
     """Whether some loop with a dot runs a number of iterations that depends on the program (causal attention's
     key loop), in the tile-level module."""
-    return any(op.name == "scf.for" and ws_ir.computed_from_program(op.operands[:3])
-               and any(inner.name == "tawa.dot" for inner in walk(op))
-               for func in kernel_info.kernels(module) for op in walk(func))
+    return any(ws_ir.uneven_dot_loops(func) for func in kernel_info.kernels(module))
 
 
 def _decided(options: CompileOptions, plan: Plan) -> CompileOptions:

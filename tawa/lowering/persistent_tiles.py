@@ -78,7 +78,7 @@ from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
 from tawa.ir.location import source_location, where
-from tawa.ir.ops import (ClusterSizeOp, ForOp, GridExtentOp, LoadOp, NextTileOp, NumProgramsOp, ProgramIdOp, TileGetOp,
+from tawa.ir.ops import (ClusterSizeOp, GridExtentOp, LoadOp, NextTileOp, NumProgramsOp, ProgramIdOp, TileGetOp,
                          TilePutOp, warp_group_role, warp_groups)
 from tawa.ir.traversal import ops_of, parent_op, walk
 from tawa.ir.types import elem_type, tile_bytes, tile_shape
@@ -236,15 +236,20 @@ def _accumulator_registers(func_op) -> int:
     return total
 
 
-def tile_group(loads: list, options=None, tiles_per_cta: int = 1) -> tuple:
+def tile_group(loads: list, options=None, tiles_per_cta: int = 1, dynamic: bool = False) -> tuple:
     """(G, why) for the grouped order of a persistent kernel whose producer copies `loads` each k-step, with
     `tiles_per_cta` tiles resident per CTA (2 for ping-pong): G counts the loop's units along grid axis 0
-    (clusters along it, with 2x1 clusters), per the module's docstring."""
+    (clusters along it, with 2x1 clusters), per the module's docstring. With `dynamic` tiles, rows are never
+    snaked: taken as CTAs free up, the tiles run in the order given, each row longest first (`launch-order`)."""
     if options is not None and getattr(options, "group_m", None):
         return options.group_m, f"group_m={options.group_m}"
     row, col = _bytes_along(loads, 0), _bytes_along(loads, 1)
     if col and not any(_depends_on_program(LoadOp(ld).offsets, 0) for ld in loads):
         if any(_depends_on_program(parent_op(ld).operands[:3], 0) for ld in loads):
+            if dynamic:
+                return WHOLE_AXIS, ("the tiles along axis 0 load the same operands and, taken as CTAs free up, run "
+                                    "longest first where their loops' lengths grow along axis 0 (causal "
+                                    "attention's query blocks)")
             return SNAKE, ("the tiles along axis 0 load the same operands and their loops' lengths depend on "
                            "their program along axis 0 (causal attention's query blocks): they run side by side, "
                            "every other row of them backwards")
@@ -394,11 +399,9 @@ def run(module: ir.Module, options=None) -> ir.Module:
                      if op.name == LoadOp.NAME and ws_ir.feeds_puts(op) and parent_op(op).name == "scf.for"]
             cluster = _cluster_of(options)
             share = max((attrs.TILE_SHARE.get(r) or [0, 1])[1] for r in groups)
-            group, _ = tile_group(loads, options, share)
-            if dynamic_tiles(func, options, share)[0]:
-                # Walked backwards, every other row would put short tiles before long ones: taken as CTAs free
-                # up, the tiles run in the order given, the longest first within each row (`launch-order`).
-                group = WHOLE_AXIS if group == SNAKE else group
+            dynamic, _ = dynamic_tiles(func, options, share)
+            group, _ = tile_group(loads, options, share, dynamic)
+            if dynamic:
                 order = lambda t, extents: _grouped_program(t, extents[0], extents[1], group)  # noqa: E731
                 for region in groups:
                     wrap_region_dynamic(region, order)
@@ -418,29 +421,17 @@ def run(module: ir.Module, options=None) -> ir.Module:
 
 def dynamic_tiles(func, options, share: int) -> tuple:
     """(True, why) if a persistent kernel takes its tiles from a counter (the module's docstring, "Dynamic
-    tiles"): where `dynamic_tiles=True`, else where the lengths of its loops with dots depend on the program.
-    (False, why not) with clusters, ping-pong (`share` > 1 consumer regions per tile loop), stream-K or split-K
-    (whose workspace and program-dependent K ranges are its own); the reason is "" where none was asked for. The
-    driver asks it for the kernel's notes (and refuses `dynamic_tiles=True` where it says no), this pass to build
-    the loop."""
+    tiles"): where `dynamic_tiles=True`, else where the lengths of its loops with dots depend on the program;
+    (False, "") otherwise, and always with clusters, ping-pong (`share` > 1 consumer regions per tile loop),
+    stream-K or split-K, whose tiles go to fixed CTAs or consumer groups (`CompileOptions.validate` refuses
+    `dynamic_tiles=True` with those options, and the driver does not pick ping-pong then). The driver asks it for
+    the kernel's notes, this pass to build the loop."""
     asked = getattr(options, "dynamic_tiles", None)
-    if asked is False:
+    if asked is False or share > 1 or _cluster_of(options) or getattr(options, "schedule", None) == "streamk" \
+            or getattr(options, "split_k", 1) > 1:
         return False, ""
-    if share > 1:
-        why = "each consumer warp group takes every other tile of its CTA in turn (ping-pong)"
-    elif _cluster_of(options):
-        why = "the CTAs of a cluster take neighbouring tiles together"
-    elif getattr(options, "schedule", None) == "streamk":
-        why = "stream-K shares the last tiles' K iterations between CTAs that know them in advance"
-    elif getattr(options, "split_k", 1) > 1:
-        why = "the split-K programs of a tile meet in a workspace of their own"
-    else:
-        why = None
-    if why is not None:
-        return False, why if asked else ""
     if asked:
         return True, "dynamic_tiles=True"
-    if any(ws_ir.computed_from_program(op.operands[:3]) for op in walk(func.operation)
-           if op.name == ForOp.NAME and any(o.name == "tawa.dot" for o in walk(op))):
+    if ws_ir.uneven_dot_loops(func.operation):
         return True, "its loops' lengths depend on the program"
     return False, ""

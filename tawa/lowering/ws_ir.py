@@ -42,6 +42,13 @@ def computed_from_program(values) -> bool:
     return computed_from(values, lambda op: op.name in PROGRAM_QUERIES)
 
 
+def uneven_dot_loops(func_op) -> bool:
+    """Whether some loop with a dot runs a number of iterations that depends on the program (causal attention's
+    key loop): the kernel's programs then differ in length."""
+    return any(op.name == "scf.for" and computed_from_program(op.operands[:3])
+               and any(inner.name == "tawa.dot" for inner in walk(op)) for op in walk(func_op))
+
+
 def i32(value: int) -> ir.Value:
     """An i32 constant, at the current insertion point."""
     return arith.ConstantOp(ir.IntegerType.get_signless(32), value).result

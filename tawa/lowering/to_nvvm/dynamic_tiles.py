@@ -44,6 +44,7 @@ class TileChannel:
     words: int         # shared-memory offset of the slots' words (4 bytes each, 8 apart)
     full: int          # offset of the slots' full mbarriers
     empty: int         # offset of the slots' empty mbarriers
+    depth: int = TILE_SLOTS     # (a ring's depth, for `arefs.stage_of`)
 
 
 def open_channel(ctx: Ctx, num_threads: int) -> None:
@@ -63,22 +64,17 @@ def _channel(ctx: Ctx) -> TileChannel:
 
 
 def _slot(ctx: Ctx, op) -> tuple:
-    """(channel, word, full, empty, parity) of the put or get `op`: the slot of its tile loop's iteration."""
-    b = ctx.b
+    """(word, full, empty, parity) of the put or get `op`: the slot of its tile loop's iteration, as an aref's."""
     channel = _channel(ctx)
-    k = arefs.iteration(ctx, op)
-    stage = b.and_(k, TILE_SLOTS - 1)
-    parity = b.and_(b.shr(k, TILE_SLOTS.bit_length() - 1), 1)
-    at = b.mul(stage, 8)
-    return (channel, ctx.smem_ptr(b.add(at, channel.words)), ctx.smem_ptr(b.add(at, channel.full)),
-            ctx.smem_ptr(b.add(at, channel.empty)), parity)
+    stage, parity = arefs.stage_of(ctx, channel, arefs.iteration(ctx, op))
+    return tuple(arefs.barrier_ptr(ctx, base, stage) for base in (channel.words, channel.full, channel.empty)) + \
+        (parity,)
 
 
 @dataclass
 class FetchedTile:
     """A `next_tile` whose atomic is in flight: lane 0's old counter value, read at the `tile_put`."""
     old: V
-    first: V           # lane 0
 
 
 def lower_next_tile(ctx: Ctx, op) -> None:
@@ -89,7 +85,7 @@ def lower_next_tile(ctx: Ctx, op) -> None:
     old = b.op(f'"llvm.inline_asm"({ctx.lane()}, {counter}) <{{asm_string = "{{ .reg .pred p; setp.eq.u32 p, $1, 0; '
                f'mov.u32 $0, 0; @p atom.add.relaxed.gpu.global.u32 $0, [$2], 1; }}", constraints = "=r,r,l", '
                f'has_side_effects}}> : (i32, !llvm.ptr<1>) -> i32', "i32")
-    ctx.set(op.results[0], FetchedTile(old, b.cmpi("eq", ctx.lane(), 0)))
+    ctx.set(op.results[0], FetchedTile(old))
 
 
 def _finish_fetch(ctx: Ctx, value, fetched: FetchedTile) -> V:
@@ -98,7 +94,7 @@ def _finish_fetch(ctx: Ctx, value, fetched: FetchedTile) -> V:
     b = ctx.b
     old = sync.shfl(b, fetched.old, 0, "idx")
     tiles = b.mul(b.mul(ctx.params.grid_extent(0), ctx.params.grid_extent(1)), ctx.params.grid_extent(2))
-    with b.if_(b.and_(fetched.first, b.cmpi("eq", old, b.sub(tiles, 1)))):
+    with b.if_(b.and_(b.cmpi("eq", ctx.lane(), 0), b.cmpi("eq", old, b.sub(tiles, 1)))):
         # the launch's last fetch: the next launch starts from 0
         b.line(f'"llvm.inline_asm"({ctx.params.workspace()}) <{{asm_string = "st.relaxed.gpu.global.u32 [$0], 0;", '
                f'constraints = "l", has_side_effects}}> : (!llvm.ptr<1>) -> ()')
@@ -114,7 +110,7 @@ def lower_tile_put(ctx: Ctx, op) -> None:
     tile = ctx.get(value)
     if isinstance(tile, FetchedTile):
         tile = _finish_fetch(ctx, value, tile)
-    _, word, full, empty, parity = _slot(ctx, op)
+    word, full, empty, parity = _slot(ctx, op)
     sync.mbarrier_wait(b, empty, b.xor(parity, 1))
     with b.if_(b.cmpi("eq", ctx.lane(), 0)):
         b.line(f"llvm.store {tile}, {word} : i32, !llvm.ptr<3>")
@@ -123,7 +119,7 @@ def lower_tile_put(ctx: Ctx, op) -> None:
 
 def lower_tile_get(ctx: Ctx, op) -> None:
     b = ctx.b
-    _, word, full, empty, parity = _slot(ctx, op)
+    word, full, empty, parity = _slot(ctx, op)
     sync.mbarrier_wait(b, full, parity)
     tile = b.op(f"llvm.load {word} : !llvm.ptr<3> -> i32", "i32")
     sync.mbarrier_arrive(b, empty)

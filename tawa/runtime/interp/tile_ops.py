@@ -10,6 +10,7 @@ before, a get until there is one it has not taken.
 from __future__ import annotations
 
 from tawa.ir.location import where as _where
+from tawa.runtime.interp.aref_ops import Wait
 from tawa.runtime.interp.compiler import handler
 from tawa.runtime.interp.errors import ArefProtocolError, op_location
 
@@ -42,18 +43,12 @@ class TileChannel:
                 f"{self.readers} readers)")
 
 
-class ChannelWait:
-    __slots__ = ("channel", "kind", "op", "task")
-
-    def __init__(self, channel: TileChannel, kind: str, op, task=None):
-        self.channel, self.kind, self.op, self.task = channel, kind, op, task
-
-    def ready(self) -> bool:
-        return self.channel.can_put() if self.kind == "put" else self.channel.can_get(self.task)
+class ChannelWait(Wait):
+    """What a task blocked on the channel waits for (the scheduler asks `ready`, as of an aref's `Wait`)."""
 
     def describe(self) -> str:
         need = "every reader to take the index of its slot" if self.kind == "put" else "an index"
-        return f"waits in tawa.tile_{self.kind}{_where(self.op)} for {need} of {self.channel.describe()}"
+        return f"waits in tawa.tile_{self.kind}{_where(self.op)} for {need} of {self.ring.describe()}"
 
 
 @handler("tawa.next_tile")
