@@ -24,8 +24,11 @@ SCHEDULES = [pytest.param({"BLOCK_N": 256, "schedule": "persistent"}, id="persis
              pytest.param({"BLOCK_M": 64, "BLOCK_N": 128, "warp_specialize": False, "num_warps": 8},
                           id="uniform-shared-rows")]
 # a single tile; ragged in M and N; a tile count that is not a multiple of the SMs; K below BLOCK_K; more tiles
-# than SMs, ragged (persistent CTAs take a second tile: the bias buffer and the residual's registers are reused)
-SHAPES = [(100, 120, 64), (333, 520, 200), (1000, 3000, 712), (130, 264, 8), (2100, 2696, 136)]
+# than SMs, ragged (persistent CTAs take a second tile: the bias buffer and the residual's registers are reused);
+# main loops of 2 and 0 iterations (the residual's copies start at the loop's second iteration, or before a loop
+# too short to reach it: `control.lower_for`)
+SHAPES = [(100, 120, 64), (333, 520, 200), (1000, 3000, 712), (130, 264, 8), (2100, 2696, 136), (260, 392, 128),
+          (130, 264, 0)]
 #: Runs test_pingpong_gpu.py and test_cluster_gpu.py make already, with the same options, shape and inputs.
 ELSEWHERE = {(schedule, shape) for schedule in ("pingpong-n128", "persistent-c21", "pingpong-c21")
              for shape in ((333, 520, 200), (1000, 3000, 712))}

@@ -30,6 +30,42 @@ def _residual_maps(kernel):
 
 #: 4-byte global loads without a predicate: the residual's late boxes, read inside the tensor.
 WORD_LOAD = re.compile(r"^\s*ld\.global\.nc\.b32", re.M)
+#: TMA copies into shared memory, and prefetches into L2, in the NVVM dialect.
+TMA_COPY, L2_COPY = "nvvm.cp.async.bulk.tensor.shared.cluster.global", "nvvm.cp.async.bulk.tensor.prefetch"
+
+
+def _nvvm(source, **options):
+    """The kernel after `convert-to-nvvm`: one op per copy the lowering emitted (LLVM may duplicate code later)."""
+    from tawa.compiler import compile_module
+    from tawa.frontend import parse_and_lower
+    from tawa.options import CompileOptions
+    consts = {k: v for k, v in options.items() if k.startswith("BLOCK")}
+    opts = CompileOptions(constants=consts, **{k: v for k, v in options.items() if not k.startswith("BLOCK")})
+    return compile_module(parse_and_lower(source, "linear.tawa", opts.constants), opts, stop_after="convert-to-nvvm")
+
+
+def _issues_wgmma(op) -> bool:
+    return any(o.name == "nvvm.wgmma.commit.group.sync.aligned" or _issues_wgmma(o)
+               for r in op.regions for blk in r.blocks for o in blk.operations)
+
+
+def _copies(module, name: str) -> tuple:
+    """(ops named `name` inside a consumer main loop: an scf.for issuing wgmmas with no such loop inside it,
+    ops named `name` elsewhere)."""
+    counts = [0, 0]
+
+    def visit(op, in_main):
+        for r in op.regions:
+            for blk in r.blocks:
+                for o in blk.operations:
+                    if o.name == name:
+                        counts[0 if in_main else 1] += 1
+                    main = in_main or (o.name == "scf.for" and _issues_wgmma(o) and not any(
+                        i.name == "scf.for" and _issues_wgmma(i) for rr in o.regions for bb in rr.blocks
+                        for i in bb.operations))
+                    visit(o, main)
+    visit(module.operation, False)
+    return tuple(counts)
 
 
 @pytest.mark.parametrize("options,boxes,late", [
@@ -45,42 +81,43 @@ WORD_LOAD = re.compile(r"^\s*ld\.global\.nc\.b32", re.M)
 def test_linear_residual_comes_through_the_staging(options, boxes, late):
     """R's boxes come by TMA into the staging, or, for the boxes of a persistent 4-box tile that wait for a
     staging buffer, into registers before the main loop (`late` pairs per thread: one 4-byte load each inside
-    the tensor, two 2-byte loads at its edge); no other global load of R remains."""
+    the tensor, two 2-byte loads at its edge); no other global load of R remains. `boxes` copies per tile; a
+    prefetched box's copy is emitted twice (in the main loop, and before it for a loop too short to reach it)."""
     fused = _compile(LINEAR, **options)
     plain = _compile(WITHOUT_RESIDUAL, **options)
     assert len(GLOBAL_LOAD.findall(fused.ptx)) == len(GLOBAL_LOAD.findall(plain.ptx)) + 3 * late
     assert len(WORD_LOAD.findall(fused.ptx)) == late
-    assert len(TMA_LOAD.findall(fused.ptx)) == len(TMA_LOAD.findall(plain.ptx)) + boxes
+    _, elsewhere = _copies(_nvvm(LINEAR, **options), TMA_COPY)
+    _, plain_elsewhere = _copies(_nvvm(WITHOUT_RESIDUAL, **options), TMA_COPY)
+    assert elsewhere - plain_elsewhere == boxes
     assert [(p.box, p.swizzle) for p in _residual_maps(fused)] == [([128, 64], 128)]
     assert len(SHARED_LOAD.findall(fused.ptx)) > len(SHARED_LOAD.findall(plain.ptx))
     assert spill_bytes(fused) == 0
-
-
-#: A TMA copy completing on a barrier of the reserved region (the staging's; the rings' barriers are in registers).
-STAGING_COPY = re.compile(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\S* \[[^]]+\], \[[^]]+\], "
-                          r"\[tawa_smem\+\d+\]")
-L2_PREFETCH = re.compile(r"cp\.async\.bulk\.prefetch\.tensor\.2d\.L2\.global")
 
 
 @pytest.mark.parametrize("options,early,late,l2_early", [
     ({"BLOCK_N": 256, "schedule": "persistent"}, 2, 32, 0),
     ({"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"}, 2, 32, 0),
     ({"BLOCK_N": 128, "schedule": "persistent"}, 2, 0, 0),
+    ({"BLOCK_N": 192, "schedule": "pingpong"}, 2 * 2, 0, 0),
     ({"BLOCK_N": 256, "schedule": "tile"}, 0, 0, 4),
-], ids=["persistent-n256", "persistent-c21", "persistent-n128", "tile-n256"])
-def test_residual_is_prefetched_before_the_main_loop(options, early, late, l2_early):
-    """`epilogue-prefetch`: before the main loop's first wgmma, a persistent kernel copies the residual's first
-    boxes into the (idle) staging and loads the boxes that would wait for a staging buffer into registers (the
-    epilogue then waits for no copy of R); with one tile per CTA (the staging is the drained ring) the whole tile
-    goes into L2 before the loop."""
+], ids=["persistent-n256", "persistent-c21", "persistent-n128", "pingpong-n192", "tile-n256"])
+def test_residual_copies_start_in_the_main_loop(options, early, late, l2_early):
+    """`epilogue-prefetch`: a persistent kernel copies the residual's first boxes into the (idle) staging from
+    inside the main loop (at its second iteration: before the loop, the wait for the previous tile's stores held
+    the first wgmma back) and loads the boxes that would wait for a staging buffer into registers before the loop
+    (the epilogue then waits for no copy of R); with one tile per CTA (the staging is the drained ring) the whole
+    tile goes into L2 from inside the loop. A loop too short to reach its second iteration starts them before
+    it: each is emitted there once more."""
+    fused = _nvvm(LINEAR, **options)
+    plain_in_loop, _ = _copies(_nvvm(WITHOUT_RESIDUAL, **options), TMA_COPY)
+    assert plain_in_loop == 0
+    assert _copies(fused, TMA_COPY)[0] == early
+    assert _copies(fused, L2_COPY)[0] == l2_early
     ptx = _compile(LINEAR, **options).ptx
     first_dot = ptx.index("wgmma.mma_async")
-    before, after = ptx[:first_dot], ptx[first_dot:]
-    assert len(STAGING_COPY.findall(before)) == early
-    assert len(WORD_LOAD.findall(before)) == late and not WORD_LOAD.search(after)
-    assert len(L2_PREFETCH.findall(before)) == l2_early
-    assert not L2_PREFETCH.search(after)
-    assert not L2_PREFETCH.search(_compile(WITHOUT_RESIDUAL, **options).ptx)
+    assert len(WORD_LOAD.findall(ptx[:first_dot])) == late and not WORD_LOAD.search(ptx[first_dot:])
+    assert _copies(_nvvm(WITHOUT_RESIDUAL, **options), L2_COPY) == (0, 0)
 
 
 def test_f32_residual_used_twice():

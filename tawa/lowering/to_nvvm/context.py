@@ -285,6 +285,9 @@ class Ctx:
     #: 1-D epilogue operands that a `tawa.prefetch` loaded into registers, spread over the threads
     #: (`broadcast_operand.RowPrefetch`), that no load has taken yet.
     row_prefetches: list = field(default_factory=list)
+    #: Copies a `tawa.prefetch` starts for the main loop right after it (`staged_operand.lower_prefetch`),
+    #: emitters without arguments that `control.lower_for` places in that loop's body.
+    main_loop_copies: list = field(default_factory=list)
 
     def lower_block(self, block) -> None:
         """Lower the ops of `block` in this context."""

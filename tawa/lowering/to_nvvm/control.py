@@ -13,7 +13,7 @@ from . import arefs, sync
 from .builder import V
 from .context import Ctx
 from .loop_values import flat_types, flatten, iter_layouts, unflatten
-from .schedule import LoopSchedule
+from .schedule import LoopSchedule, trip_count
 from .tile_turns import pass_main_loop_turn, take_main_loop_turn
 from .uniform_pipeline import UniformPipeline
 from .ws_consumer_loop import WarpSpecializedConsumerLoop
@@ -48,10 +48,17 @@ def lower_for(ctx: Ctx, op) -> None:
     if shared:                          # ping-pong: the tiles of the groups before this one
         arefs.skip_tiles(ctx, direct_rings, lb, ub, step, ctx.tile_share[0])
         take_main_loop_turn(ctx, op)
+    # An epilogue operand's copies started for this main loop (`staged_operand.lower_prefetch`)
+    copies, ctx.main_loop_copies = (ctx.main_loop_copies, []) if direct_rings else ([], ctx.main_loop_copies)
     sched = select_schedule(ctx, op)
     sched.before_loop(ctx, lb, ub, step)
     peeled = sched.prologue(ctx, lb, ub, step)
     loop_lb, inits = peeled if peeled is not None else (lb, [ctx.get(v) for v in loop.inits])
+    # at the body's second iteration (its first if the schedule peeled iterations before it: the first slot has
+    # arrived then); before the loop if the body runs no more often than that
+    first = 0 if peeled is not None else 1
+    if copies:
+        _issue(ctx, copies, b.cmpi("sle", trip_count(b, loop_lb, ub, step), b.const(first, lb.type)))
     flat_init = []
     for val, lay in zip(inits, layouts):
         flat_init.extend(flatten(ctx, val, lay))
@@ -84,6 +91,8 @@ def lower_for(ctx: Ctx, op) -> None:
             ctx.schedule = sched
         arefs.set_ring_counts(ctx, nested_rings, args[:n_counts])
         sched.begin_iteration(ctx, iv, args[n_counts:len(extra)])
+        if copies:
+            _issue(ctx, copies, b.cmpi("eq", iv, b.add(loop_lb, b.mul(step, first))))
         ctx.lower_block(loop.body)
         out = []
         for v, lay in zip(loop.yield_op.operands, layouts):
@@ -104,6 +113,12 @@ def lower_for(ctx: Ctx, op) -> None:
         pass_main_loop_turn(ctx)
     for r, val in zip(op.results, unflatten(results, list(op.results), layouts)):
         ctx.set(r, val)
+
+
+def _issue(ctx: Ctx, copies: list, when: V) -> None:
+    with ctx.b.if_(when):
+        for emit in copies:
+            emit()
 
 
 def lower_if(ctx: Ctx, op) -> None:
