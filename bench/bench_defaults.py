@@ -10,7 +10,8 @@ machines:
 
 `build` fills DIR/cache (the kernel cache: `TAWA_CACHE_DIR`) by asking each example's kernel which variant it
 launches for each shape; `run` launches through the same API (`kernel(*args)`) with that cache. SET is `all`
-(default), `gemm`, `few` (grids of fewer tiles than SMs), `fp8`, `linear`, `bias_act` or `batched`. DIR defaults to
+(default), `gemm`, `few` (grids of fewer tiles than SMs), `fp8`, `linear`, `bias_act`, `batched` or `sweep` (the
+GEMM sweep of `bench_gemm.py` and its two linear-layer shapes; not part of `all`). DIR defaults to
 `.carry/defaults`.
 
 For each shape, in one process and alternating over rounds: "default" is `kernel(*args)` (the variant the shape
@@ -62,6 +63,10 @@ BATCHED = [(2, 1536, 6144, 2048), (3, 1536, 4096, 4096), (2, 2112, 2048, 4096), 
 SETS = {"gemm": [("gemm", s) for s in GEMM], "few": [("gemm", s) for s in FEW],
         "fp8": [("fp8", s) for s in FP8], "linear": [("linear", s) for s in LINEAR],
         "bias_act": [("bias_act", s) for s in BIAS_ACT], "batched": [("batched", s) for s in BATCHED]}
+#: The GEMM sweep of `bench_gemm.py` (`SWEEP`) and its fused linear-layer shapes: what launches without tuning there.
+SWEEP_GEMM = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 2048), (16384, 8192, 1024), (4096, 14336, 4096),
+              (512, 8192, 8192), (2048, 2048, 8192), (3000, 5000, 2000)]
+SETS["sweep"] = [("gemm", s) for s in SWEEP_GEMM] + [("linear", s) for s in ((4096, 14336, 4096), (8192, 8192, 4096))]
 SETS["all"] = SETS["gemm"] + SETS["few"] + SETS["fp8"] + SETS["linear"] + SETS["bias_act"] + SETS["batched"]
 SOURCES = {"gemm": "gemm.tawa", "fp8": "gemm_fp8.tawa", "linear": "linear_gelu_residual.tawa",
            "bias_act": "gemm_bias_act.tawa", "batched": "batched_gemm.tawa"}

@@ -206,7 +206,7 @@ def lower_prefetch(ctx: Ctx, op) -> None:
     Before the loop, thread 0 would first wait for the previous tile's stores to read the staging, holding its
     warp group's first wgmma back by that latency on every tile, and at the kernel's start every CTA's operand
     copies would compete with the ring's first loads. Issued at iteration 1, the cooperative 128x256 linear layer
-    ran 3-10% faster (4096^3: 581 -> 640 TFLOP/s, H100); ping-pong tiles, whose epilogue the other group's main
+    ran 2-6% faster (4096^3: 596 -> 627 TFLOP/s, H100); ping-pong tiles, whose epilogue the other group's main
     loop hides, did not move. The boxes the prefetch loads into registers (`_load_late_boxes`) stay before the
     loop: their values must be live after it."""
     p = PrefetchOp(op)
