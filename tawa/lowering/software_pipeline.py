@@ -9,7 +9,7 @@ last wgmma group asynchronous across iterations. The conversion (to_nvvm/control
 S shared-memory slots with one mbarrier each; this pass decides where that applies and how deep the ring can
 be within shared memory:
 - a pipelined load's offsets must be scalar arithmetic of the induction variable and loop invariants (they are
-  re-evaluated for iteration i + S - 1);
+  re-evaluated for iteration i + S - 1); a load under an `scf.if` in the body is issued for every iteration;
 - S is `options.num_stages`, reduced until the rings fit the shared memory of one SM (227 KiB);
 - a loop nested in another loop is refused (its ring phases would restart with every outer iteration).
 Warp-specialized kernels are left alone: their aref rings are the pipeline.
@@ -24,7 +24,7 @@ from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernel_function
 from tawa.ir.location import source_location
 from tawa.ir.ops import LoadOp, warp_groups
-from tawa.ir.traversal import defining_op, ops_of, walk_block
+from tawa.ir.traversal import defining_op, ops_of, parent_op, walk_block
 from tawa.ir.types import tile_bytes
 
 #: Shared memory kept free of the rings for the epilogue's staging tile.
@@ -48,6 +48,16 @@ def _offsets_ok(load, body_results, iv) -> bool:
             return False
         return all(ok(o, depth + 1) for o in owner.operands)
     return all(ok(v) for v in LoadOp(load).offsets)
+
+
+def _in_inner_loop(op, loop) -> bool:
+    """Whether a loop nested in `loop` holds `op`."""
+    cur = parent_op(op)
+    while cur is not None and cur != loop:
+        if cur.name in ("scf.for", "scf.while"):
+            return True
+        cur = parent_op(cur)
+    return False
 
 
 def _loops(block, depth, out):
@@ -74,9 +84,11 @@ def run(module: ir.Module, options=None) -> ir.Module:
         loads = [op for op in ops if op.name == LoadOp.NAME and attrs.SMEM.get(op)]
         if not loads:
             continue
-        # only loads directly in this loop (a nested loop pipelines its own)
-        direct = [op for op in ops_of(body) if op.name == LoadOp.NAME and attrs.SMEM.get(op)]
-        if len(direct) != len(loads):
+        # only loads of this loop itself, directly in its body or under an `scf.if` there (a nested loop pipelines
+        # its own). A load under a condition is issued for every iteration, ahead, like the others: a TMA copy
+        # never faults (a box outside the tensor reads zeros), and a ring whose every slot is waited for at the top
+        # of each iteration stays in phase whether or not the body then reads it.
+        if any(_in_inner_loop(op, loop) for op in loads):
             continue
         if depth > 0:
             raise CompilationError("loads feeding a dot inside a nested loop are not supported by the "

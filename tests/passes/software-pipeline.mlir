@@ -80,3 +80,44 @@ func.func @ws(%A: memref<?x?xbf16>, %C: memref<?x?xbf16>) attributes {tawa.kerne
   } {tawa.first_warp_group = 1 : i32, tawa.warp_group = "consumer", tawa.num_warp_groups = 1 : i32}
   return
 }
+
+// -----
+
+// Loads under an `scf.if` in the loop body (skipped key blocks, block-sparse K) are pipelined like the others:
+// issued ahead for every iteration (a TMA copy never faults; every slot is waited for at the top of each
+// iteration), while only the dot stays conditional.
+
+// CHECK-LABEL: func.func @conditional_loads
+// CHECK:         scf.for
+// CHECK:           scf.if
+// CHECK-NEXT:        arith.muli
+// CHECK-NEXT:        "tawa.load"(%arg0, %{{.*}}) {tawa.pipelined, tawa.smem}
+// CHECK-NEXT:        "tawa.load"(%arg1, %{{.*}}) {tawa.pipelined, tawa.smem}
+// CHECK:         } {tawa.layouts = ["mma<128x128,w=4>"], tawa.num_stages = 3 : i32}
+// S4-LABEL: func.func @conditional_loads
+// S4:         tawa.num_stages = 4 : i32
+// S8-LABEL: func.func @conditional_loads
+func.func @conditional_loads(%A: memref<?x?xbf16>, %B: memref<?x?xbf16>, %C: memref<?x?xf32>, %kmax: i32) attributes {tawa.kernel} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c64 = arith.constant 64 : i32
+  %zero = arith.constant 0.000000e+00 : f32
+  %K = "tawa.dim"(%A) {axis = 1 : i32} : (memref<?x?xbf16>) -> i32
+  %n = arith.divsi %K, %c64 : i32
+  %acc0 = "tawa.splat"(%zero) {tawa.layout = "mma<128x128,w=4>"} : (f32) -> tensor<128x128xf32>
+  %acc = scf.for %k = %c0 to %n step %c1 iter_args(%acc1 = %acc0) -> (tensor<128x128xf32>) : i32 {
+    %run = arith.cmpi slt, %k, %kmax : i32
+    %next = scf.if %run -> (tensor<128x128xf32>) {
+      %off = arith.muli %k, %c64 : i32
+      %a = "tawa.load"(%A, %c0, %off) {tawa.smem} : (memref<?x?xbf16>, i32, i32) -> tensor<128x64xbf16>
+      %b = "tawa.load"(%B, %off, %c0) {tawa.smem} : (memref<?x?xbf16>, i32, i32) -> tensor<64x128xbf16>
+      %d = "tawa.dot"(%a, %b, %acc1) {tawa.layout = "mma<128x128,w=4>"} : (tensor<128x64xbf16>, tensor<64x128xbf16>, tensor<128x128xf32>) -> tensor<128x128xf32>
+      scf.yield %d : tensor<128x128xf32>
+    } else {
+      scf.yield %acc1 : tensor<128x128xf32>
+    } {tawa.layouts = ["mma<128x128,w=4>"]}
+    scf.yield %next : tensor<128x128xf32>
+  } {tawa.layouts = ["mma<128x128,w=4>"]}
+  "tawa.store"(%C, %acc, %c0, %c0) : (memref<?x?xf32>, tensor<128x128xf32>, i32, i32) -> ()
+  return
+}
