@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 import typing
 
@@ -52,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="compile processes for --autotune-space (default: one per core)")
     add_option_flags(p)
     return p
+
+
+def _costly(ptxas_note: str, spill_bytes: int) -> bool:
+    """Whether a ptxas note tells of a slow kernel: its resource report when registers spill, or a performance
+    note (wgmma serialized, C75xx)."""
+    return bool(re.search(r"\(C75\d\d\)", ptxas_note)) or (spill_bytes > 0 and "spill stores" in ptxas_note)
 
 
 def _error(message: str, status: int = 2) -> int:
@@ -143,9 +150,12 @@ def main(argv=None) -> int:
             from tawa.compiler import compile_source
             kernel = compile_source(source, filename, options)
             for note in kernel.notes:
-                # ptxas's resource report (registers, spills, stack) is shown with --verbose only.
+                # ptxas's resource report (registers, spills, stack) is shown with --verbose only, unless the
+                # kernel spills registers or ptxas serialized its wgmmas (C75xx): those are warned about always.
                 if args.verbose or not note.startswith("ptxas"):
                     print(f"{filename}: note: {note}", file=sys.stderr)
+                elif _costly(note, kernel.spill_bytes):
+                    print(f"{filename}: warning: {note}", file=sys.stderr)
             if args.emit == "ptx":
                 if not kernel.ptx:
                     raise TawaError("this target produces no PTX (use --target cuda)")

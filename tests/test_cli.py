@@ -1,5 +1,6 @@
 """tawac: emitting IR, constant overrides, the pass dump, and error reporting (no GPU needed)."""
 import pathlib
+import os
 import re
 import subprocess
 import sys
@@ -65,6 +66,17 @@ def test_verbose_prints_the_ptxas_resource_report(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "registers" in err and "spill" in err
     assert out.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_spills_are_warned_about_without_verbose(capsys):
+    """A 256x256 tile (256 accumulator registers per thread in each consumer group) spills: tawac says so without
+    --verbose, and says nothing of the resource report for a kernel that does not spill."""
+    assert main([GEMM, "--emit", "ptx", "-o", os.devnull, "-D", "BLOCK_M=256", "-D", "BLOCK_N=256"]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"warning: ptxas: \d+ registers, [1-9]\d* bytes spill stores", err)
+    assert main([GEMM, "--emit", "ptx", "-o", os.devnull]) == 0
+    err = capsys.readouterr().err
+    assert "warning" not in err and "ptxas" not in err
 
 
 def test_register_budgets_reach_the_ptx(capsys):
