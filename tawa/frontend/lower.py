@@ -21,6 +21,10 @@ from .ops import Emitter
 from .values import Builtin, Method, TensorArg, Unavailable, describe, is_static, is_tile, is_value, shape_of
 
 _SPECIAL = {"True": True, "False": False, "None": None, "inf": float("inf"), "nan": float("nan")}
+#: Elementwise math builtins (listed when a kernel asks for one the language lacks: `_MATH_ELSEWHERE`).
+_UNARY_MATH = ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "sigmoid", "silu", "tanh")
+_MATH_ELSEWHERE = ("sin", "cos", "tan", "pow", "erf", "log2", "log10", "expm1", "log1p", "floor", "ceil", "round",
+                   "relu", "gelu", "sinh", "cosh", "atan", "asin", "acos", "softplus")
 
 
 class BodyLowering:
@@ -190,6 +194,15 @@ class BodyLowering:
             env[n] = r
 
     # ---- expressions ----------------------------------------------------------------------------------------
+    def _unknown_name_note(self, name: str, env: dict) -> str | None:
+        """'did you mean' a name in scope; for a math function the language lacks, the ones it has."""
+        import difflib
+        known = list(env) + list(self.globals) + list(BUILTIN_VALUES) + list(DTYPES)
+        if name in _MATH_ELSEWHERE:
+            return f"'{name}' is not a builtin; the elementwise math functions are {', '.join(_UNARY_MATH)}"
+        close = difflib.get_close_matches(name, known, n=1)
+        return f"did you mean '{close[0]}'?" if close else None
+
     def lookup(self, node: S.Name, env: dict):
         n = node.id
         if n in env:
@@ -205,7 +218,7 @@ class BodyLowering:
         elif n in BUILTIN_VALUES:
             v = BUILTIN_VALUES[n]
         else:
-            raise self.diag.error(node, f"unknown name '{n}'")
+            raise self.diag.error(node, f"unknown name '{n}'", note=self._unknown_name_note(n, env))
         if isinstance(v, Unavailable):
             raise self.diag.error(node, f"'{n}' is {v.why}")
         return v

@@ -89,6 +89,21 @@ _TOKEN_NAMES = {"_NEWLINE": "end of line", "_INDENT": "indentation", "_DEDENT": 
                 "$END": "end of file"}
 
 
+def _unsupported_syntax(source: str, tok) -> str | None:
+    """A note for Python syntax the language does not have, recognised at the token the parser stopped on."""
+    lines = source.splitlines()
+    if tok.line is None or not 1 <= tok.line <= len(lines):
+        return None
+    line = lines[tok.line - 1]
+    before = line[:max((tok.column or 1) - 1, 0)]
+    if str(tok) == "*" and before.rstrip().endswith("*"):
+        return "there is no power operator '**': multiply (x * x), or use exp2 / exp and log"
+    first = line.split()[0] if line.split() else ""
+    if first in ("while", "try", "with", "class", "lambda", "import", "from", "break", "continue"):
+        return f"'{first}' is not part of the language: loops are `for i in range(...)`; see docs/language.md"
+    return None
+
+
 def parse(source: str, filename: str = "<string>") -> list:
     """Parse a whole file; returns the list of `syntax.Kernel`s in it (the lowering insists on exactly one)."""
     from lark import exceptions as E
@@ -121,7 +136,7 @@ def parse(source: str, filename: str = "<string>") -> list:
                 line, column = tok.line, tok.column    # where the line ends
             elif tok.type in ("_INDENT", "_DEDENT"):
                 line, column = tok.end_line or line, (tok.end_column or 1)
-            note = None
+            note = _unsupported_syntax(source, tok)
             if opened and line > opened[-1].line:
                 b = opened[-1]
                 note = f"the '{b}' at {b.line}:{b.column} is not closed"
