@@ -28,8 +28,7 @@ from tawa.ir import kernel_info, verify
 from tawa.ir.location import source_location, where
 from tawa.ir.traversal import walk
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, epilogue_prefetch,
-                           launch_order,
-                           lazy_rescale, lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles,
+                           launch_order, lazy_rescale, loop_guards, lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles,
                            protocol_check, register_realloc, software_pipeline, split_k, stream_k, to_nvvm,
                            ws_analysis, ws_ir)
 from tawa.options import PERSISTENT_SCHEDULES, CompileOptions
@@ -69,12 +68,17 @@ class Pass:
     when: Callable[[Plan], bool] = _always
     #: Tile-level passes keep the program in the `tawa` dialect and run for every target.
     tile_level: bool = True
+    #: Normalizes the program the schedule is decided on (`decide` reads its output): runs before the others.
+    before_decide: bool = False
 
 
 # The pipeline. Read top to bottom: this is everything the compiler does after the frontend.
 PIPELINE = [
     # Tile level, target independent.
     Pass("canonicalize", canonicalize.run),
+    # A loop whose body runs under `if <bound on the index>` loops over that range instead (before the schedule is
+    # decided: warp specialization and launch order then see the loop as if written with that range).
+    Pass("loop-guards", loop_guards.run, before_decide=True),
     # Programs whose loops run longer the larger their id (causal attention) start first: the short ones fill the
     # last wave.
     Pass("launch-order", launch_order.run),
@@ -278,12 +282,20 @@ def run_pass(p: Pass, module, options: CompileOptions, timings: dict | None = No
     return module
 
 
+def normalize(module, options: CompileOptions, timings: dict | None = None):
+    """Run the passes marked `before_decide`, in PIPELINE order: the program `decide` reads."""
+    for p in PIPELINE:
+        if p.before_decide:
+            module = run_pass(p, module, options, timings)
+    return module
+
+
 def run_pipeline(module, options: CompileOptions, plan: Plan, stop_after: str | None = None,
                  timings: dict | None = None, tile_level_only: bool = False):
     """Run the passes the plan selects, in PIPELINE order, optionally stopping after the pass named."""
     for p in PIPELINE:
-        if not p.when(plan) or (tile_level_only and not p.tile_level):
-            continue
+        if p.before_decide or not p.when(plan) or (tile_level_only and not p.tile_level):
+            continue           # (the passes before the decision ran first: `normalize`)
         module = run_pass(p, module, options, timings)
         if p.name == stop_after:
             break
@@ -311,6 +323,9 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     """Run the pipeline on a tile-level module (from the frontend, or parsed from MLIR text).
 
     Returns the module when `tile_level_only` or `stop_after` is given, else the `CompiledKernel`."""
+    module = normalize(module, options)
+    if stop_after in [p.name for p in PIPELINE if p.before_decide]:
+        return module
     plan, notes = decide(module, options)
     # (read on the tile-level module, before the passes rewrite it; only a compiled kernel records them)
     traits = {} if tile_level_only or stop_after else \
