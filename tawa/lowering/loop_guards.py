@@ -216,7 +216,14 @@ def _narrow(loop) -> bool:
         for a, rhs in guards:
             bound = _build(rhs, i32, loop, done)
             if a > 0:          # a iv < B  <=>  iv < ceil(B / a) = floor((B + a - 1) / a)
-                end = _floordiv(arith.AddIOp(bound, arith.ConstantOp(i32, a - 1).result).result, a, i32)
+                top = arith.AddIOp(bound, arith.ConstantOp(i32, a - 1).result).result
+                start = _constant(lb)
+                if start is not None and start >= 0:
+                    # (truncating division: where B <= 0 it gives at most 0 and no index >= lb >= 0 passes, as
+                    # with the floor; kept plain so that `launch-order` reads the bound's direction)
+                    end = arith.DivSIOp(top, arith.ConstantOp(i32, a).result).result
+                else:
+                    end = _floordiv(top, a, i32)
                 ub = arith.MinSIOp(ub, end).result
             else:              # -|a| iv < B  <=>  iv > -B / |a|  <=>  iv >= floor(-B / |a|) + 1
                 neg = arith.SubIOp(arith.ConstantOp(i32, 0).result, bound).result
