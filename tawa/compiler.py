@@ -68,14 +68,14 @@ class Pass:
     when: Callable[[Plan], bool] = _always
     #: Tile-level passes keep the program in the `tawa` dialect and run for every target.
     tile_level: bool = True
-    #: Normalizes the program the schedule is decided on (`decide` reads its output): runs before the others.
+    #: Normalizes the program the schedule is decided on (`decide` reads its output): these run first, in order.
     before_decide: bool = False
 
 
 # The pipeline. Read top to bottom: this is everything the compiler does after the frontend.
 PIPELINE = [
     # Tile level, target independent.
-    Pass("canonicalize", canonicalize.run),
+    Pass("canonicalize", canonicalize.run, before_decide=True),
     # A loop whose body runs under `if <bound on the index>` loops over that range instead (before the schedule is
     # decided: warp specialization and launch order then see the loop as if written with that range).
     Pass("loop-guards", loop_guards.run, before_decide=True),
