@@ -282,12 +282,15 @@ def run_pass(p: Pass, module, options: CompileOptions, timings: dict | None = No
     return module
 
 
-def normalize(module, options: CompileOptions, timings: dict | None = None):
-    """Run the passes marked `before_decide`, in PIPELINE order: the program `decide` reads."""
+def normalize(module, options: CompileOptions, stop_after: str | None = None, timings: dict | None = None):
+    """Run the passes marked `before_decide`, in PIPELINE order: the program `decide` reads. Returns (module,
+    whether `stop_after` named one of them)."""
     for p in PIPELINE:
         if p.before_decide:
             module = run_pass(p, module, options, timings)
-    return module
+            if p.name == stop_after:
+                return module, True
+    return module, False
 
 
 def run_pipeline(module, options: CompileOptions, plan: Plan, stop_after: str | None = None,
@@ -323,8 +326,8 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     """Run the pipeline on a tile-level module (from the frontend, or parsed from MLIR text).
 
     Returns the module when `tile_level_only` or `stop_after` is given, else the `CompiledKernel`."""
-    module = normalize(module, options)
-    if stop_after in [p.name for p in PIPELINE if p.before_decide]:
+    module, stopped = normalize(module, options, stop_after)
+    if stopped:
         return module
     plan, notes = decide(module, options)
     # (read on the tile-level module, before the passes rewrite it; only a compiled kernel records them)

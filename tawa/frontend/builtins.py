@@ -288,6 +288,9 @@ def _range(L, call, args, kwargs):
     raise L.diag.error(call, "range() may only be used as the iterable of a for loop")
 
 
+#: The elementwise math functions.
+UNARY_MATH = ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "sigmoid", "silu", "tanh")
+
 BUILTINS = {
     "program_id": _program_query("program_id"),
     "num_programs": _program_query("num_programs"),
@@ -306,7 +309,7 @@ BUILTINS = {
     "where": _where,
     "trans": _trans,
     "range": _range,
-    **{n: _unary(n) for n in ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "sigmoid", "silu", "tanh")},
+    **{n: _unary(n) for n in UNARY_MATH},
 }
 
 BUILTIN_VALUES = {name: Builtin(name, fn) for name, fn in BUILTINS.items()}

@@ -14,15 +14,14 @@ from mlir import ir
 from mlir.dialects import scf
 
 from . import syntax as S
-from .builtins import BUILTIN_VALUES, attribute, call_method
+from .builtins import BUILTIN_VALUES, UNARY_MATH, attribute, call_method
 from .diag import TOO_DEEP
 from .dtypes import DTYPES
 from .ops import Emitter
 from .values import Builtin, Method, TensorArg, Unavailable, describe, is_static, is_tile, is_value, shape_of
 
 _SPECIAL = {"True": True, "False": False, "None": None, "inf": float("inf"), "nan": float("nan")}
-#: Elementwise math builtins (listed when a kernel asks for one the language lacks: `_MATH_ELSEWHERE`).
-_UNARY_MATH = ("exp", "exp2", "log", "sqrt", "rsqrt", "abs", "sigmoid", "silu", "tanh")
+#: Math functions of other languages: asked for one, the error lists the language's own (`UNARY_MATH`).
 _MATH_ELSEWHERE = ("sin", "cos", "tan", "pow", "erf", "log2", "log10", "expm1", "log1p", "floor", "ceil", "round",
                    "relu", "gelu", "sinh", "cosh", "atan", "asin", "acos", "softplus")
 
@@ -199,7 +198,7 @@ class BodyLowering:
         import difflib
         known = list(env) + list(self.globals) + list(BUILTIN_VALUES) + list(DTYPES)
         if name in _MATH_ELSEWHERE:
-            return f"'{name}' is not a builtin; the elementwise math functions are {', '.join(_UNARY_MATH)}"
+            return f"'{name}' is not a builtin; the elementwise math functions are {', '.join(UNARY_MATH)}"
         close = difflib.get_close_matches(name, known, n=1)
         return f"did you mean '{close[0]}'?" if close else None
 

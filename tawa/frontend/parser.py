@@ -99,8 +99,12 @@ def _unsupported_syntax(source: str, tok) -> str | None:
     if str(tok) == "*" and before.rstrip().endswith("*"):
         return "there is no power operator '**': multiply (x * x), or use exp2 / exp and log"
     first = line.split()[0] if line.split() else ""
-    if first in ("while", "try", "with", "class", "lambda", "import", "from", "break", "continue"):
-        return f"'{first}' is not part of the language: loops are `for i in range(...)`; see docs/language.md"
+    if first in ("while", "break", "continue"):
+        return f"'{first}' is not part of the language: loops are `for i in range(...)` and run to their end; " \
+               "see docs/language.md"
+    if first in ("try", "with", "class", "lambda", "import", "from", "global", "del", "assert", "raise"):
+        return f"'{first}' is not part of the language (a kernel is assignments, `if`, `for i in range(...)` and " \
+               "calls of its builtins); see docs/language.md"
     return None
 
 

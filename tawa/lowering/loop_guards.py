@@ -19,6 +19,10 @@ the same loads on every iteration it runs, which a conditional load breaks), the
 program id as it does in `flash_attention.tawa` (`launch-order`, dynamic tiles), and no iteration waits for
 operands it will not use. A condition of any other form keeps the `if` (the uniform-warp pipeline then loads the
 operands of every iteration ahead and computes only where the condition holds).
+
+The new bounds are computed in 64 bits from the condition's i32 terms and clamped into i32, so a sentinel such as
+`kmax = 2**31 - 1` does not wrap; like LLVM's loop analyses, the pass takes `a * i + b` itself not to wrap in i32
+(a program whose index arithmetic wraps is not given the same iterations).
 """
 from __future__ import annotations
 
@@ -38,14 +42,16 @@ _PURE_PREFIXES = ("arith.", "math.", "tawa.splat", "tawa.arange", "tawa.expand_d
 _LAUNCH_SCALARS = ("tawa.program_id", "tawa.num_programs", "tawa.dim")
 #: cmpi predicates (as MLIR numbers them) and the strict form each reduces to: (swap operands, add 1 to the side
 #: that must be larger). slt: L < R; sle: L < R + 1; sgt: R < L; sge: R < L + 1.
-_PREDICATES = {2: (False, False), 3: (False, True), 4: (True, False), 5: (True, True)}
+_PREDICATES = {int(arith.CmpIPredicate.slt): (False, False), int(arith.CmpIPredicate.sle): (False, True),
+               int(arith.CmpIPredicate.sgt): (True, False), int(arith.CmpIPredicate.sge): (True, True)}
 
 
 def run(module, options=None):
     with module.context:
         for func in kernels(module):
             loops = [op for op in walk(func) if op.name == ForOp.NAME]
-            if any([_narrow(loop) for loop in loops]):
+            # (repeatedly: `if j < e: if j >= s: ...` narrows twice)
+            if any([_narrow_all(loop) for loop in loops]):
                 erase_dead_pure_ops(func)       # the conditions' own code is dead now
                 passmanager.PassManager.parse("builtin.module(canonicalize, cse)").run(module.operation)
     return module
@@ -166,30 +172,44 @@ def _guards(cond, loop):
     return [(a, _Affine(terms=diff.terms, c=diff.c + (1 if inclusive else 0)))]
 
 
-def _build(b: _Affine, i32, loop, done: dict):
-    """The value of an iv-free `_Affine`, built before the loop."""
-    total = arith.ConstantOp(i32, b.c).result
+def _build(b: _Affine, i64, loop, done: dict):
+    """The value of an iv-free `_Affine` in 64 bits (its i32 terms sign-extended: no sum or product of them can
+    wrap), built before the loop."""
+    total = arith.ConstantOp(i64, b.c).result
     for sign, v in b.terms:
-        v = _hoisted(v, loop, done)
+        v = arith.ExtSIOp(i64, _hoisted(v, loop, done)).result
         total = arith.AddIOp(total, v).result if sign > 0 else arith.SubIOp(total, v).result
     return total
 
 
-def _floordiv(x, d: int, i32):
+def _floordiv(x, d: int):
     """floor(x / d) for a constant d > 0 (arith.divsi truncates toward zero)."""
-    cd = arith.ConstantOp(i32, d).result
+    cd = arith.ConstantOp(x.type, d).result
     q = arith.DivSIOp(x, cd).result
     r = arith.RemSIOp(x, cd).result
-    zero = arith.ConstantOp(i32, 0).result
+    zero = arith.ConstantOp(x.type, 0).result
     fix = arith.AndIOp(arith.CmpIOp(arith.CmpIPredicate.ne, r, zero).result,
                        arith.CmpIOp(arith.CmpIPredicate.slt, x, zero).result).result
-    return arith.SubIOp(q, arith.ExtUIOp(i32, fix).result).result
+    return arith.SubIOp(q, arith.ExtUIOp(x.type, fix).result).result
+
+
+def _to_i32(x, i32):
+    """A 64-bit bound clamped into i32 (the index never leaves it, so the iterations are the same) and cut."""
+    lo, hi = (arith.ConstantOp(x.type, v).result for v in (-2 ** 31, 2 ** 31 - 1))
+    return arith.TruncIOp(i32, arith.MaxSIOp(arith.MinSIOp(x, hi).result, lo).result).result
+
+
+def _narrow_all(loop) -> bool:
+    narrowed = False
+    while _narrow(loop):
+        narrowed = True
+    return narrowed
 
 
 def _narrow(loop) -> bool:
     f = ForOp(loop)
-    if _constant(f.step) != 1 or not isinstance(f.iv.type, ir.IntegerType):
-        return False
+    if _constant(f.step) != 1 or f.iv.type != ir.IntegerType.get_signless(32):
+        return False          # (the frontend's loops count in i32; the bounds are computed in i64 and clamped)
     ops = ops_of(f.body)
     if len(ops) < 2 or ops[-2].name != "scf.if" or ops[-1].name != "scf.yield":
         return False
@@ -209,26 +229,33 @@ def _narrow(loop) -> bool:
     guards = _guards(guard.operands[0], loop)
     if not guards:
         return False
-    i32 = f.iv.type
+    i32, i64 = f.iv.type, ir.IntegerType.get_signless(64)
     with ir.InsertionPoint(loop), loop.location:
         lb, ub = f.lower, f.upper
+        wide_lb = wide_ub = None
         done = {}
         for a, rhs in guards:
-            bound = _build(rhs, i32, loop, done)
+            bound = _build(rhs, i64, loop, done)
             if a > 0:          # a iv < B  <=>  iv < ceil(B / a) = floor((B + a - 1) / a)
-                top = arith.AddIOp(bound, arith.ConstantOp(i32, a - 1).result).result
+                top = arith.AddIOp(bound, arith.ConstantOp(i64, a - 1).result).result
                 start = _constant(lb)
                 if start is not None and start >= 0:
                     # (truncating division: where B <= 0 it gives at most 0 and no index >= lb >= 0 passes, as
                     # with the floor; kept plain so that `launch-order` reads the bound's direction)
-                    end = arith.DivSIOp(top, arith.ConstantOp(i32, a).result).result
+                    end = arith.DivSIOp(top, arith.ConstantOp(i64, a).result).result
                 else:
-                    end = _floordiv(top, a, i32)
-                ub = arith.MinSIOp(ub, end).result
+                    end = _floordiv(top, a)
+                wide_ub = arith.MinSIOp(wide_ub if wide_ub is not None else arith.ExtSIOp(i64, ub).result,
+                                        end).result
             else:              # -|a| iv < B  <=>  iv > -B / |a|  <=>  iv >= floor(-B / |a|) + 1
-                neg = arith.SubIOp(arith.ConstantOp(i32, 0).result, bound).result
-                start = arith.AddIOp(_floordiv(neg, -a, i32), arith.ConstantOp(i32, 1).result).result
-                lb = arith.MaxSIOp(lb, start).result
+                neg = arith.SubIOp(arith.ConstantOp(i64, 0).result, bound).result
+                start = arith.AddIOp(_floordiv(neg, -a), arith.ConstantOp(i64, 1).result).result
+                wide_lb = arith.MaxSIOp(wide_lb if wide_lb is not None else arith.ExtSIOp(i64, lb).result,
+                                        start).result
+        if wide_lb is not None:
+            lb = _to_i32(wide_lb, i32)
+        if wide_ub is not None:
+            ub = _to_i32(wide_ub, i32)
     loop.operands[0] = lb
     loop.operands[1] = ub
     then = ops_of(guard.regions[0].blocks[0])

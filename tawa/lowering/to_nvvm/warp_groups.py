@@ -71,6 +71,10 @@ def lower_warp_group(ctx: Ctx, op) -> None:
                     arefs.drain(child, ring)
         else:
             child.lower_block(block)
+            if child.main_loop_copies:
+                # (an epilogue would wait forever on the mbarriers of copies never issued)
+                raise InternalCompilerError("an epilogue operand's prefetch found no main loop to issue its "
+                                            "copies in", op=op.name)
             if child.stores_in_flight:
                 # Shared memory must outlive the TMA stores that read it: wait before the CTA may exit.
                 memory.wait_stores_read(child)

@@ -1,0 +1,423 @@
+"""User-style kernels on the GPU (`kernels/user/`): programs written the way a Triton or CUDA user would write them,
+not by the compiler's authors: GEMM epilogues (alpha/beta, a run-time `if` around a load, a bias-initialised
+accumulator, constexpr flags, an i32 mask, a second reduced output, an f16 residual), operand layouts (M-major A,
+nn.Linear's [N, K] W, an A scaled in registers, tf32), fp8 in (e5m2) and out (e4m3), a hand-written grouped 1-D
+grid, a dual GEMM, a batched GEMM on a 3-D grid, three attention variants (no scale, Triton-style causal at head
+dim 256 in f16, an additive bias), and row reductions and norms (RMSNorm, LayerNorm, softmax, logsumexp), and a
+tiled transpose.
+
+Each kernel is launched as a user would, `kernel(*args)` in its signature order, compiled with its own defaults
+(for a GEMM-family kernel that is per-shape variants: small-M tiles, split-K, other tiles; prefill compiles the
+variant each shape launches) and, for most, once more with another tile. Shapes are ragged (no extent a multiple of
+a tile) plus one tiny one, every contiguous extent a multiple of 16 bytes (TMA's rule: no fallback compile at
+launch). Inputs are numpy arrays (ml_dtypes for bf16 and fp8) copied to the GPU byte for byte; outputs start
+poisoned (NaN; fp8 NaN 0x7F), so an element never written fails. References are float64 numpy from the same
+(rounded) inputs, and each is checked against the CPU interpreter (`test_*_matches_interpreter`, no GPU needed),
+so a GPU result that matches the reference matches the interpreter's reading of the program."""
+import pathlib
+import zlib
+
+import numpy as np
+import pytest
+
+import tawa
+from e2e_support import PREFILL, compiled
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+USER = pathlib.Path(__file__).resolve().parent / "kernels" / "user"
+NUMPY = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "f32": np.float32, "i32": np.int32,
+         "f8e4m3": ml_dtypes.float8_e4m3fn, "f8e5m2": ml_dtypes.float8_e5m2}
+FP8_NAN = 0x7F                              # NaN in both e4m3fn and e5m2
+
+#: Relative error against float64 (|out - ref| / |ref|, Frobenius): a bf16 output rounds each element to 8 bits
+#: (about 2e-3 in all); f16 to 11; an f32 output of 16-bit products is exact up to f32 accumulation; tf32 drops 13
+#: mantissa bits of each operand; fp8 wgmma accumulates with fewer bits than f32 (about 2e-4, docs/language.md);
+#: attention rounds P to 16 bits before its second dot (bf16 as check_attention allows; f16 keeps 3 more bits).
+BF16, F16, F32, TF32, ATTENTION, ATTENTION_F16 = 1e-2, 5e-3, 1e-5, 5e-3, 2e-2, 1e-2
+
+
+class Out:
+    """An output argument: its dtype, the float64 reference of its contents and the tolerance (rel_err)."""
+
+    def __init__(self, dtype, ref, tol):
+        self.dtype, self.ref, self.tol = dtype, np.asarray(ref, dtype=np.float64), tol
+
+    def poisoned(self):
+        """A host buffer that no correct launch leaves any element of: NaN (fp8: its NaN byte)."""
+        if self.dtype.startswith("f8"):
+            return np.full(self.ref.shape, FP8_NAN, np.uint8).view(NUMPY[self.dtype])
+        return np.full(self.ref.shape, np.nan, NUMPY[self.dtype])
+
+    def check(self, out, what=""):
+        out = np.asarray(out).astype(np.float64)
+        assert not np.isnan(out).any(), f"{what}: {int(np.isnan(out).sum())} of {out.size} elements not written"
+        err = float(np.linalg.norm(out - self.ref) / np.linalg.norm(self.ref))
+        assert err <= self.tol, f"{what}: relative error {err:.3g} > {self.tol}"
+
+
+# ---- inputs and float64 references ---------------------------------------------------------------------------------
+def randn(rng, shape, dtype, scale=1.0, shift=0.0):
+    return (rng.standard_normal(shape) * scale + shift).astype(np.float32).astype(NUMPY[dtype])
+
+
+def f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+def softmax(s, axis=-1):
+    e = np.exp(s - s.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _ab(rng, m, n, k, dtype="bf16"):
+    return randn(rng, (m, k), dtype), randn(rng, (k, n), dtype)
+
+
+def gemm_alpha_beta(rng, shape, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    c = randn(rng, (m, n), "bf16")
+    alpha, beta = 0.75, -1.5
+    return [a, b, c, Out("bf16", alpha * (f64(a) @ f64(b)) + beta * f64(c), BF16), alpha, beta]
+
+
+def gemm_beta_if(rng, shape, beta=0.5, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    if beta == 0.0:     # C is never read: NaN there must not reach D
+        c = np.full((m, n), np.nan, NUMPY["bf16"])
+        ref = 1.25 * (f64(a) @ f64(b))
+    else:
+        c = randn(rng, (m, n), "bf16")
+        ref = 1.25 * (f64(a) @ f64(b)) + beta * f64(c)
+    return [a, b, c, Out("bf16", ref, BF16), 1.25, beta]
+
+
+def gemm_bias_init(rng, shape, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    bias = randn(rng, (n,), "f32", scale=4.0)
+    return [a, b, bias, Out("bf16", f64(a) @ f64(b) + f64(bias), BF16)]
+
+
+def gemm_hasbias(rng, shape, HAS_BIAS=1, ACT=2, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    bias = randn(rng, (n,), "bf16", scale=4.0)
+    h = f64(a) @ f64(b) + (f64(bias) if HAS_BIAS else 0.0)
+    ref = {0: h, 1: np.maximum(h, 0.0), 2: silu(h)}[ACT]
+    return [a, b, bias, Out("bf16", ref, BF16)]
+
+
+def gemm_mask(rng, shape, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    mask = rng.integers(-2, 3, size=(m, n), dtype=np.int32)        # 0 in about a fifth, any other value keeps
+    return [a, b, mask, Out("bf16", np.where(mask != 0, f64(a) @ f64(b), 0.0), BF16)]
+
+
+def gemm_rowmax(rng, shape, BLOCK_N=128, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    c = f64(a) @ f64(b)
+    nb = -(-n // BLOCK_N)
+    padded = np.zeros((m, nb * BLOCK_N))
+    padded[:, :n] = np.abs(c)
+    partial = padded.reshape(m, nb, BLOCK_N).max(axis=2).T          # [NB, M]
+    return [a, b, Out("bf16", c, BF16), Out("f32", partial, F32)]
+
+
+def gemm_f16_residual(rng, shape, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k, "f16")
+    r = randn(rng, (m, n), "f16", scale=4.0)
+    return [a, b, r, Out("f16", f64(a) @ f64(b) + f64(r), F16)]
+
+
+def linear_silu(rng, shape, **_):
+    m, n, k = shape
+    x, w = randn(rng, (m, k), "bf16"), randn(rng, (n, k), "bf16")
+    bias = randn(rng, (n,), "bf16", scale=4.0)
+    return [x, w, bias, Out("bf16", silu(f64(x) @ f64(w).T + f64(bias)), BF16)]
+
+
+def gemm_at(rng, shape, **_):
+    m, n, k = shape
+    at, b = randn(rng, (k, m), "bf16"), randn(rng, (k, n), "bf16")
+    return [at, b, Out("bf16", f64(at).T @ f64(b), BF16)]
+
+
+def gemm_scale_a(rng, shape, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    s = rng.uniform(0.25, 2.0, size=m).astype(np.float32).astype(NUMPY["bf16"])
+    # a * s is a bf16 product (exact in f32, rounded to bf16) that then enters the dot
+    scaled = (f64(a) * f64(s)[:, None]).astype(np.float32).astype(NUMPY["bf16"])
+    return [a, b, s, Out("bf16", f64(scaled) @ f64(b), BF16)]
+
+
+def gemm_tf32(rng, shape, **_):
+    m, n, k = shape
+    a, b = randn(rng, (m, k), "f32"), randn(rng, (n, k), "f32")
+    return [a, b, Out("f32", f64(a) @ f64(b).T, TF32)]
+
+
+def gemm_e5m2(rng, shape, **_):
+    m, n, k = shape
+    a, b = randn(rng, (m, k), "f8e5m2"), randn(rng, (n, k), "f8e5m2")
+    return [a, b, Out("f16", 0.25 * (f64(a) @ f64(b).T), 2e-3), 0.25]
+
+
+def gemm_fp8_out(rng, shape, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    inv_scale = 200.0 / k ** 0.5           # outputs of about 200: a few percent clamp at +-448
+    y = np.clip(inv_scale * (f64(a) @ f64(b)), -448.0, 448.0)
+    # against the reference rounded to e4m3 (round to nearest even, as the GPU and the interpreter do)
+    return [a, b, Out("f8e4m3", f64(y.astype(NUMPY["f8e4m3"])), 1e-3), inv_scale]
+
+
+def gemm_grouped_pid(rng, shape, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    return [a, b, Out("bf16", f64(a) @ f64(b), BF16)]
+
+
+def geglu(rng, shape, **_):
+    m, n, k = shape
+    a, b1 = _ab(rng, m, n, k)
+    b2 = randn(rng, (k, n), "bf16")
+    return [a, b1, b2, Out("bf16", gelu_tanh(f64(a) @ f64(b1)) * (f64(a) @ f64(b2)), BF16)]
+
+
+def batched_gemm_epi(rng, shape, **_):
+    z, m, n, k = shape
+    a, b = randn(rng, (z, m, k), "bf16"), randn(rng, (z, k, n), "bf16")
+    bias = randn(rng, (z, n), "f32", scale=4.0)
+    return [a, b, bias, Out("bf16", 0.5 * (f64(a) @ f64(b)) + f64(bias)[:, None, :], BF16), 0.5]
+
+
+def _qkv(rng, z, h, s, d, dtype, q_scale=1.0):
+    return randn(rng, (z, h, s, d), dtype, scale=q_scale), randn(rng, (z, h, s, d), dtype), \
+        randn(rng, (z, h, s, d), dtype)
+
+
+def attn_noscale(rng, shape, HEAD_DIM=96, **_):
+    z, h, s = shape
+    q, k, v = _qkv(rng, z, h, s, HEAD_DIM, "bf16", q_scale=HEAD_DIM ** -0.5)     # the caller scales Q
+    ref = softmax(f64(q) @ f64(k).swapaxes(-1, -2)) @ f64(v)
+    return [q, k, v, Out("bf16", ref, ATTENTION)]
+
+
+def attn_causal_scale(rng, shape, D=256, **_):
+    z, h, s = shape
+    q, k, v = _qkv(rng, z, h, s, D, "f16")
+    scale = D ** -0.5
+    scores = f64(q) @ f64(k).swapaxes(-1, -2) * scale
+    scores = np.where(np.tril(np.ones((s, s), bool)), scores, -np.inf)
+    return [q, k, v, Out("f16", softmax(scores) @ f64(v), ATTENTION_F16), scale]
+
+
+def attn_bias(rng, shape, D=64, **_):
+    z, h, s = shape
+    q, k, v = _qkv(rng, z, h, s, D, "bf16")
+    bias = randn(rng, (s, s), "f32")
+    bias[rng.random((s, s)) < 0.25] = -10000.0                  # an additive mask, finite as such masks are
+    np.fill_diagonal(bias, 0.0)
+    scale = D ** -0.5
+    ref = softmax(f64(q) @ f64(k).swapaxes(-1, -2) * scale + f64(bias)) @ f64(v)
+    return [q, k, v, bias, Out("bf16", ref, ATTENTION), scale]
+
+
+def rmsnorm(rng, shape, **_):
+    m, n = shape
+    x, w = randn(rng, (m, n), "bf16", scale=2.0), randn(rng, (n,), "bf16")
+    eps = 1e-5
+    ref = f64(x) / np.sqrt((f64(x) ** 2).mean(axis=1, keepdims=True) + eps) * f64(w)
+    return [x, w, Out("bf16", ref, BF16), eps]
+
+
+def layernorm(rng, shape, **_):
+    m, n = shape
+    x = randn(rng, (m, n), "f16", scale=2.0, shift=0.5)
+    w, b = randn(rng, (n,), "f32"), randn(rng, (n,), "f32")
+    eps = 1e-5
+    xc = f64(x) - f64(x).mean(axis=1, keepdims=True)
+    ref = xc / np.sqrt((xc ** 2).mean(axis=1, keepdims=True) + eps) * f64(w) + f64(b)
+    return [x, w, b, Out("f16", ref, F16), eps]
+
+
+def softmax_temp(rng, shape, **_):
+    m, n = shape
+    x = randn(rng, (m, n), "bf16", scale=3.0)
+    return [x, Out("bf16", softmax(f64(x) / 0.7), BF16), 0.7]
+
+
+def logsumexp(rng, shape, **_):
+    m, n = shape
+    x = randn(rng, (m, n), "bf16", scale=3.0)
+    mx = f64(x).max(axis=1)
+    return [x, Out("f32", mx + np.log(np.exp(f64(x) - mx[:, None]).sum(axis=1)), F32)]
+
+
+def transpose(rng, shape, **_):
+    x = randn(rng, shape, "bf16")
+    return [x, Out("bf16", f64(x).T, 0.0)]
+
+
+# ---- the cases -----------------------------------------------------------------------------------------------------
+#: (M, N, K): a tiny one (all below one tile), ragged, and ragged with more tiles than SMs at 128x128 (a persistent
+#: CTA takes a second tile); M is ragged (only N and K are contiguous extents); N, K multiples of 16 elements.
+GEMM = [(8, 48, 32), (333, 528, 208), (1100, 3008, 720)]
+#: ... with M a multiple of 8 too, for kernels that store an M-contiguous operand (AT [K, M], partial [NB, M]).
+GEMM_M8 = [(8, 48, 32), (336, 528, 208), (1096, 3008, 720)]
+#: a small M with a long K: the default kernel launches split-K there (`launch_defaults`), epilogue and all.
+SPLIT = (40, 264, 2064)
+#: (Z, H, S): a tiny one, ragged, and a longer ragged one (144 query blocks of 128: more than the SMs, so a
+#: persistent CTA takes a second one).
+ATTN = [(1, 1, 24), (2, 3, 333), (2, 8, 1100)]
+ATTN_S4 = [(1, 1, 24), (2, 3, 332), (2, 8, 1100)]       # Bias [S, S] in f32: rows 16-byte aligned
+#: (M, N) of row kernels: tiny and ragged; each case adds rows of exactly its BLOCK_N (logsumexp: a vocabulary).
+ROWS = [(3, 16), (333, 1000)]
+
+
+class Case:
+    """A kernel under test: its file, input/reference builder, shapes on the GPU, the option sets it is compiled
+    with on the GPU (the first is its own defaults unless the kernel needs a fixed tile), a smaller set of shapes
+    and option sets for the interpreter, and keyword arguments of the builder."""
+
+    def __init__(self, kernel, shapes, options=({},), interpret_shapes=None, interpret_options=None, name=None,
+                 **build_kw):
+        self.kernel, self.shapes, self.options = kernel, list(shapes), list(options)
+        self.build = globals()[kernel]
+        self.interpret_shapes = interpret_shapes or self.shapes[:2]
+        self.interpret_options = interpret_options or self.options[:1]
+        self.name, self.build_kw = name or kernel, build_kw
+
+    @property
+    def path(self) -> str:
+        return str(USER / f"{self.kernel}.tawa")
+
+    def arguments(self, shape, options):
+        rng = np.random.default_rng(zlib.crc32(f"{self.name} {shape}".encode()))
+        return self.build(rng, shape, **options, **self.build_kw)
+
+
+CASES = [
+    Case("gemm_alpha_beta", GEMM + [SPLIT], [{}, {"BLOCK_M": 64, "BLOCK_N": 128}]),
+    Case("gemm_beta_if", GEMM[1:], interpret_shapes=GEMM[:2], name="gemm_beta_if-beta0.5", beta=0.5),
+    Case("gemm_beta_if", GEMM[:2], name="gemm_beta_if-beta0", beta=0.0),
+    Case("gemm_bias_init", GEMM + [SPLIT], [{}, {"BLOCK_N": 256}]),
+    Case("gemm_hasbias", GEMM, [{}, {"ACT": 1, "BLOCK_N": 192}], interpret_options=[{}, {"ACT": 1}]),
+    Case("gemm_mask", GEMM, [{}, {"BLOCK_N": 256}]),
+    # partial's rows are per BLOCK_N tile: the tile is part of the program's meaning, so it is always given (a
+    # kernel compiled without it may launch another tile on some shapes)
+    Case("gemm_rowmax", GEMM_M8, [{"BLOCK_N": 128}, {"BLOCK_M": 64, "BLOCK_N": 256}],
+         interpret_options=[{"BLOCK_N": 128}, {"BLOCK_M": 64, "BLOCK_N": 256}]),
+    Case("gemm_f16_residual", GEMM, [{}, {"BLOCK_N": 128}]),
+    Case("linear_silu", GEMM + [SPLIT], [{}, {"BLOCK_N": 256}]),
+    Case("gemm_at", GEMM_M8, [{}, {"BLOCK_M": 64, "BLOCK_N": 128}]),
+    Case("gemm_scale_a", GEMM, [{}, {"BLOCK_N": 256}]),
+    Case("gemm_tf32", GEMM, [{}, {"BLOCK_N": 64}]),
+    Case("gemm_e5m2", GEMM, [{}, {"BLOCK_N": 256, "BLOCK_K": 64}]),
+    Case("gemm_fp8_out", GEMM, [{}]),
+    # 3 tile rows of 128 in groups of 8 (one short group) and 9 (the last group of one row); GROUP_M 3 splits 9 evenly
+    Case("gemm_grouped_pid", GEMM, [{}, {"BLOCK_N": 128, "GROUP_M": 3}]),
+    Case("geglu", GEMM + [SPLIT], [{}, {"BLOCK_M": 64, "BLOCK_N": 128}]),
+    Case("batched_gemm_epi", [(1, 8, 48, 32), (3, 333, 528, 208), (2, 1100, 1504, 720)], [{}, {"BLOCK_N": 256}]),
+    Case("attn_noscale", ATTN, [{}, {"HEAD_DIM": 128, "BLOCK_N": 128}]),
+    Case("attn_causal_scale", ATTN, [{}, {"D": 128, "BLOCK_N": 128}]),
+    Case("attn_bias", ATTN_S4, [{}, {"D": 128, "BLOCK_N": 128}]),
+    Case("rmsnorm", ROWS + [(70, 4096)], [{}, {"BLOCK_M": 1, "BLOCK_N": 8192}]),
+    Case("layernorm", ROWS + [(71, 1024)]),
+    Case("softmax_temp", ROWS + [(65, 2048)]),
+    Case("logsumexp", ROWS + [(37, 50264)], interpret_shapes=[(3, 16), (37, 2104)]),
+    Case("transpose", [(8, 16), (336, 1000), (1000, 2008)], [{}, {"BLOCK": 128}]),
+]
+
+
+def _label(options) -> str:
+    return "-".join(f"{k}{v}" for k, v in options.items()) or "defaults"
+
+
+GPU_CASES = [pytest.param(case, options, shape, id=f"{case.name}-{_label(options)}-{'x'.join(map(str, shape))}")
+             for case in CASES for options in case.options for shape in case.shapes]
+INTERPRETER_CASES = [pytest.param(case, options, shape,
+                                  id=f"{case.name}-{_label(options)}-{'x'.join(map(str, shape))}")
+                     for case in CASES for options in case.interpret_options for shape in case.interpret_shapes]
+
+
+def host_arguments(args):
+    """The launch arguments on the host: each Out replaced by its poisoned buffer."""
+    return [a.poisoned() if isinstance(a, Out) else a for a in args]
+
+
+# ---- the GPU -------------------------------------------------------------------------------------------------------
+def torch_dtype(torch, dtype):
+    return {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32, "i32": torch.int32,
+            "f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2}[dtype]
+
+
+def to_device(torch, x):
+    """A numpy array (ml_dtypes included) as a CUDA tensor of the matching dtype, with the same bytes."""
+    if x.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(x.view(np.int16)).cuda().view(torch.bfloat16)
+    if x.dtype.itemsize == 1:
+        name = {ml_dtypes.float8_e4m3fn: "f8e4m3", ml_dtypes.float8_e5m2: "f8e5m2"}[x.dtype.type]
+        return torch.from_numpy(x.view(np.uint8)).cuda().view(torch_dtype(torch, name))
+    return torch.from_numpy(np.ascontiguousarray(x)).cuda()
+
+
+def from_device(torch, x, dtype):
+    """A CUDA tensor's bytes as a numpy array of `dtype` (a Tawa dtype name)."""
+    if dtype == "bf16":
+        return x.view(torch.int16).cpu().numpy().view(NUMPY[dtype])
+    if dtype.startswith("f8"):
+        return x.view(torch.uint8).cpu().numpy().view(NUMPY[dtype])
+    return x.cpu().numpy()
+
+
+def gpu_kernel(case, options, args):
+    """`compiled(...)` for the case; in prefill mode the variant these arguments launch (a kernel compiled without
+    tile constants picks one per shape) is compiled into the cache first."""
+    if PREFILL:
+        try:
+            kernel = tawa.compile(case.path, **options)
+        except tawa.CompilationError:
+            pass                        # compiled() below reports it (an expected failure, or an error)
+        else:
+            kernel.variant_for(*host_arguments(args))
+    return compiled(case.path, **options)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case,options,shape", GPU_CASES)
+def test_user_kernel(case, options, shape):
+    args = case.arguments(shape, options)
+    kernel = gpu_kernel(case, options, args)
+    import torch
+    device = [to_device(torch, a) if isinstance(a, np.ndarray) else a for a in host_arguments(args)]
+    kernel(*device)
+    torch.cuda.synchronize()
+    outs = [(a, d) for a, d in zip(args, device) if isinstance(a, Out)]
+    for i, (out, buffer) in enumerate(outs):
+        out.check(from_device(torch, buffer, out.dtype), f"output {i}")
+
+
+# ---- the references against the CPU interpreter --------------------------------------------------------------------
+@pytest.mark.parametrize("case,options,shape", INTERPRETER_CASES)
+def test_reference_matches_interpreter(case, options, shape):
+    args = case.arguments(shape, options)
+    host = host_arguments(args)
+    tawa.interpret(case.path, **options)(*host)
+    for i, (out, buffer) in enumerate((a, h) for a, h in zip(args, host) if isinstance(a, Out)):
+        out.check(buffer, f"output {i}")
