@@ -39,7 +39,10 @@ MIN_K_STREAM_K = 1024
 
 def has_shape_defaults(info: dict) -> bool:
     """Whether `shape_defaults` can choose anything for this kernel (a GEMM-family kernel with a larger default
-    BLOCK_M than small-M calls want, or an attention-family one)."""
+    BLOCK_M than small-M calls want, or an attention-family one), and may: never for a program whose results
+    depend on its tile constants (`partial[pid_n]`: `tawa.frontend.tuning.tile_invariant`)."""
+    if not info.get("tile_invariant", True):
+        return False
     tiles = {c for c, _ in info.get("tiles", [])}
     block_m = info.get("constants", {}).get("BLOCK_M")
     return bool(info.get("has_dot")) and {"BLOCK_M", "BLOCK_N"} <= tiles and isinstance(block_m, int) and \

@@ -116,7 +116,8 @@ def default_configs(info: dict) -> list:
     consts = info.get("constants", {})
     if not info.get("has_dot"):
         return [{}]
-    if "BLOCK_M" not in consts or "BLOCK_N" not in consts:
+    if "BLOCK_M" not in consts or "BLOCK_N" not in consts or not info.get("tile_invariant", True):
+        # (a program whose results depend on its tiles, `partial[pid_n]`, keeps them: `tuning.tile_invariant`)
         return [{}, {"warp_specialize": False}]
     k = {}
     if "BLOCK_K" in consts and isinstance(consts["BLOCK_K"], int):

@@ -282,6 +282,109 @@ def grid_tiles(kernel: S.Kernel, constants: dict, symbols) -> list:
     return pairs
 
 
+def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
+    """Whether the program computes the same thing whatever its grid's tile constants (so that a launch may run a
+    variant compiled with other tiles: `tawa.autotune.launch_defaults`). A program id of a grid axis tiled by
+    `cdiv(SYMBOL, CONST)` must then stand for a block of CONST elements: it may be a block offset of a `load` whose
+    block is CONST along that dimension, an offset of a `store`, or (shifted by other terms) multiplied by CONST.
+    Anything else, such as `partial[pid_n]` (a row per tile of a tensor of the program's own) or a count of
+    programs along a tiled axis, gives results that depend on the tile, and the launch keeps the kernel's own."""
+    def tiles(node) -> bool:
+        return (isinstance(node, S.Call) and isinstance(node.func, S.Name) and node.func.id == "cdiv"
+                and len(node.args) == 2 and all(isinstance(a, S.Name) for a in node.args)
+                and node.args[0].id in symbols and node.args[1].id in constants)
+
+    axes = {}               # tiled axis -> its tile constant; None: tiled in a way not followed (a product...)
+    for d in kernel.decorators:
+        if d.name == "grid" and d.args:
+            for i, arg in enumerate(d.args):
+                if tiles(arg):
+                    axes[i] = arg.args[1].id
+                elif any(tiles(n) for n in _walk([arg])):
+                    axes[i] = None
+    if not axes:
+        return True
+
+    def axis_of_call(node):
+        """The tiled axis a `program_id(i)` / `num_programs(i)` call names, else None."""
+        if (isinstance(node, S.Call) and isinstance(node.func, S.Name) and len(node.args) == 1
+                and isinstance(node.args[0], S.Num) and node.args[0].value in axes):
+            return node.func.id, node.args[0].value
+        return None, None
+
+    pid_names = {}
+    for node in _walk(kernel.body):
+        if isinstance(node, S.Assign) and node.op is None:
+            kind, axis = axis_of_call(node.value)
+            if kind == "program_id":
+                pid_names[node.target] = axis
+    if any(isinstance(n, S.Assign) and n.target in pid_names and axis_of_call(n.value)[0] != "program_id"
+           for n in _walk(kernel.body)):
+        return False          # a name holding a program id is reassigned: not followed
+
+    def is_const(node, name):
+        return isinstance(node, S.Name) and node.id == name
+
+    def has_pid(node) -> bool:
+        return any((isinstance(n, S.Name) and n.id in pid_names) or axis_of_call(n)[0] is not None
+                   for n in _walk([node]))
+
+    def ok(node, parents) -> bool:
+        """Whether the occurrence `node` (a program id of a tiled axis) is used as a block of its axis's tile."""
+        axis = pid_names[node.id] if isinstance(node, S.Name) else axis_of_call(node)[1]
+        tile = axes[axis]
+        if tile is None:
+            return False
+        cur, i = node, len(parents) - 1
+        # shifted by terms without program ids: (pid_m + 1) * BLOCK_M, pid_n - 1
+        while i >= 0 and isinstance(parents[i], S.BinOp) and parents[i].op in "+-" and \
+                not has_pid(parents[i].right if parents[i].left is cur else parents[i].left):
+            cur, i = parents[i], i - 1
+        parent = parents[i] if i >= 0 else None
+        if isinstance(parent, S.BinOp) and parent.op == "*":
+            return is_const(parent.right if parent.left is cur else parent.left, tile)
+        if isinstance(parent, S.Tuple) and i >= 1:
+            position, call = parent.items.index(cur), parents[i - 1]
+        elif isinstance(parent, S.Call):
+            position, call, parent = 0, parent, cur
+        else:
+            return False
+        if not (isinstance(call, S.Call) and isinstance(call.func, S.Name) and len(call.args) >= 2
+                and call.args[1] is parent):
+            return False
+        if call.func.id == "store":
+            return True
+        if call.func.id != "load" or len(call.args) < 3:
+            return False
+        shape = call.args[2]
+        extent = shape.items[position] if isinstance(shape, S.Tuple) and position < len(shape.items) else \
+            shape if position == 0 and not isinstance(shape, S.Tuple) else None
+        return extent is not None and is_const(extent, tile)
+
+    todo = [(stmt, []) for stmt in reversed(kernel.body)]
+    while todo:
+        node, parents = todo.pop()
+        if isinstance(node, list):
+            todo.extend((n, parents) for n in reversed(node))
+            continue
+        if not isinstance(node, S.Node):
+            continue
+        kind, axis = axis_of_call(node)
+        if kind == "num_programs":
+            return False
+        if kind == "program_id" and not (parents and isinstance(parents[-1], S.Assign)):
+            if not ok(node, parents):
+                return False
+            continue
+        if isinstance(node, S.Name) and node.id in pid_names and not ok(node, parents):
+            return False
+        for f in dataclasses.fields(node):
+            child = getattr(node, f.name)
+            if isinstance(child, (list, S.Node)):
+                todo.append((child, parents + [node]))
+    return True
+
+
 def has_dot(kernel: S.Kernel) -> bool:
     """Whether the body calls `dot` (the kernels the default tile space is for)."""
     return dot_count(kernel) > 0
@@ -350,6 +453,7 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "operands": tensor_dims(k, constants),
         "operand_constants": tensor_constant_dims(k, constants),
         "has_dot": has_dot(k),
+        "tile_invariant": tile_invariant(k, constants, symbols),
         "dots": dot_count(k),
         "epilogue_loads": loads_after_loop(k),
         "declared": declared,

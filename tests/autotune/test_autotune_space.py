@@ -158,3 +158,11 @@ def test_stream_k_candidates_only_where_they_share(extents, tried):
     # on a GPU whose SMs make the tiles exactly one wave, not even 136 tiles are shared
     assert streamk not in space.prune_by_shape(GEMM_INFO, [plain, streamk], {"M": 2112, "N": 2048, "K": 8192},
                                                sms=136)[0]
+
+
+def test_default_space_keeps_the_tiles_of_a_tile_dependent_program():
+    """A program whose results depend on its tile constants (`partial[pid_n]`) is tuned over schedules only."""
+    from tawa.autotune.space import default_configs
+    info = {"has_dot": True, "constants": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}}
+    assert any("BLOCK_N" in c for c in default_configs(info))
+    assert default_configs(dict(info, tile_invariant=False)) == [{}, {"warp_specialize": False}]

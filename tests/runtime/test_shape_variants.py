@@ -287,3 +287,13 @@ def test_attention_at_head_dim_64_launches_its_192_row_variant_on_long_sequences
         assert own.variant_for(q, q, q, q, 0.1) is not own
         assert own.variant_for(q, q, q, q, 0.1) is own.variant_for(q, q, q, q, 0.1)
         assert compiled == [{"BLOCK_M": 192, "BLOCK_N": 128, "schedule": "tile"}]
+
+
+def test_a_program_whose_results_depend_on_its_tiles_keeps_them(made):
+    """`partial[pid_n]` (one row per BLOCK_N tile): another tile would change what the program writes, so no
+    shape launches a variant (`tawa.frontend.tuning.tile_invariant`)."""
+    info = dict(INFO, tile_invariant=False)
+    kernel = fake_kernel("gemm_rowmax", ShapeVariants(lambda: info, lambda config: made.append(config)))
+    for m, n, k in ((8, 4096, 4096), (1100, 4096, 4096), (3000, 5000, 2000)):
+        assert kernel.variant_for(*gemm_args(m, n, k)) is kernel
+    assert made == []
