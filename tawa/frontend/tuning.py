@@ -283,83 +283,178 @@ def grid_tiles(kernel: S.Kernel, constants: dict, symbols) -> list:
 
 
 def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
-    """Whether the program computes the same thing whatever its grid's tile constants (so that a launch may run a
-    variant compiled with other tiles: `tawa.autotune.launch_defaults`). A program id of a grid axis tiled by
-    `cdiv(SYMBOL, CONST)` must then stand for a block of CONST elements: it may be a block offset of a `load` whose
-    block is CONST along that dimension, an offset of a `store`, or (shifted by other terms) multiplied by CONST.
-    Anything else, such as `partial[pid_n]` (a row per tile of a tensor of the program's own) or a count of
-    programs along a tiled axis, gives results that depend on the tile, and the launch keeps the kernel's own."""
-    def tiles(node) -> bool:
-        return (isinstance(node, S.Call) and isinstance(node.func, S.Name) and node.func.id == "cdiv"
-                and len(node.args) == 2 and all(isinstance(a, S.Name) for a in node.args)
-                and node.args[0].id in symbols and node.args[1].id in constants)
+    """Whether the program computes the same thing whatever its tile constants, so that a launch may run a variant
+    compiled with other tiles (`tawa.autotune.launch_defaults`, the default tuning space).
 
-    axes = {}               # tiled axis -> its tile constant; None: tiled in a way not followed (a product...)
+    A whitelist, read on the syntax: the constants that size a grid axis (`cdiv(M, BLOCK_M)`) or a block of a load
+    (`load(A, (pid_m, k), (BLOCK_M, BLOCK_K))`), and the index variables that address those blocks (program ids of
+    tiled axes, loop variables used as block offsets), may appear only
+    - as the extents of tiles (`zeros`, `full`, a load's block shape), an index variable as the offset of a block
+      of its own constant in a load, or (a program id) in the position of its grid axis in a store;
+    - as `index * CONST`, and `index * CONST + arange(0, CONST)` (element indices of the block);
+    - in `range(cdiv(X, CONST))` (a loop over blocks).
+    A GEMM-family program (one dot, or a dot per operand pair) may not reduce a tile: its tiles hold parts of rows,
+    so `sum(acc, axis=1)` changes with BLOCK_N. An attention-family program (two dots, a grid tiling one axis) may,
+    since its online softmax combines blocks whatever their size; there shifted indices (`(pid_m + 1) * BLOCK_M`)
+    and `cdiv` anywhere are allowed too, floor division (`//`, `%`) by a tile constant is not. Anything else --
+    `partial[pid_n]`, `acc / BLOCK_N`, `num_programs` of a tiled axis, a grid tiled in a product -- makes the tiles
+    part of the program's meaning, and the launch keeps the kernel's own. A program without a dot is not switched
+    by the launch: True."""
+    if not has_dot(kernel):
+        return True
+    attention = dot_count(kernel) == 2
+
+    def is_call(node, *names):
+        return isinstance(node, S.Call) and isinstance(node.func, S.Name) and node.func.id in names
+
+    def is_name(node, name=None):
+        return isinstance(node, S.Name) and (name is None or node.id == name)
+
+    axes = {}               # tiled grid axis -> its constant; None: tiled in a way not followed (a product ...)
     for d in kernel.decorators:
         if d.name == "grid" and d.args:
             for i, arg in enumerate(d.args):
-                if tiles(arg):
+                if is_call(arg, "cdiv") and len(arg.args) == 2 and is_name(arg.args[1]) \
+                        and arg.args[1].id in constants:
                     axes[i] = arg.args[1].id
-                elif any(tiles(n) for n in _walk([arg])):
-                    axes[i] = None
-    if not axes:
-        return True
+                elif any(is_name(n) and n.id in constants for n in _walk([arg])):
+                    axes[i] = None                       # `cdiv(M, BM) * cdiv(N, BN)`, `(M + BM - 1) // BM`
+    if any(tile is None for tile in axes.values()):
+        return False
+    checked = set(axes.values())
+    index = {}              # index variable -> the constant of the blocks it addresses
 
-    def axis_of_call(node):
-        """The tiled axis a `program_id(i)` / `num_programs(i)` call names, else None."""
-        if (isinstance(node, S.Call) and isinstance(node.func, S.Name) and len(node.args) == 1
-                and isinstance(node.args[0], S.Num) and node.args[0].value in axes):
-            return node.func.id, node.args[0].value
+    def axis_call(node):
+        """(program_id | num_programs, axis) of a call naming a tiled axis by a literal, else (None, None)."""
+        if is_call(node, "program_id", "num_programs"):
+            if node.kwargs or len(node.args) != 1 or not isinstance(node.args[0], S.Num):
+                return node.func.id, -1                  # an axis not given as a literal: not followed
+            if node.args[0].value in axes:
+                return node.func.id, node.args[0].value
         return None, None
 
-    pid_names = {}
-    for node in _walk(kernel.body):
-        if isinstance(node, S.Assign) and node.op is None:
-            kind, axis = axis_of_call(node.value)
-            if kind == "program_id":
-                pid_names[node.target] = axis
-    if any(isinstance(n, S.Assign) and n.target in pid_names and axis_of_call(n.value)[0] != "program_id"
-           for n in _walk(kernel.body)):
-        return False          # a name holding a program id is reassigned: not followed
-
-    def is_const(node, name):
-        return isinstance(node, S.Name) and node.id == name
-
-    def has_pid(node) -> bool:
-        return any((isinstance(n, S.Name) and n.id in pid_names) or axis_of_call(n)[0] is not None
-                   for n in _walk([node]))
-
-    def ok(node, parents) -> bool:
-        """Whether the occurrence `node` (a program id of a tiled axis) is used as a block of its axis's tile."""
-        axis = pid_names[node.id] if isinstance(node, S.Name) else axis_of_call(node)[1]
-        tile = axes[axis]
-        if tile is None:
+    body = list(_walk(kernel.body))
+    for node in body:
+        kind, axis = axis_call(node)
+        if kind == "num_programs" or axis == -1:
             return False
-        cur, i = node, len(parents) - 1
-        # shifted by terms without program ids: (pid_m + 1) * BLOCK_M, pid_n - 1
-        while i >= 0 and isinstance(parents[i], S.BinOp) and parents[i].op in "+-" and \
-                not has_pid(parents[i].right if parents[i].left is cur else parents[i].left):
-            cur, i = parents[i], i - 1
-        parent = parents[i] if i >= 0 else None
-        if isinstance(parent, S.BinOp) and parent.op == "*":
-            return is_const(parent.right if parent.left is cur else parent.left, tile)
-        if isinstance(parent, S.Tuple) and i >= 1:
-            position, call = parent.items.index(cur), parents[i - 1]
-        elif isinstance(parent, S.Call):
-            position, call, parent = 0, parent, cur
+        if isinstance(node, S.Assign) and kind is None:
+            k2, a2 = axis_call(node.value)
+            if k2 == "program_id" and a2 not in (None, -1):
+                if node.target in index or node.op is not None:
+                    return False
+                index[node.target] = axes[a2]
+        # loads name the other block constants: a constant as a block extent, the name at its offset an index
+        if is_call(node, "load") and len(node.args) >= 3:
+            offsets = node.args[1].items if isinstance(node.args[1], S.Tuple) else [node.args[1]]
+            shape = node.args[2].items if isinstance(node.args[2], S.Tuple) else [node.args[2]]
+            for off, ext in zip(offsets, shape):
+                if is_name(ext) and ext.id in constants:
+                    checked.add(ext.id)
+                    if is_name(off) and off.id not in index and not any(
+                            isinstance(n, S.Assign) and n.target == off.id for n in body):
+                        index[off.id] = ext.id           # a loop variable: blocks of this constant
+    if any(isinstance(n, S.Assign) and n.target in index and not (axis_call(n.value)[0] == "program_id")
+           for n in body):
+        return False            # an index variable reassigned: not followed
+
+    def block_offset(node, parents) -> bool:
+        """`node` is an offset (directly or in a tuple) of a load whose block is its constant there, or of a
+        store in the position of its grid axis."""
+        if not parents:
+            return False
+        parent, call = parents[-1], parents[-1]
+        position = 0
+        if isinstance(parent, S.Tuple):
+            if len(parents) < 2:
+                return False
+            position, call = [i for i, x in enumerate(parent.items) if x is node][0], parents[-2]
+            holder = parent
         else:
+            holder = node
+        if not (is_call(call, "load", "store") and len(call.args) >= 2 and call.args[1] is holder):
             return False
-        if not (isinstance(call, S.Call) and isinstance(call.func, S.Name) and len(call.args) >= 2
-                and call.args[1] is parent):
-            return False
+        const = index[node.id] if is_name(node) else axes[axis_call(node)[1]]
         if call.func.id == "store":
-            return True
-        if call.func.id != "load" or len(call.args) < 3:
+            axis = next((a for a, c in axes.items() if c == const), None)
+            return axis is not None and (position == axis or not isinstance(holder, S.Tuple) and axis == 0) and \
+                (not is_name(node) or node.id not in index or _is_pid(node.id))
+        if len(call.args) < 3:
             return False
-        shape = call.args[2]
-        extent = shape.items[position] if isinstance(shape, S.Tuple) and position < len(shape.items) else \
-            shape if position == 0 and not isinstance(shape, S.Tuple) else None
-        return extent is not None and is_const(extent, tile)
+        shape = call.args[2].items if isinstance(call.args[2], S.Tuple) else [call.args[2]]
+        return position < len(shape) and is_name(shape[position], const)
+
+    pid_vars = {n for n, c in index.items() if any(
+        isinstance(a, S.Assign) and a.target == n and axis_call(a.value)[0] == "program_id" for a in body)}
+
+    def _is_pid(name):
+        return name in pid_vars
+
+    def index_const(node):
+        if is_name(node) and node.id in index:
+            return index[node.id]
+        kind, axis = axis_call(node)
+        return axes.get(axis) if kind == "program_id" else None
+
+    def scaled(node, parents, const) -> bool:
+        """`node` times `const` (in the attention family, after a shift by terms free of index variables)."""
+        cur, i = node, len(parents) - 1
+        if attention:
+            while i >= 0 and isinstance(parents[i], S.BinOp) and parents[i].op in "+-" and \
+                    not any(index_const(n) for n in _walk([parents[i].right if parents[i].left is cur
+                                                           else parents[i].left])):
+                cur, i = parents[i], i - 1
+        p = parents[i] if i >= 0 else None
+        return isinstance(p, S.BinOp) and p.op == "*" and is_name(p.right if p.left is cur else p.left, const)
+
+    def const_ok(node, parents) -> bool:
+        c = node.id
+        p = parents[-1] if parents else None
+        # a tile extent
+        if isinstance(p, S.Tuple) and len(parents) >= 2 and is_call(parents[-2], "zeros", "full", "load") and \
+                (parents[-2].args[0] is p if parents[-2].func.id != "load" else
+                 len(parents[-2].args) >= 3 and parents[-2].args[2] is p):
+            return True
+        if is_call(p, "load") and len(p.args) >= 3 and p.args[2] is node:
+            return True
+        if is_call(p, "zeros", "full") and p.args and p.args[0] is node:
+            return True
+        # index * CONST
+        if isinstance(p, S.BinOp) and p.op == "*":
+            other = p.right if p.left is node else p.left
+            if index_const(other) == c:
+                return True
+            if attention:
+                cur = other
+                while isinstance(cur, S.BinOp) and cur.op in "+-":
+                    sides = [cur.left, cur.right]
+                    ix = [x for x in sides if any(index_const(n) for n in _walk([x]))]
+                    if len(ix) != 1:
+                        break
+                    cur = ix[0]
+                if index_const(cur) == c:
+                    return True
+        # arange(0, CONST) next to index * CONST
+        if is_call(p, "arange") and len(p.args) == 2 and p.args[1] is node and len(parents) >= 2 and \
+                isinstance(parents[-2], S.BinOp) and parents[-2].op == "+":
+            other = parents[-2].right if parents[-2].left is p else parents[-2].left
+            if isinstance(other, S.BinOp) and other.op == "*" and \
+                    any(is_name(x, c) for x in (other.left, other.right)) and \
+                    any(index_const(x) == c for x in (other.left, other.right)):
+                return True
+        # a loop over blocks
+        if is_call(p, "cdiv") and len(p.args) == 2 and p.args[1] is node:
+            if attention or (len(parents) >= 2 and is_call(parents[-2], "range")):
+                return True
+        return False
+
+    def index_ok(node, parents) -> bool:
+        const = index_const(node)
+        if block_offset(node, parents):
+            return True
+        if scaled(node, parents, const):
+            return True
+        return False
 
     todo = [(stmt, []) for stmt in reversed(kernel.body)]
     while todo:
@@ -369,15 +464,25 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
             continue
         if not isinstance(node, S.Node):
             continue
-        kind, axis = axis_of_call(node)
-        if kind == "num_programs":
-            return False
-        if kind == "program_id" and not (parents and isinstance(parents[-1], S.Assign)):
-            if not ok(node, parents):
+        if isinstance(node, S.Assign) and axis_call(node.value)[0] == "program_id":
+            continue                                        # the definition of a program id's name
+        if isinstance(node, S.For) and node.var in index:
+            if not (is_call(node.iter, "range") and len(node.iter.args) == 1):
+                return False
+        kind, axis = axis_call(node)
+        if kind == "program_id":
+            if not index_ok(node, parents):
                 return False
             continue
-        if isinstance(node, S.Name) and node.id in pid_names and not ok(node, parents):
+        if is_name(node) and node.id in index and not index_ok(node, parents):
             return False
+        if is_name(node) and node.id in checked and not const_ok(node, parents):
+            return False
+        if isinstance(node, S.BinOp) and node.op in ("//", "%") and \
+                any(is_name(x) and x.id in checked for x in (node.left, node.right)):
+            return False
+        if not attention and is_call(node, "sum", "max", "min") and len(node.args) == 1:
+            return False                                    # a reduction over part of a row or column
         for f in dataclasses.fields(node):
             child = getattr(node, f.name)
             if isinstance(child, (list, S.Node)):

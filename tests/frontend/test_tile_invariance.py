@@ -1,62 +1,89 @@
-"""`tawa.frontend.tuning.tile_invariant`: whether a program computes the same thing whatever its grid's tile
-constants, which decides whether a launch may run a variant compiled with other tiles (launch defaults, the
-default tuning space). A program id of an axis tiled by `cdiv(SYMBOL, CONST)` may be a block offset whose block is
-CONST, or be multiplied by CONST (after a shift); any other use makes the tile part of the program's meaning."""
+"""`tawa.frontend.tuning.tile_invariant`: whether a program computes the same thing whatever its tile constants,
+which decides whether a launch may run a variant compiled with other tiles (launch defaults, the default tuning
+space). A whitelist: tile constants and the indices that address their blocks may only size tiles, be block
+offsets of their own blocks, be scaled into element indices (`pid * BLOCK + arange(0, BLOCK)`) or bound loops over
+blocks; a GEMM-family program may not reduce a tile. Every unsafe case below gave a different result under the
+tile the launch would pick (checked with the interpreter when the analysis was written)."""
+import pathlib
+
 import pytest
 
 from tawa.frontend.tuning import space_info
 
-HEADER = """@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))
-def k(A: bf16[M, K], B: bf16[K, N], C: bf16[M, N], P: f32[NB, M], BLOCK_M: const = 128, BLOCK_N: const = 128):
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GEMM = """@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))
+def k(A: bf16[M, K], B: bf16[K, N], C: bf16[M, N], X: bf16[M, N2], P: f32[NB, M], Y: f32[M], kmax: i32,
+      BLOCK_M: const = 128, BLOCK_N: const = 256, BLOCK_K: const = 64, AX: const = 1):
     pid_m = program_id(0)
     pid_n = program_id(1)
     acc = zeros((BLOCK_M, BLOCK_N), f32)
-    for kk in range(cdiv(K, 64)):
-        acc = dot(load(A, (pid_m, kk), (BLOCK_M, 64)), load(B, (kk, pid_n), (64, BLOCK_N)), acc)
+    for kk in range(cdiv(K, BLOCK_K)):
+        acc = dot(load(A, (pid_m, kk), (BLOCK_M, BLOCK_K)), load(B, (kk, pid_n), (BLOCK_K, BLOCK_N)), acc)
 """
 
-CASES = {
-    # the GEMM: block offsets of its own tiles
-    "store(C, (pid_m, pid_n), acc.to(bf16))": True,
-    # element indices of the tile: shifted program ids times the tile
-    "rows = (pid_m + 1) * BLOCK_M - arange(0, BLOCK_M)\n    store(C, (pid_m, pid_n), where(rows[:, None] < M, acc, 0.0).to(bf16))": True,
-    "store(C, (pid_m, program_id(1)), acc.to(bf16))": True,
-    # a row of P per BLOCK_N tile
-    "store(C, (pid_m, pid_n), acc.to(bf16))\n    store(P[pid_n], pid_m, max(acc, axis=1))": False,
-    # the count of tiles along N
-    "store(C, (pid_m, pid_n), (acc * num_programs(1)).to(bf16))": False,
-    # a program id times something other than its tile
-    "store(C, (pid_m, pid_n), (acc * (pid_n * 64)).to(bf16))": False,
-    # a block offset of a block that is not the tile
-    "store(C, (pid_m, pid_n), acc.to(bf16) + load(C, (pid_m, pid_n), (BLOCK_M, 64)))": False,
+SAFE = {
+    "gemm": "store(C, (pid_m, pid_n), acc.to(bf16))",
+    "masked": "cols = pid_n * BLOCK_N + arange(0, BLOCK_N)\n    store(C, (pid_m, pid_n), where(cols[None, :] < N, acc, 0.0).to(bf16))",
+    "inline program id": "store(C, (pid_m, program_id(1)), acc.to(bf16))",
+    "residual": "store(C, (pid_m, pid_n), (acc + load(X, (pid_m, pid_n), (BLOCK_M, BLOCK_N)).to(f32)).to(bf16))",
+}
+UNSAFE = {
+    "a row per tile": "store(P[pid_n], pid_m, max(acc, axis=1))",
+    "a row per tile, 2-D": "store(P, (pid_n, pid_m), max(acc, axis=1)[None, :])",
+    "a 1-D store by the N axis": "store(Y, pid_n, max(acc, axis=1))",
+    "row softmax over one tile": "p = exp(acc - max(acc, axis=1)[:, None])\n    store(C, (pid_m, pid_n), (p / sum(p, axis=1)[:, None]).to(bf16))",
+    "row sum of one tile": "store(C, (pid_m, pid_n), acc.to(bf16))\n    store(Y, pid_m, sum(acc, axis=1))",
+    "the next tile": "store(C, (pid_m, pid_n), (acc + load(X, (pid_m, pid_n + 1), (BLOCK_M, BLOCK_N)).to(f32)).to(bf16))",
+    "a shifted mask": "rows = (pid_m + 1) * BLOCK_M - arange(0, BLOCK_M)\n    store(C, (pid_m, pid_n), where(rows[:, None] < M, acc, 0.0).to(bf16))",
+    "full tiles only": "if (pid_m + 1) * BLOCK_M <= M:\n        store(C, (pid_m, pid_n), acc.to(bf16))",
+    "a tile constant as a value": "store(C, (pid_m, pid_n), (acc / BLOCK_N).to(bf16))",
+    "local column indices": "store(C, (pid_m, pid_n), (acc + arange(0, BLOCK_N)[None, :].to(f32)).to(bf16))",
+    "a count of tiles": "store(C, (pid_m, pid_n), (acc / cdiv(N, BLOCK_N)).to(bf16))",
+    "num_programs": "store(C, (pid_m, pid_n), (acc * num_programs(1)).to(bf16))",
+    "a program id times another constant": "store(C, (pid_m, pid_n), (acc * (pid_n * 64)).to(bf16))",
+    "a block that is not the tile": "store(C, (pid_m, pid_n), acc.to(bf16) + load(C, (pid_m, pid_n), (BLOCK_M, 64)))",
+    "program_id of a constant axis": "q = program_id(AX)\n    store(P[q], pid_m, max(acc, axis=1))",
+    "K blocks counted": "if kmax > 0:\n        store(C, (pid_m, pid_n), acc.to(bf16))\n    store(Y, pid_m, load(Y, pid_m, BLOCK_M) * (kmax // BLOCK_K))",
 }
 
 
-@pytest.mark.parametrize("body,invariant", list(CASES.items()), ids=[f"case{i}" for i in range(len(CASES))])
-def test_program_ids_as_blocks_of_their_tile(body, invariant):
-    assert space_info(HEADER + "    " + body + "\n")["tile_invariant"] is invariant
+@pytest.mark.parametrize("body", list(SAFE.values()), ids=list(SAFE))
+def test_safe_gemm_programs(body):
+    assert space_info(GEMM + "    " + body + "\n")["tile_invariant"] is True
 
 
-def test_a_grid_tiled_in_a_product_is_not_followed():
-    """A 1-D grid over `cdiv(M, BM) * cdiv(N, BN)` with program ids split by hand: not proved, kept."""
-    source = """@grid(cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N))
-def k(A: bf16[M, K], B: bf16[K, N], C: bf16[M, N], BLOCK_M: const = 128, BLOCK_N: const = 128):
-    pid = program_id(0)
-    pid_m = pid // cdiv(N, BLOCK_N)
-    pid_n = pid % cdiv(N, BLOCK_N)
-    acc = zeros((BLOCK_M, BLOCK_N), f32)
-    for kk in range(cdiv(K, 64)):
-        acc = dot(load(A, (pid_m, kk), (BLOCK_M, 64)), load(B, (kk, pid_n), (64, BLOCK_N)), acc)
-    store(C, (pid_m, pid_n), acc.to(bf16))
-"""
-    assert space_info(source)["tile_invariant"] is False
+@pytest.mark.parametrize("body", list(UNSAFE.values()), ids=list(UNSAFE))
+def test_tile_dependent_gemm_programs(body):
+    assert space_info(GEMM + "    " + body + "\n")["tile_invariant"] is False
 
 
-def test_untiled_axes_index_freely():
-    """Attention's head and batch axes (`@grid(cdiv(S, BLOCK_M), H, Z)`) select tensors by element: invariant."""
-    import pathlib
-    root = pathlib.Path(__file__).resolve().parents[2]
-    for name in ("flash_attention.tawa", "gqa_attention.tawa", "gemm.tawa", "linear_gelu_residual.tawa",
-                 "swiglu.tawa", "gemm_fp8.tawa", "batched_gemm.tawa", "gemm_bias_act.tawa"):
-        path = root / "examples" / name
-        assert space_info(path.read_text(), str(path))["tile_invariant"] is True, name
+def test_a_loop_variable_is_a_block_index_of_its_own_constant():
+    """A scale per K block of 32 (`(pid_m, kk)` with extent 1): BLOCK_K is part of its meaning."""
+    source = GEMM.replace("acc = dot(load(A, (pid_m, kk), (BLOCK_M, BLOCK_K)), load(B, (kk, pid_n), (BLOCK_K, BLOCK_N)), acc)",
+                          "acc = acc + dot(load(A, (pid_m, kk), (BLOCK_M, BLOCK_K)), load(B, (kk, pid_n), (BLOCK_K, BLOCK_N))) * load(X, (pid_m, kk), (BLOCK_M, 1))")
+    assert space_info(source + "    store(C, (pid_m, pid_n), acc.to(bf16))\n")["tile_invariant"] is False
+    source = GEMM.replace("for kk in range(cdiv(K, BLOCK_K)):", "for kk in range(cdiv(K, BLOCK_K)):\n        if kk < kmax:")
+    source = source.replace("        acc = dot(", "            acc = dot(")
+    assert space_info(source + "    store(C, (pid_m, pid_n), acc.to(bf16))\n")["tile_invariant"] is False
+
+
+@pytest.mark.parametrize("grid", ["cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)", "(M + BLOCK_M - 1) // BLOCK_M, cdiv(N, BLOCK_N)"])
+def test_grids_tiled_other_than_by_cdiv_are_not_followed(grid):
+    source = GEMM.replace("@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))", f"@grid({grid})")
+    assert space_info(source + "    store(C, (pid_m, pid_n), acc.to(bf16))\n")["tile_invariant"] is False
+
+
+def test_attention_floor_divided_bounds_are_tile_dependent():
+    """A Triton-tutorial-style causal bound `(pid_m + 1) * BLOCK_M // BLOCK_N` drops keys at 192 x 128."""
+    source = (ROOT / "examples" / "flash_attention.tawa").read_text()
+    assert space_info(source)["tile_invariant"] is True
+    floor = source.replace("cdiv((pid_m + 1) * BLOCK_M, BLOCK_N)", "(pid_m + 1) * BLOCK_M // BLOCK_N")
+    assert floor != source and space_info(floor)["tile_invariant"] is False
+
+
+def test_the_examples_and_the_user_style_kernels():
+    for path in sorted((ROOT / "examples").glob("*.tawa")):
+        assert space_info(path.read_text(), str(path))["tile_invariant"] is True, path.name
+    dependent = {"gemm_rowmax.tawa", "gemm_grouped_pid.tawa"}
+    for path in sorted((ROOT / "tests" / "e2e" / "kernels" / "user").glob("*.tawa")):
+        assert space_info(path.read_text(), str(path))["tile_invariant"] is (path.name not in dependent), path.name
