@@ -145,7 +145,8 @@ def plan(func_op) -> list:
         if ld.block != lp.regions[0].blocks[0]:
             raise NotSpecializable(
                 f"the tile load{where(ld)} is inside a conditional ('{parent_op(ld).name}') in the "
-                f"loop; the producer must issue the same loads every iteration", ld)
+                f"loop; the producer must issue the same loads every iteration (a condition that bounds the "
+                f"loop index, such as `if k < n:` around the whole body, becomes the loop's range instead)", ld)
         plans.setdefault(lp, LoopPlan(lp)).loads.append(ld)
 
     result = []
