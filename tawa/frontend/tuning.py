@@ -323,6 +323,7 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
         return False
     checked = set(axes.values())
     index = {}              # index variable -> the constant of the blocks it addresses
+    pids = set()            # the index variables that hold a program id
 
     def axis_call(node):
         """(program_id | num_programs, axis) of a call naming a tiled axis by a literal, else (None, None)."""
@@ -344,6 +345,7 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
                 if node.target in index or node.op is not None:
                     return False
                 index[node.target] = axes[a2]
+                pids.add(node.target)
         # loads name the other block constants: a constant as a block extent, the name at its offset an index
         if is_call(node, "load") and len(node.args) >= 3:
             offsets = node.args[1].items if isinstance(node.args[1], S.Tuple) else [node.args[1]]
@@ -358,37 +360,23 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
            for n in body):
         return False            # an index variable reassigned: not followed
 
-    def block_offset(node, parents) -> bool:
-        """`node` is an offset (directly or in a tuple) of a load whose block is its constant there, or of a
-        store in the position of its grid axis."""
-        if not parents:
-            return False
-        parent, call = parents[-1], parents[-1]
-        position = 0
-        if isinstance(parent, S.Tuple):
-            if len(parents) < 2:
-                return False
-            position, call = [i for i, x in enumerate(parent.items) if x is node][0], parents[-2]
-            holder = parent
+    def block_offset(node, parents, const) -> bool:
+        """`node` is an offset (directly or in a tuple) of a load whose block is `const` there, or (a program id)
+        of a store in the position of its grid axis."""
+        if parents and isinstance(parents[-1], S.Tuple):
+            holder, call = parents[-1], parents[-2] if len(parents) >= 2 else None
+            position = next(i for i, x in enumerate(holder.items) if x is node)
         else:
-            holder = node
+            holder, call, position = node, parents[-1] if parents else None, 0
         if not (is_call(call, "load", "store") and len(call.args) >= 2 and call.args[1] is holder):
             return False
-        const = index[node.id] if is_name(node) else axes[axis_call(node)[1]]
         if call.func.id == "store":
-            axis = next((a for a, c in axes.items() if c == const), None)
-            return axis is not None and (position == axis or not isinstance(holder, S.Tuple) and axis == 0) and \
-                (not is_name(node) or node.id not in index or _is_pid(node.id))
+            is_pid = not is_name(node) or node.id in pids
+            return is_pid and any(c == const and a == position for a, c in axes.items())
         if len(call.args) < 3:
             return False
         shape = call.args[2].items if isinstance(call.args[2], S.Tuple) else [call.args[2]]
         return position < len(shape) and is_name(shape[position], const)
-
-    pid_vars = {n for n, c in index.items() if any(
-        isinstance(a, S.Assign) and a.target == n and axis_call(a.value)[0] == "program_id" for a in body)}
-
-    def _is_pid(name):
-        return name in pid_vars
 
     def index_const(node):
         if is_name(node) and node.id in index:
@@ -450,11 +438,7 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
 
     def index_ok(node, parents) -> bool:
         const = index_const(node)
-        if block_offset(node, parents):
-            return True
-        if scaled(node, parents, const):
-            return True
-        return False
+        return block_offset(node, parents, const) or scaled(node, parents, const)
 
     todo = [(stmt, []) for stmt in reversed(kernel.body)]
     while todo:

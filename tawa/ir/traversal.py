@@ -40,6 +40,15 @@ def defining_op(value):
     return as_op(owner)
 
 
+def int_constant(value):
+    """The integer an `arith.constant` defining `value` holds, or None."""
+    from mlir import ir
+    op = defining_op(value)
+    if op is not None and op.name == "arith.constant" and isinstance(op.attributes["value"], ir.IntegerAttr):
+        return ir.IntegerAttr(op.attributes["value"]).value
+    return None
+
+
 def users(value) -> list:
     """The ops that use `value` (one entry per use)."""
     return [as_op(u.owner) for u in value.uses]

@@ -26,7 +26,7 @@ from mlir.dialects import arith
 
 from tawa.ir.kernel_info import kernels
 from tawa.ir.ops import DimOp, ForOp, NumProgramsOp, ProgramIdOp
-from tawa.ir.traversal import defining_op, walk
+from tawa.ir.traversal import defining_op, int_constant, walk
 from tawa.lowering.ws_ir import i32, program_query
 
 # Directions of a scalar as a function of one program id: +1 non-decreasing, -1 non-increasing, 0 independent of
@@ -44,13 +44,6 @@ def _combine(a, b):
     if a == 0 or a == b:
         return b
     return a if b == 0 else None
-
-
-def _constant(value):
-    op = defining_op(value)
-    if op is not None and op.name == "arith.constant" and isinstance(op.attributes["value"], ir.IntegerAttr):
-        return ir.IntegerAttr(op.attributes["value"]).value
-    return None
 
 
 class _Direction:
@@ -89,14 +82,14 @@ class _Direction:
             return _combine(self.of(operands[0]), None if b is None else -b)
         if name == "arith.muli":
             for x, y in ((operands[0], operands[1]), (operands[1], operands[0])):
-                c = _constant(y)
+                c = int_constant(y)
                 if c is not None:
                     d = self.of(x)
                     if d is None or c == 0:
                         return None if c else 0
                     return d if c > 0 else -d
         if name in _BY_POSITIVE:
-            c = _constant(operands[1])
+            c = int_constant(operands[1])
             if c is not None and c > 0:
                 return self.of(operands[0])
         # Any other op: fixed when all its operands are, unknown otherwise.

@@ -31,7 +31,7 @@ from mlir.dialects import arith
 
 from tawa.ir.kernel_info import kernels
 from tawa.ir.ops import ForOp
-from tawa.ir.traversal import defining_op, is_ancestor, ops_of, walk
+from tawa.ir.traversal import defining_op, int_constant, is_ancestor, ops_of, walk
 from tawa.lowering.canonicalize import erase_dead_pure_ops
 
 #: Ops that may precede the guarded `if` in the body: no side effects, so running them on fewer iterations changes
@@ -55,13 +55,6 @@ def run(module, options=None):
                 erase_dead_pure_ops(func)       # the conditions' own code is dead now
                 passmanager.PassManager.parse("builtin.module(canonicalize, cse)").run(module.operation)
     return module
-
-
-def _constant(value):
-    op = defining_op(value)
-    if op is not None and op.name == "arith.constant" and isinstance(op.attributes["value"], ir.IntegerAttr):
-        return ir.IntegerAttr(op.attributes["value"]).value
-    return None
 
 
 class _Affine:
@@ -117,7 +110,7 @@ def _affine(value, loop, depth=0):
     body = ForOp(loop).body
     if value == ForOp(loop).iv:
         return _Affine(a=1)
-    c = _constant(value)
+    c = int_constant(value)
     if c is not None:
         return _Affine(c=c)
     if _invariant(value, loop):
@@ -135,7 +128,7 @@ def _affine(value, loop, depth=0):
         return None if neg is None else x[0] + neg
     if owner.name == "arith.muli":
         for i in (0, 1):
-            k = _constant(owner.operands[1 - i])
+            k = int_constant(owner.operands[1 - i])
             if k is not None:
                 return x[i].scaled(k)
     return None
@@ -208,7 +201,7 @@ def _narrow_all(loop) -> bool:
 
 def _narrow(loop) -> bool:
     f = ForOp(loop)
-    if _constant(f.step) != 1 or f.iv.type != ir.IntegerType.get_signless(32):
+    if int_constant(f.step) != 1 or f.iv.type != ir.IntegerType.get_signless(32):
         return False          # (the frontend's loops count in i32; the bounds are computed in i64 and clamped)
     ops = ops_of(f.body)
     if len(ops) < 2 or ops[-2].name != "scf.if" or ops[-1].name != "scf.yield":
@@ -238,7 +231,7 @@ def _narrow(loop) -> bool:
             bound = _build(rhs, i64, loop, done)
             if a > 0:          # a iv < B  <=>  iv < ceil(B / a) = floor((B + a - 1) / a)
                 top = arith.AddIOp(bound, arith.ConstantOp(i64, a - 1).result).result
-                start = _constant(lb)
+                start = int_constant(lb)
                 if start is not None and start >= 0:
                     # (truncating division: where B <= 0 it gives at most 0 and no index >= lb >= 0 passes, as
                     # with the floor; kept plain so that `launch-order` reads the bound's direction)

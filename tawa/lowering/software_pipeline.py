@@ -24,7 +24,7 @@ from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernel_function
 from tawa.ir.location import source_location
 from tawa.ir.ops import LoadOp, warp_groups
-from tawa.ir.traversal import defining_op, ops_of, parent_op, walk_block
+from tawa.ir.traversal import defining_op, enclosing, ops_of, walk_block
 from tawa.ir.types import tile_bytes
 
 #: Shared memory kept free of the rings for the epilogue's staging tile.
@@ -48,16 +48,6 @@ def _offsets_ok(load, body_results, iv) -> bool:
             return False
         return all(ok(o, depth + 1) for o in owner.operands)
     return all(ok(v) for v in LoadOp(load).offsets)
-
-
-def _in_inner_loop(op, loop) -> bool:
-    """Whether a loop nested in `loop` holds `op`."""
-    cur = parent_op(op)
-    while cur is not None and cur != loop:
-        if cur.name in ("scf.for", "scf.while"):
-            return True
-        cur = parent_op(cur)
-    return False
 
 
 def _loops(block, depth, out):
@@ -88,7 +78,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
         # its own). A load under a condition is issued for every iteration, ahead, like the others: a TMA copy
         # never faults (a box outside the tensor reads zeros), and a ring whose every slot is waited for at the top
         # of each iteration stays in phase whether or not the body then reads it.
-        if any(_in_inner_loop(op, loop) for op in loads):
+        if any(enclosing(op, ("scf.for", "scf.while")) != loop for op in loads):
             continue
         if depth > 0:
             raise CompilationError("loads feeding a dot inside a nested loop are not supported by the "
