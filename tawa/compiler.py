@@ -28,7 +28,8 @@ from tawa.ir import kernel_info, verify
 from tawa.ir.location import source_location, where
 from tawa.ir.traversal import walk
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, epilogue_prefetch,
-                           launch_order, lazy_rescale, loop_guards, lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles,
+                           launch_order, lazy_rescale, loop_guards, loop_load_prefetch, lower_to_llvm, mask_elision, occupancy,
+                           partition, persistent_tiles,
                            protocol_check, register_realloc, software_pipeline, split_k, stream_k, to_nvvm,
                            ws_analysis, ws_ir)
 from tawa.options import PERSISTENT_SCHEDULES, CompileOptions
@@ -95,6 +96,8 @@ PIPELINE = [
     Pass("protocol-check", protocol_check.run, when=_ws),
     # An epilogue operand (a residual added to the accumulator) is prefetched before the main loop.
     Pass("epilogue-prefetch", epilogue_prefetch.run, when=_ws),
+    # A consumer loop's register loads (an attention bias) are issued an iteration ahead, carried as loop arguments.
+    Pass("loop-load-prefetch", loop_load_prefetch.run, when=_ws),
     # Persistent schedule: every warp group loops over the output tiles its CTA owns (about one CTA per SM).
     Pass("persistent-tiles", persistent_tiles.run, when=_persistent),
     # Stream-K: the tiles of a mostly idle last wave are shared by K iterations; two CTAs meet in a workspace.

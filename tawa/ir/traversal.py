@@ -54,6 +54,22 @@ def users(value) -> list:
     return [as_op(u.owner) for u in value.uses]
 
 
+def feeds_dots_only(value) -> bool:
+    """Whether every use of `value` is a dot's A or B operand, directly or through `tawa.trans`: a tile the
+    backend keeps in shared memory for wgmma rather than in registers."""
+    uses = list(value.uses)
+    if not uses:
+        return False
+    for use in uses:
+        owner = as_op(use.owner)
+        if owner.name == "tawa.dot" and use.operand_number in (0, 1):
+            continue
+        if owner.name == "tawa.trans" and feeds_dots_only(owner.results[0]):
+            continue
+        return False
+    return True
+
+
 def parent_op(op):
     """The op whose region holds `op` (None at module level)."""
     parent = as_op(op).parent

@@ -39,7 +39,7 @@ from tawa.ir.kernel_info import body_block, kernels
 from tawa.ir.location import source_location
 from tawa.ir.ops import (ArefCreateOp, DotOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get,
                          create_put, readers_through_transposes)
-from tawa.ir.traversal import ancestor_in_block, backward_slice, enclosing, ops_of, users, walk
+from tawa.ir.traversal import ancestor_in_block, backward_slice, enclosing, feeds_dots_only, ops_of, users, walk
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 from tawa.lowering import epilogue, ws_analysis
 from tawa.options import PERSISTENT_SCHEDULES
@@ -72,6 +72,10 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
         if op.name == LoadOp.NAME and op not in heavy and (
                 op in prologue or not epilogue.read_through_staging(LoadOp(op), stored)):
             t = LoadOp(op).result.type
+            if len(tile_shape(t)) != 1 and not feeds_dots_only(op.results[0]):
+                # a 2-D tile read by other math is loaded into registers (an epilogue's i32 mask, an attention
+                # bias): counting it cost a GEMM with a 64 KiB mask one of its four ring slots
+                continue
             if len(tile_shape(t)) == 1:
                 # a vector broadcast over the tile (a bias, a scale) is staged by each group that stages its own
                 # epilogue, 1024-aligned: an FP8 GEMM's two scales take 4 KiB under ping-pong, and counted as

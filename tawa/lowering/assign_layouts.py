@@ -35,7 +35,7 @@ from tawa.ir.kernel_info import body_block, kernel_function, kernel_num_warps
 from tawa.ir.location import source_location
 from tawa.ir.ops import (BroadcastOp, DotOp, ExpandDimsOp, ForOp, ReduceOp, SplatOp, SplitKSumOp, TransOp,
                          warp_group_role, warp_groups)
-from tawa.ir.traversal import defining_op as owner_op, ops_of, walk, walk_block
+from tawa.ir.traversal import defining_op as owner_op, feeds_dots_only, ops_of, walk, walk_block
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 
 from . import layouts as L
@@ -136,23 +136,6 @@ def _shape(v):
     return tuple(ir.RankedTensorType(v.type).shape)
 
 
-def _uses(value):
-    return [(u.owner.operation if hasattr(u.owner, 'operation') else u.owner, u.operand_number) for u in value.uses]
-
-
-def _feeds_dots_only(value) -> bool:
-    uses = _uses(value)
-    if not uses:
-        return False
-    for owner, idx in uses:
-        if owner.name == "tawa.dot" and idx in (0, 1):
-            continue
-        if owner.name == "tawa.trans" and _feeds_dots_only(owner.results[0]):
-            continue
-        return False
-    return True
-
-
 def _elementwise(op) -> bool:
     return (op.name.startswith("arith.") or op.name.startswith("math.")) and op.results and \
         _is_tile(op.results[0])
@@ -222,7 +205,7 @@ def _assign(ops: list, W: int, ctx) -> None:
         if op.name == "tawa.aref_get":
             # A slot's tiles are in shared memory as the producer's TMA copies wrote them.
             smem.update(r for r in op.results if _is_tile(r))
-        elif op.name == "tawa.load" and not attrs.AREF_LOAD.get(op) and _feeds_dots_only(op.results[0]):
+        elif op.name == "tawa.load" and not attrs.AREF_LOAD.get(op) and feeds_dots_only(op.results[0]):
             attrs.SMEM.set(op)
             smem.add(op.results[0])
             check_dot_tile(op.results[0].type, source_location(op))

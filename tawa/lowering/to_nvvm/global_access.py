@@ -2,6 +2,10 @@
 element of a kernel argument (register loads, stores without TMA, the copies of the variant without TMA)."""
 from __future__ import annotations
 
+from mlir import ir
+
+from tawa.ir.types import elem_bytes, elem_type
+
 from .builder import V
 from .context import Ctx
 from .fp8 import storage_type
@@ -35,6 +39,54 @@ def predicated_load(b, ptr: V, pred: V, st: str, read_only: bool = False, ordere
     if st in ("i16", "i32"):
         return raw
     return b.op(f"arith.bitcast {raw} : {reg} to {st}", st)
+
+
+#: A pair of adjacent elements (4- or 2-byte) in one load where both are in bounds and the pair is aligned, else
+#: each element on its own, predicated (`paired_load`). Outputs, then: pointer, fast flag, in-bounds flags. Each
+#: load writes registers of its own and a select picks the result: loads that share a destination register are
+#: ordered by the scoreboard even when predicated off, and each pair then waited for a whole round trip (the
+#: attention with a bias ran 6x slower so).
+_PAIRED_LOAD = {
+    4: ("=r,=r,l,r,r,r", "i32",
+        ".reg .b32 v0, v1, s0, s1;\\0Amov.b32 v0, 0;\\0Amov.b32 v1, 0;\\0Amov.b32 s0, 0;\\0Amov.b32 s1, 0;\\0A"
+        "@pf ld.global{nc}.v2.b32 {{v0, v1}}, [$2];\\0A@p0 ld.global{nc}.b32 s0, [$2];\\0A"
+        "@p1 ld.global{nc}.b32 s1, [$2+4];\\0Aselp.b32 $0, v0, s0, pf;\\0Aselp.b32 $1, v1, s1, pf;"),
+    2: ("=h,=h,l,r,r,r", "i16",
+        ".reg .b32 w;\\0A.reg .b16 v0, v1, s0, s1;\\0Amov.b32 w, 0;\\0Amov.b16 s0, 0;\\0Amov.b16 s1, 0;\\0A"
+        "@pf ld.global{nc}.b32 w, [$2];\\0A@p0 ld.global{nc}.b16 s0, [$2];\\0A@p1 ld.global{nc}.b16 s1, [$2+2];\\0A"
+        "mov.b32 {{v0, v1}}, w;\\0Aselp.b16 $0, v0, s0, pf;\\0Aselp.b16 $1, v1, s1, pf;"),
+}
+
+
+def paired_load(b, ptr: V, fast: V, pred_lo: V, pred_hi: V, size: int, read_only: bool = False) -> tuple:
+    """The elements at `ptr` and the next one (`size` bytes each, 2 or 4), as two raw registers (i16 or i32): one
+    vector load when `fast` (both in bounds, the pair aligned to twice the size), else two predicated loads, 0
+    where out of bounds. Kept in program order like `predicated_load`. Why: a thread of an mma layout holds its
+    elements in pairs of adjacent columns; loaded one by one, each warp request uses half of every 32-byte
+    sector it touches, and attention with an f32 bias saturated L1 at 96% of its throughput doing so (ncu)."""
+    cons, reg, body = _PAIRED_LOAD[size]
+    body = body.format(nc=".nc" if read_only else "")
+    text = (f"{{\\0A.reg .pred pf, p0, p1;\\0Asetp.ne.b32 pf, $3, 0;\\0Asetp.ne.and.b32 p0, $4, 0, !pf;\\0A"
+            f"setp.ne.and.b32 p1, $5, 0, !pf;\\0A{body}\\0A}}")
+    flags = [b.cast("extui", v, "i32") for v in (fast, pred_lo, pred_hi)]
+    struct = f"!llvm.struct<({reg}, {reg})>"
+    res = b.op(f'"llvm.inline_asm"({ptr}, {", ".join(map(str, flags))}) <{{asm_string = "{text}", '
+               f'constraints = "{cons}", has_side_effects}}> : (!llvm.ptr<1>, i32, i32, i32) -> {struct}', struct)
+    return tuple(b.op(f"llvm.extractvalue {res}[{i}] : {struct}", reg) for i in range(2))
+
+
+def pair_aligned(ctx: Ctx, arg: int, rank: int, offsets: list, lead, elem: str, tile_rank: int) -> V:
+    """Whether every pair of adjacent elements at an even column of the tile at `offsets` is aligned to twice
+    the element size: the tile's first element is, and (for a 2-D tile) so is the row pitch. Uniform over the
+    threads; computed once per load."""
+    b = ctx.b
+    es = elem_bytes(elem)
+    first, _ = element_address(ctx, arg, rank, offsets, [b.i32(0)] * tile_rank, lead, elem)
+    addr = b.op(f"llvm.ptrtoint {first} : !llvm.ptr<1> to i64", "i64")
+    bits = addr
+    if tile_rank == 2:
+        bits = b.or_(bits, b.mul(ctx.params.stride(arg, rank - 2), es))
+    return b.cmpi("eq", b.and_(bits, b.const(2 * es - 1, "i64")), b.const(0, "i64"))
 
 
 def leading_in_bounds(ctx: Ctx, arg: int, offsets: list, lead: int):
@@ -72,3 +124,4 @@ def load_b32(b, ptr: V) -> V:
     text = "ld.global.nc.b32 $0, [$1];"
     return b.op(f'"llvm.inline_asm"({ptr}) <{{asm_string = "{text}", constraints = "=r,l", has_side_effects}}> : '
                 f'(!llvm.ptr<1>) -> i32', "i32")
+

@@ -23,7 +23,7 @@ from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
-from .global_access import element_address, leading_in_bounds, predicated_load
+from .global_access import element_address, leading_in_bounds, paired_load, pair_aligned, predicated_load
 from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled, swizzled_register
 from .staged_operand import (StagedOperand, candidate, drain_prefetched, persistent_staging,
                              take_prefetched)
@@ -201,13 +201,47 @@ def lower_register_load(ctx: Ctx, op) -> None:
     st = storage_type(elem)     # fp8 is loaded as i8
     read_only = not stored_by_kernel(src)
 
-    # One predicated load per register, without a branch.
-    def load(i):
+    def address(i):
         ptr, pred = element_address(ctx, arg, rank, offsets, ctx.coords(layout, i), lead, elem)
-        return from_storage(b, predicated_load(b, ptr, pred if pred is not None else b.const(1, "i1"), st,
-                                                read_only), elem)
+        return ptr, pred if pred is not None else b.const(1, "i1")
+
+    # One predicated load per register, without a branch; in an epilogue's mma layout, one per pair of adjacent
+    # columns. Not in the loops a schedule lowers: there ptxas interleaved the paired loads of attention's bias with
+    # the wgmmas of the next scores, and the kernel ran 6x slower (31 against 181 TFLOP/s, H200), for a reason the
+    # profile did not show; element by element it keeps its speed.
+    lower_of, upper_of = _column_pairs(layout, elem) if ctx.lazy else ({}, {})
+    aligned = pair_aligned(ctx, arg, rank, offsets, lead, elem, layout.rank) if lower_of else None
+
+    def load(i):
+        if i in lower_of:           # the pair's first register emits both
+            tile.reg(lower_of[i])
+            return tile.reg(i)
+        if i in upper_of:
+            ptr, pred_lo = address(i)
+            _, pred_hi = address(upper_of[i])
+            lo, hi = paired_load(b, ptr, b.and_(aligned, pred_hi), pred_lo, pred_hi, elem_bytes(elem), read_only)
+            tile.provide(upper_of[i], from_storage(b, _raw_to(b, hi, st), elem))
+            return from_storage(b, _raw_to(b, lo, st), elem)
+        return from_storage(b, predicated_load(b, *address(i), st, read_only), elem)
     tile = LazyTile(layout, elem, load, loaded=True)
     ctx.set(op.results[0], tile if ctx.lazy else tile.materialize())
+
+
+def _column_pairs(layout: L.Layout, elem: str) -> tuple:
+    """({upper register: lower}, {lower register: upper}) of the registers an mma layout gives a thread at two
+    adjacent columns of one row, the lower at an even column (its per-thread column offset is even); none for
+    other layouts and other element sizes than 2 and 4 bytes."""
+    if not layout.desc.startswith("mma<") or elem_bytes(elem) not in (2, 4) or elem.startswith("f8"):
+        return {}, {}
+    by_coord = {c: i for i, c in enumerate(layout.regs)}
+    upper_of = {i: by_coord[(c[0], c[1] + 1)] for i, c in enumerate(layout.regs)
+                if len(c) == 2 and c[1] % 2 == 0 and (c[0], c[1] + 1) in by_coord}
+    return {u: l for l, u in upper_of.items()}, upper_of
+
+
+def _raw_to(b, raw: V, st: str) -> V:
+    """A paired load's raw register (i16 or i32) as the storage type `st`."""
+    return raw if st in ("i16", "i32") or raw.type == st else b.op(f"arith.bitcast {raw} : {raw.type} to {st}", st)
 
 
 def lower_prefetch(ctx: Ctx, op) -> None:

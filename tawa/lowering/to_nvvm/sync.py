@@ -176,6 +176,11 @@ def fence_registers(b: Builder, regs: list) -> list:
     ins = [regs[i] for i in fenced]
     n = len(ins)
     cons = ",".join([constraint[v.type] for v in ins] + [str(i) for i in range(n)])
+    if n == 1:      # (LLVM rejects an inline asm with one output returning a struct)
+        out = list(regs)
+        out[fenced[0]] = b.op(f'"llvm.inline_asm"({ins[0].name}) <{{asm_string = "", constraints = "{cons}", '
+                              f'has_side_effects}}> : ({ins[0].type}) -> {ins[0].type}', ins[0].type)
+        return out
     struct = f"!llvm.struct<({', '.join(v.type for v in ins)})>"
     res = b.op(f'"llvm.inline_asm"({", ".join(v.name for v in ins)}) <{{asm_string = "", constraints = "{cons}", '
                f'has_side_effects}}> : ({", ".join(v.type for v in ins)}) -> {struct}', struct)

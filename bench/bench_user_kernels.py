@@ -1,0 +1,286 @@
+"""User-style kernels (`tests/e2e/kernels/user`) as launched, against what torch runs for the same computation.
+
+The GEMM benchmarks measure the examples; these are kernels written the way a Triton or CUDA user writes them
+(epilogues with alpha/beta, masks, residuals of other types, an A scaled in registers, tf32, fp8 in and out, a dual
+GEMM, a batched GEMM, attention with a bias, without a scale, at head dims 96 and 256). Each is launched as a user
+would, `kernel(*args)`, so the launch defaults pick its tile per shape.
+
+Two steps, so that compilation (which needs MLIR) and execution (which needs a Hopper GPU) may run on different
+machines:
+
+    python bench/bench_user_kernels.py build [--out DIR] [--only REGEX]   # compile what each shape launches
+    python bench/bench_user_kernels.py run   [--out DIR] [--only REGEX] [--json OUT] [--plot PATH]
+
+`build` fills DIR/cache (the kernel cache: `TAWA_CACHE_DIR`); `run` launches from it. For each kernel and shape,
+in one process, alternating over 5 rounds: the kernel and its torch anchors (cuBLAS through torch.matmul /
+addmm / baddbmm / F.linear, torch._scaled_mm, SDPA; "unfused" is torch's sequence of kernels for the same result,
+"gemm" the bare cuBLAS GEMM of the shape); "ratio" is the kernel over the fastest anchor. Every kernel is first
+checked on the timed inputs (fresh random values, NaN-poisoned output) against a float32 or float64 reference.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+USER = os.path.join(ROOT, "tests", "e2e", "kernels", "user")
+
+#: GEMM shapes (M, N, K): square, a grid the 128x192 tile suits, and a tall-skinny one.
+GEMM_SHAPES = [(4096, 4096, 4096), (3072, 5120, 2560), (8192, 2048, 6144)]
+GEMMS = ["gemm_at", "gemm_alpha_beta", "geglu", "gemm_tf32", "gemm_f16_residual", "linear_silu", "gemm_scale_a",
+         "gemm_mask", "gemm_hasbias", "gemm_bias_init", "gemm_e5m2", "gemm_fp8_out"]
+#: (Z, M, N, K) of the batched GEMM with an epilogue.
+BATCHED = [(8, 2048, 2048, 1024), (16, 1024, 1024, 4096)]
+#: (Z, H, S, D) per attention kernel.
+ATTENTION = {"attn_bias": [(4, 16, 2048, 64)], "attn_noscale": [(4, 16, 4096, 96), (16, 16, 1024, 96)],
+             "attn_causal_scale": [(4, 16, 2048, 256)]}
+
+
+class Shaped:
+    """An argument's shape and its strides in bytes (a contiguous tensor), for choosing without a GPU."""
+
+    def __init__(self, shape, itemsize):
+        self.shape = shape
+        self.strides = tuple(itemsize * math.prod(shape[i + 1:]) for i in range(len(shape)))
+
+
+def gemm_arguments(name, m, n, k) -> list:
+    """[(shape, bytes per element) or a scalar] per argument of the GEMM-family kernel `name`."""
+    bf = 2
+    return {
+        "gemm_at": [((k, m), bf), ((k, n), bf), ((m, n), bf)],
+        "gemm_alpha_beta": [((m, k), bf), ((k, n), bf), ((m, n), bf), ((m, n), bf), 0.75, -1.5],
+        "geglu": [((m, k), bf), ((k, n), bf), ((k, n), bf), ((m, n), bf)],
+        "gemm_tf32": [((m, k), 4), ((n, k), 4), ((m, n), 4)],
+        "gemm_f16_residual": [((m, k), bf), ((k, n), bf), ((m, n), bf), ((m, n), bf)],
+        "linear_silu": [((m, k), bf), ((n, k), bf), ((n,), bf), ((m, n), bf)],
+        "gemm_scale_a": [((m, k), bf), ((k, n), bf), ((m,), bf), ((m, n), bf)],
+        "gemm_mask": [((m, k), bf), ((k, n), bf), ((m, n), 4), ((m, n), bf)],
+        "gemm_hasbias": [((m, k), bf), ((k, n), bf), ((n,), bf), ((m, n), bf)],
+        "gemm_bias_init": [((m, k), bf), ((k, n), bf), ((n,), 4), ((m, n), bf)],
+        "gemm_e5m2": [((m, k), 1), ((n, k), 1), ((m, n), 2), 0.25],
+        "gemm_fp8_out": [((m, k), bf), ((k, n), bf), ((m, n), 1), 0.01],
+    }[name]
+
+
+def attention_arguments(name, z, h, s, d) -> list:
+    act = [((z, h, s, d), 2)]
+    if name == "attn_bias":
+        return act * 3 + [((s, s), 4), ((z, h, s, d), 2), 0.125]
+    if name == "attn_noscale":
+        return act * 4
+    return act * 4 + [0.0625]
+
+
+def _shaped(arguments) -> list:
+    return [Shaped(*a) if isinstance(a, tuple) else a for a in arguments]
+
+
+def _cases(only: str) -> list:
+    """(kernel name, shape, arguments for choosing the variant) of every case `only` selects."""
+    cases = [(name, shape, gemm_arguments(name, *shape)) for name in GEMMS for shape in GEMM_SHAPES]
+    cases += [("batched_gemm_epi", (z, m, n, k), [((z, m, k), 2), ((z, k, n), 2), ((z, n), 4), ((z, m, n), 2), 0.5])
+              for (z, m, n, k) in BATCHED]
+    cases += [(name, shape, attention_arguments(name, *shape)) for name, shapes in ATTENTION.items()
+              for shape in shapes]
+    return [c for c in cases if re.search(only, c[0])]
+
+
+def build(out: str, only: str) -> None:
+    os.environ["TAWA_CACHE_DIR"] = os.path.join(out, "cache")
+    import tawa
+    kernels = {}
+    for name, shape, arguments in _cases(only):
+        kernel = kernels.setdefault(name, tawa.compile(os.path.join(USER, name + ".tawa")))
+        variant = kernel.variant_for(*_shaped(arguments))
+        print(f"{name} {'x'.join(map(str, shape))}: "
+              f"{'own' if variant is kernel else variant.compiled.constants}", flush=True)
+
+
+def _inputs(torch, name, shape):
+    """(launch arguments, the output, its reference, {anchor: launch}, FLOPs, tolerance) of one case."""
+    import torch.nn.functional as F
+    dev, bf = "cuda", torch.bfloat16
+
+    def rnd(*s, dtype=bf, scale=1.0):
+        return (torch.randn(*s, device=dev) * scale).to(dtype)
+
+    def empty(*s, dtype=bf):
+        return torch.empty(*s, device=dev, dtype=dtype)
+
+    if name in ATTENTION:
+        z, h, s, d = shape
+        dt = torch.float16 if name == "attn_causal_scale" else bf
+        q, k, v = rnd(z, h, s, d, dtype=dt), rnd(z, h, s, d, dtype=dt), rnd(z, h, s, d, dtype=dt)
+        o = empty(z, h, s, d, dtype=dt)
+        sdpa = F.scaled_dot_product_attention
+        flops = 4 * z * h * s * s * d
+        if name == "attn_bias":
+            bias = torch.randn(s, s, device=dev)
+            biasb = bias.to(bf)
+            ref = sdpa(q.float(), k.float(), v.float(), attn_mask=bias, scale=0.125)
+            return ([q, k, v, bias, o, 0.125], o, ref,
+                    {"sdpa_mask": lambda: sdpa(q, k, v, attn_mask=biasb, scale=0.125)}, flops, 2e-2)
+        if name == "attn_noscale":
+            ref = sdpa(q.float(), k.float(), v.float(), scale=1.0)
+            return [q, k, v, o], o, ref, {"sdpa": lambda: sdpa(q, k, v, scale=1.0)}, flops, 2e-2
+        ref = sdpa(q.float(), k.float(), v.float(), is_causal=True, scale=0.0625)
+        return ([q, k, v, o, 0.0625], o, ref, {"sdpa": lambda: sdpa(q, k, v, is_causal=True, scale=0.0625)},
+                flops // 2, 2e-2)
+    if name == "batched_gemm_epi":
+        z, m, n, k = shape
+        a, b, bias, c = rnd(z, m, k), rnd(z, k, n), rnd(z, n, dtype=torch.float32), empty(z, m, n)
+        biasb = bias.to(bf)[:, None, :]
+        ref = 0.5 * (a.float() @ b.float()) + bias[:, None, :]
+        return ([a, b, bias, c, 0.5], c, ref, {"baddbmm": lambda: torch.baddbmm(biasb, a, b, alpha=0.5),
+                                                "bmm": lambda: torch.bmm(a, b)}, 2 * z * m * n * k, 2e-2)
+    m, n, k = shape
+    flops = 2 * m * n * k
+    if name == "gemm_at":
+        at, b, c, c2 = rnd(k, m), rnd(k, n), empty(m, n), empty(m, n)
+        return [at, b, c], c, at.T.float() @ b.float(), {"torch": lambda: torch.matmul(at.T, b, out=c2)}, flops, 2e-2
+    if name == "gemm_alpha_beta":
+        a, b, c, d = rnd(m, k), rnd(k, n), rnd(m, n), empty(m, n)
+        return ([a, b, c, d, 0.75, -1.5], d, 0.75 * (a.float() @ b.float()) - 1.5 * c.float(),
+                {"addmm": lambda: torch.addmm(c, a, b, beta=-1.5, alpha=0.75)}, flops, 2e-2)
+    if name == "geglu":
+        a, b1, b2, c = rnd(m, k), rnd(k, n, scale=0.05), rnd(k, n, scale=0.05), empty(m, n)
+        bc = torch.cat([b1, b2], 1)
+        ref = F.gelu(a.float() @ b1.float(), approximate="tanh") * (a.float() @ b2.float())
+        return ([a, b1, b2, c], c, ref,
+                {"unfused": lambda: F.gelu(a @ b1, approximate="tanh") * (a @ b2),
+                 "concatenated": lambda: (lambda h: F.gelu(h[:, :n], approximate="tanh") * h[:, n:])(a @ bc)},
+                2 * flops, 2e-2)
+    if name == "gemm_tf32":
+        a, b, c = rnd(m, k, dtype=torch.float32), rnd(n, k, dtype=torch.float32), empty(m, n, dtype=torch.float32)
+        return [a, b, c], c, a.double() @ b.double().T, {"matmul_tf32": lambda: torch.matmul(a, b.T)}, flops, 5e-3
+    if name == "gemm_f16_residual":
+        h = torch.float16
+        a, b, r, c = rnd(m, k, dtype=h), rnd(k, n, dtype=h), rnd(m, n, dtype=h), empty(m, n, dtype=h)
+        return [a, b, r, c], c, a.float() @ b.float() + r.float(), {"addmm": lambda: torch.addmm(r, a, b)}, flops, 2e-2
+    if name == "linear_silu":
+        x, w, bias, y = rnd(m, k), rnd(n, k, scale=0.05), rnd(n), empty(m, n)
+        return ([x, w, bias, y], y, F.silu(x.float() @ w.float().T + bias.float()),
+                {"unfused": lambda: F.silu(F.linear(x, w, bias)), "gemm": lambda: F.linear(x, w)}, flops, 2e-2)
+    if name == "gemm_scale_a":
+        a, b, c = rnd(m, k), rnd(k, n), empty(m, n)
+        s = (torch.rand(m, device=dev) + 0.5).to(bf)
+        return ([a, b, s, c], c, (a * s[:, None]).float() @ b.float(),
+                {"unfused": lambda: torch.matmul(a * s[:, None], b), "gemm": lambda: torch.matmul(a, b)}, flops, 2e-2)
+    if name == "gemm_mask":
+        a, b, c = rnd(m, k), rnd(k, n), empty(m, n)
+        mask = torch.randint(-2, 3, (m, n), device=dev, dtype=torch.int32)
+        return ([a, b, mask, c], c, torch.where(mask != 0, a.float() @ b.float(), 0.0),
+                {"unfused": lambda: torch.where(mask != 0, a @ b, 0.0), "gemm": lambda: torch.matmul(a, b)}, flops,
+                2e-2)
+    if name == "gemm_hasbias":
+        a, b, bias, c = rnd(m, k), rnd(k, n, scale=0.05), rnd(n), empty(m, n)
+        return ([a, b, bias, c], c, F.silu(a.float() @ b.float() + bias.float()),
+                {"unfused": lambda: F.silu(torch.addmm(bias, a, b)), "gemm": lambda: torch.matmul(a, b)}, flops, 2e-2)
+    if name == "gemm_bias_init":
+        a, b, bias, c = rnd(m, k), rnd(k, n), rnd(n, dtype=torch.float32), empty(m, n)
+        biasb = bias.to(bf)
+        return ([a, b, bias, c], c, a.float() @ b.float() + bias, {"addmm": lambda: torch.addmm(biasb, a, b)},
+                flops, 2e-2)
+    if name == "gemm_e5m2":
+        a, b = rnd(m, k, dtype=torch.float8_e5m2), rnd(n, k, dtype=torch.float8_e5m2)
+        c = empty(m, n, dtype=torch.float16)
+        a4, b4 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)     # cuBLAS takes no e5m2 x e5m2
+        one, sc = torch.ones((), device=dev), torch.full((), 0.25, device=dev)
+        return ([a, b, c, 0.25], c, 0.25 * (a.float() @ b.float().T),
+                {"scaled_mm_e4m3": lambda: torch._scaled_mm(a4, b4.T, scale_a=sc, scale_b=one,
+                                                            out_dtype=torch.float16)}, flops, 5e-3)
+    if name == "gemm_fp8_out":
+        a, b, c = rnd(m, k), rnd(k, n), empty(m, n, dtype=torch.float8_e4m3fn)
+        inv = 200.0 / k ** 0.5
+        ref = (inv * (a.float() @ b.float())).clamp(-448, 448).to(torch.float8_e4m3fn)
+        return ([a, b, c, inv], c, ref,
+                {"unfused": lambda: (inv * torch.matmul(a, b)).clamp(-448, 448).to(torch.float8_e4m3fn),
+                 "gemm": lambda: torch.matmul(a, b)}, flops, 5e-2)
+    raise KeyError(name)
+
+
+def run(out: str, only: str, json_out=None, plot=None) -> None:
+    os.environ["TAWA_CACHE_DIR"] = os.path.join(out, "cache")
+    import torch
+    import tawa
+    from bench_gemm import _side_by_side
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.manual_seed(0)
+    gpu = torch.cuda.get_device_name()
+    rows, wrong, kernels = [], 0, {}
+    print(f"{gpu}\n| kernel | shape | Tawa TFLOP/s | anchors (TFLOP/s) | Tawa / best anchor |\n|---|---|---:|---|---:|")
+    for name, shape, _ in _cases(only):
+        kernel = kernels.setdefault(name, tawa.compile(os.path.join(USER, name + ".tawa")))
+        args, output, ref, anchors, flops, tol = _inputs(torch, name, shape)
+        if output.dtype == torch.float8_e4m3fn:
+            output.view(torch.uint8).fill_(0x7F)
+        else:
+            output.fill_(float("nan"))
+        kernel(*args)
+        torch.cuda.synchronize()
+        err = ((output.float() - ref.float()).norm() / ref.float().norm()).item()
+        if not err < tol:
+            wrong += 1
+            print(f"WRONG {name} {shape}: relative error {err}")
+            continue
+        res = _side_by_side({"tawa": lambda: kernel(*args), **anchors}, flops)
+        best = max(v for a, v in res.items() if a != "tawa")
+        rows.append({"kernel": name, "shape": list(shape), "tflops": res, "ratio": res["tawa"] / best})
+        print(f"| {name} | {'x'.join(map(str, shape))} | {res['tawa']:.0f} | "
+              + ", ".join(f"{a} {v:.0f}" for a, v in res.items() if a != "tawa") + f" | {res['tawa'] / best:.3f} |",
+              flush=True)
+    print("correctness:", "all ok" if not wrong else f"{wrong} WRONG")
+    raw = {"gpu": gpu, "rows": rows}
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump(raw, f, indent=1)
+    write_plot(raw, plot or os.path.join(out, "user_kernels.png"))
+    if wrong:
+        sys.exit(1)
+
+
+def write_plot(raw: dict, path: str) -> None:
+    """Per kernel and shape: Tawa's TFLOP/s over the fastest anchor's."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:  # matplotlib missing: the printed table is the result
+        print(f"no plot ({type(e).__name__}: {e})")
+        return
+    rows = raw["rows"]
+    fig, ax = plt.subplots(1, 1, figsize=(max(8, 0.3 * len(rows)), 5))
+    ax.bar(range(len(rows)), [r["ratio"] for r in rows])
+    ax.set_xticks(range(len(rows)), [f"{r['kernel']} {'x'.join(map(str, r['shape']))}" for r in rows],
+                  fontsize=6, rotation=60, ha="right")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_ylabel("Tawa / fastest torch anchor")
+    ax.set_title(f"User-style kernels as launched ({raw['gpu']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    print(f"plot written to {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("step", choices=["build", "run"])
+    ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "user_kernels"))
+    ap.add_argument("--only", default="", metavar="REGEX", help="kernels whose name matches")
+    ap.add_argument("--json", default=None, metavar="OUT")
+    ap.add_argument("--plot", default=None, metavar="PATH")
+    a = ap.parse_args()
+    if a.step == "build":
+        build(a.out, a.only)
+    else:
+        run(a.out, a.only, a.json, a.plot)
+
+
+if __name__ == "__main__":
+    main()

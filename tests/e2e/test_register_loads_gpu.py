@@ -1,0 +1,90 @@
+"""Tiles loaded into registers: in an epilogue's mma layout one load per pair of adjacent columns where the pair
+is inside the tensor and aligned, each element on its own otherwise (`to_nvvm.memory.lower_register_load`); a
+consumer loop's register loads issued an iteration ahead (`loop-load-prefetch`).
+
+Each path is made to run: even and odd row pitches (an odd pitch misaligns every other row's pairs), tensors that
+are views starting one element into their storage (every pair misaligned), extents that end mid-pair, and the
+variant without TMA that an odd pitch of the output makes the launch take. NaN-poisoned outputs, float64
+references; the interpreter agrees with the same references."""
+import pathlib
+
+import numpy as np
+import pytest
+
+import tawa
+from e2e_support import PREFILL, compiled, poisoned
+
+KERNELS = pathlib.Path(__file__).resolve().parent / "kernels"
+PAIR_LOADS = str(KERNELS / "pair_loads.tawa")
+ATTN_BIAS = str(KERNELS / "user" / "attn_bias.tawa")
+TILES = {"BLOCK_M": 128, "BLOCK_N": 128}
+
+
+def _operand(torch, rows, cols, dtype, offset: bool, scale=1.0, shift=0.0):
+    """A random [rows, cols] tensor; with `offset`, a view one element into a wider one (misaligned pairs)."""
+    if not offset:
+        return (torch.randn(rows, cols, device="cuda") * scale + shift).to(dtype)
+    wide = (torch.randn(rows, cols + 2, device="cuda") * scale + shift).to(dtype)
+    return wide[:, 1:cols + 1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(200, 136, 96), (200, 133, 96), (7, 9, 40)], ids=["even", "odd-pitch", "tiny"])
+@pytest.mark.parametrize("offset", [False, True], ids=["contiguous", "offset-views"])
+@pytest.mark.parametrize("options", [{}, {"warp_specialize": False}], ids=["ws", "uniform"])
+def test_epilogue_pairs(shape, offset, options):
+    if PREFILL:
+        tawa.compile(PAIR_LOADS, **TILES, **options, tma=False)        # the variant an odd pitch launches
+    kernel = compiled(PAIR_LOADS, **TILES, **options)
+    import torch
+    m, n, k = shape
+    torch.manual_seed(m * n + offset)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    s = _operand(torch, m, n, torch.float32, offset, shift=1.0)
+    t = _operand(torch, m, n, torch.bfloat16, offset, scale=4.0)
+    c = poisoned(torch, (m, n), torch.float32)
+    kernel(a, b, s, t, c)
+    torch.cuda.synchronize()
+    assert not c.isnan().any()
+    ref = (a.double() @ b.double()) * s.double() + t.double()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-5
+
+
+def _softmax(s):
+    e = (s - s.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seq", [256, 333, 61], ids=["even", "odd-pitch", "one-block"])
+@pytest.mark.parametrize("offset", [False, True], ids=["contiguous", "offset-view"])
+def test_attention_bias_pairs(seq, offset):
+    """The bias is loaded an iteration ahead in pairs; an odd S misaligns every other row of it."""
+    kernel = compiled(ATTN_BIAS, BLOCK_N=64)
+    import torch
+    torch.manual_seed(seq + offset)
+    z, h, d, scale = 2, 3, 64, 0.125
+    q, k, v = (torch.randn(z, h, seq, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    bias = _operand(torch, seq, seq, torch.float32, offset, scale=2.0)
+    o = poisoned(torch, (z, h, seq, d), torch.bfloat16)
+    kernel(q, k, v, bias, o, scale)
+    torch.cuda.synchronize()
+    assert not o.isnan().any()
+    ref = _softmax((q.double() @ k.double().transpose(-1, -2)) * scale + bias.double()) @ v.double()
+    assert ((o.double() - ref).norm() / ref.norm()).item() < 2e-2
+
+
+@pytest.mark.parametrize("shape", [(40, 24, 40), (33, 17, 20)])
+def test_epilogue_pairs_interpreter(shape):
+    """The interpreter reads the program as the GPU test's reference does."""
+    m, n, k = shape
+    rng = np.random.default_rng(m * n)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    s, t = rng.standard_normal((m, n)).astype(np.float32), rng.standard_normal((m, n)).astype(np.float32)
+    import ml_dtypes
+    a16, b16, t16 = (x.astype(ml_dtypes.bfloat16) for x in (a, b, t))
+    c = np.full((m, n), np.nan, np.float32)
+    tawa.interpret(PAIR_LOADS, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)(a16, b16, s, t16, c)
+    ref = (a16.astype(np.float64) @ b16.astype(np.float64)) * s + t16.astype(np.float64)
+    assert np.abs(c - ref).max() / np.abs(ref).max() < 1e-5
