@@ -28,9 +28,12 @@ Which loads: directly in the body of an `scf.for` with a positive constant step 
 tensor defined outside the loop and that the kernel does not store to, not feeding dots only (those are staged
 in shared memory), at offsets that are loop-invariant or computed from the induction variable by scalar integer
 arithmetic (add, subtract, multiply, min/max, casts and constants), and of at most `MAX_BYTES_PER_THREAD` per
-consumer thread: the carried tile takes that many more registers across the loop.
+consumer thread: the carried tile takes that many more registers across the loop. (A load that reaches a dot's
+operand through math is not here: `aref-insertion` makes it the producer's, copied by TMA into the ring.)
 """
 from __future__ import annotations
+
+import math
 
 from mlir import ir
 from mlir.dialects import arith, scf
@@ -40,11 +43,11 @@ from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
 from tawa.ir.ops import ForOp, LoadOp, StoreOp, warp_group_role, warp_groups
 from tawa.ir.traversal import as_op, defining_op, feeds_dots_only, int_constant, is_ancestor, ops_of, walk
-from tawa.ir.types import tile_bytes
+from tawa.ir.types import tile_bytes, tile_shape
 
-#: Registers' worth of bytes per consumer thread a prefetched tile may hold across the loop (32 registers: an
-#: f32 128x64 tile over two warp groups).
-MAX_BYTES_PER_THREAD = 128
+#: Bytes per consumer thread a prefetched tile may hold across the loop (16 registers). Carrying a block scale's
+#: 128 columns (32 registers per thread, each thread holding its columns of every row) made ptxas spill.
+MAX_BYTES_PER_THREAD = 64
 
 #: Scalar index math that may be recomputed for the next iteration: total functions of their operands.
 _INDEX_OPS = {"arith.addi", "arith.subi", "arith.muli", "arith.constant", "arith.minsi", "arith.maxsi",
@@ -94,9 +97,22 @@ def _prefetchable(op, loop, stored: set, threads: int) -> bool:
     load = LoadOp(op)
     if _inside(load.src, loop) or load.src in stored:
         return False
-    if tile_bytes(load.result.type) > MAX_BYTES_PER_THREAD * threads:
+    if _bytes_per_thread(load.result.type, threads) > MAX_BYTES_PER_THREAD:
         return False
     return all(_index_chain(v, loop) for v in load.offsets)
+
+
+def _bytes_per_thread(tile_type, threads: int) -> int:
+    """About the bytes of the tile each consumer thread holds in the accumulator's layout: a row broadcast over
+    the tile ([1, N]) is held whole by every thread in columns (a quarter of them: 2 of every 8), a column
+    ([M, 1]) by rows (4 threads per row), anything else spread evenly."""
+    shape = tile_shape(tile_type)
+    per_elem = tile_bytes(tile_type) // max(1, math.prod(shape))
+    if len(shape) == 2 and shape[0] == 1:
+        return per_elem * -(-shape[1] // 4)
+    if len(shape) == 2 and shape[1] == 1:
+        return per_elem * -(-shape[0] * 4 // threads)
+    return -(-tile_bytes(tile_type) // threads)
 
 
 def _clone_chain(value, loop, iv, ip, memo: dict):

@@ -58,6 +58,10 @@ def feeds_dot(load: ir.Operation) -> bool:
             user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
             if user.name == "tawa.dot" and use.operand_number in (0, 1):
                 return True
+            if user.name == "scf.yield" and parent_op(user).name == "scf.if":
+                # through a branch's result (mask-elision's masked and unmasked scores)
+                work.append(parent_op(user).results[use.operand_number])
+                continue
             if (user.name in _FORWARD_OPS or user.name.startswith(_FORWARD_PREFIXES)) and user not in seen:
                 seen.add(user)
                 work.extend(r for r in user.results if is_tile(r.type))

@@ -1,6 +1,7 @@
 """Tiles loaded into registers: in an epilogue's mma layout one load per pair of adjacent columns where the pair
 is inside the tensor and aligned, each element on its own otherwise (`to_nvvm.memory.lower_register_load`); a
-consumer loop's register loads issued an iteration ahead (`loop-load-prefetch`).
+consumer loop's register loads issued an iteration ahead (`loop-load-prefetch`); an attention bias that reaches
+the second dot through a branch of the softmax, copied by the producer (`ws_analysis.feeds_dot`).
 
 Each path is made to run: even and odd row pitches (an odd pitch misaligns every other row's pairs), tensors that
 are views starting one element into their storage (every pair misaligned), extents that end mid-pair, and the
@@ -17,6 +18,7 @@ from e2e_support import PREFILL, compiled, poisoned
 KERNELS = pathlib.Path(__file__).resolve().parent / "kernels"
 PAIR_LOADS = str(KERNELS / "pair_loads.tawa")
 ATTN_BIAS = str(KERNELS / "user" / "attn_bias.tawa")
+BLOCK_SCALES = str(KERNELS / "gemm_block_scales.tawa")
 TILES = {"BLOCK_M": 128, "BLOCK_N": 128}
 
 
@@ -57,10 +59,47 @@ def _softmax(s):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(200, 136, 300), (333, 200, 64), (64, 48, 40), (1000, 1000, 1000)],
+                         ids=["ragged", "one-k-block", "tiny", "square"])
+@pytest.mark.parametrize("options", [{}, {"schedule": "tile"}, {"warp_specialize": False}],
+                         ids=["auto", "tile", "uniform"])
+def test_block_scales_prefetched(shape, options):
+    """Row scales of A per K block, loaded an iteration ahead by `loop-load-prefetch` (the last one past the
+    tensor's end); column scales of B in place."""
+    m, n, k = shape
+    kb = -(-k // 64)
+    if PREFILL:     # the variant the launch picks for these shapes
+        import ml_dtypes
+        bf16 = [np.zeros(s, ml_dtypes.bfloat16) for s in ((m, k), (k, n))]
+        tawa.compile(BLOCK_SCALES, **options).variant_for(
+            *bf16, *[np.zeros(s, np.float32) for s in ((m, kb), (kb, n), (m, n))])
+        tawa.compile(BLOCK_SCALES, **options, tma=False)    # the variant K = 300 (600-byte rows of A) launches
+    kernel = compiled(BLOCK_SCALES, **options)
+    import torch
+    torch.manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    sa = torch.rand(m, kb, device="cuda") + 0.5
+    sb = torch.rand(kb, n, device="cuda") + 0.5
+    c = poisoned(torch, (m, n), torch.float32)
+    kernel(a, b, sa, sb, c)
+    torch.cuda.synchronize()
+    assert not c.isnan().any()
+    ref = torch.zeros(m, n, device="cuda", dtype=torch.float64)
+    for j in range(kb):
+        blk = slice(64 * j, min(64 * (j + 1), k))
+        ref += (a[:, blk].double() @ b[blk].double()) * sa[:, j:j + 1].double() * sb[j:j + 1].double()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-5
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("seq", [256, 333, 61], ids=["even", "odd-pitch", "one-block"])
 @pytest.mark.parametrize("offset", [False, True], ids=["contiguous", "offset-view"])
 def test_attention_bias_pairs(seq, offset):
-    """The bias is loaded an iteration ahead in pairs; an odd S misaligns every other row of it."""
+    """The bias reaches the second dot through the softmax (behind the key mask's branch): the producer copies it
+    into the ring by TMA; an odd S (a row pitch TMA cannot copy) takes the variant without TMA."""
+    if PREFILL:
+        tawa.compile(ATTN_BIAS, BLOCK_N=64, tma=False)      # the variant an odd pitch launches
     kernel = compiled(ATTN_BIAS, BLOCK_N=64)
     import torch
     torch.manual_seed(seq + offset)
