@@ -34,7 +34,7 @@ USER = os.path.join(ROOT, "tests", "e2e", "kernels", "user")
 #: GEMM shapes (M, N, K): square, a grid the 128x192 tile suits, and a tall-skinny one.
 GEMM_SHAPES = [(4096, 4096, 4096), (3072, 5120, 2560), (8192, 2048, 6144)]
 GEMMS = ["gemm_at", "gemm_alpha_beta", "geglu", "gemm_tf32", "gemm_f16_residual", "linear_silu", "gemm_scale_a",
-         "gemm_mask", "gemm_hasbias", "gemm_bias_init", "gemm_e5m2", "gemm_fp8_out"]
+         "gemm_mask", "gemm_hasbias", "gemm_bias_init", "gemm_e5m2", "gemm_fp8_out", "gemm_fp8_weight"]
 #: (Z, M, N, K) of the batched GEMM with an epilogue.
 BATCHED = [(8, 2048, 2048, 1024), (16, 1024, 1024, 4096)]
 #: (Z, H, S, D) per attention kernel.
@@ -66,6 +66,7 @@ def gemm_arguments(name, m, n, k) -> list:
         "gemm_bias_init": [((m, k), bf), ((k, n), bf), ((n,), 4), ((m, n), bf)],
         "gemm_e5m2": [((m, k), 1), ((n, k), 1), ((m, n), 2), 0.25],
         "gemm_fp8_out": [((m, k), bf), ((k, n), bf), ((m, n), 1), 0.01],
+        "gemm_fp8_weight": [((m, k), bf), ((k, n), 1), ((n,), 4), ((m, n), bf)],
     }[name]
 
 
@@ -203,6 +204,14 @@ def _inputs(torch, name, shape):
         return ([a, b, c, inv], c, ref,
                 {"unfused": lambda: (inv * torch.matmul(a, b)).clamp(-448, 448).to(torch.float8_e4m3fn),
                  "gemm": lambda: torch.matmul(a, b)}, flops, 5e-2)
+    if name == "gemm_fp8_weight":
+        a, c = rnd(m, k), empty(m, n)
+        w = rnd(k, n, scale=0.5, dtype=torch.float8_e4m3fn)
+        wb = w.to(bf)               # the weight already in bf16: the GEMM alone
+        scale = torch.rand(n, device=dev) + 0.5
+        return ([a, w, scale, c], c, (a.float() @ w.float()) * scale,
+                {"unfused": lambda: (torch.matmul(a, w.to(bf)) * scale).to(bf),
+                 "gemm_bf16_weight": lambda: torch.matmul(a, wb)}, flops, 2e-2)
     raise KeyError(name)
 
 

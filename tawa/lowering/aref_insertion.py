@@ -39,7 +39,8 @@ from tawa.ir.kernel_info import body_block, kernels
 from tawa.ir.location import source_location
 from tawa.ir.ops import (ArefCreateOp, DotOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get,
                          create_put, readers_through_transposes)
-from tawa.ir.traversal import ancestor_in_block, backward_slice, enclosing, feeds_dots_only, ops_of, users, walk
+from tawa.ir.traversal import (ancestor_in_block, backward_slice, defining_op, enclosing, feeds_dots_only, ops_of,
+                                users, walk)
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 from tawa.lowering import epilogue, ws_analysis
 from tawa.options import PERSISTENT_SCHEDULES
@@ -93,7 +94,22 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
             areas[key] = staged
     # a persistent kernel's stores of different geometries each keep an area; otherwise the largest is reused
     store = sum(areas.values()) if persistent else max(areas.values(), default=0)
-    return loads + stagings * (vectors + store)
+    return loads + stagings * (vectors + store + computed_b_bytes(func_op))
+
+
+def computed_b_bytes(func_op) -> int:
+    """Shared memory of the dots' B operands computed in registers (a weight converted after its load), which the
+    backend writes into a buffer of their own (`to_nvvm.dot.stage_b`)."""
+    total = 0
+    for op in walk(func_op.operation):
+        if op.name == DotOp.NAME:
+            b = DotOp(op).b
+            src = defining_op(b)
+            if src is not None and src.name == "tawa.trans":
+                src = defining_op(src.operands[0])
+            if src is None or src.name not in (LoadOp.NAME, "tawa.aref_get"):
+                total += _aligned(tile_bytes(b.type))
+    return total
 
 
 def _in_loop(op) -> bool:

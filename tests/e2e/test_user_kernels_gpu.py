@@ -1,10 +1,10 @@
 """User-style kernels on the GPU (`kernels/user/`): programs written the way a Triton or CUDA user would write them,
 not by the compiler's authors: GEMM epilogues (alpha/beta, a run-time `if` around a load, a bias-initialised
 accumulator, constexpr flags, an i32 mask, a second reduced output, an f16 residual), operand layouts (M-major A,
-nn.Linear's [N, K] W, an A scaled in registers, tf32), fp8 in (e5m2) and out (e4m3), a hand-written grouped 1-D
-grid, a dual GEMM, a batched GEMM on a 3-D grid, three attention variants (no scale, Triton-style causal at head
-dim 256 in f16, an additive bias), and row reductions and norms (RMSNorm, LayerNorm, softmax, logsumexp), and a
-tiled transpose.
+nn.Linear's [N, K] W, an A scaled in registers, tf32), fp8 in (e5m2) and out (e4m3), a weight-only fp8 GEMM (its B
+converted in registers), a hand-written grouped 1-D grid, a dual GEMM, a batched GEMM on a 3-D grid, three attention
+variants (no scale, Triton-style causal at head dim 256 in f16, an additive bias), and row reductions and norms
+(RMSNorm, LayerNorm, softmax, logsumexp), and a tiled transpose.
 
 Each kernel is launched as a user would, `kernel(*args)` in its signature order, compiled with its own defaults
 (for a GEMM-family kernel that is per-shape variants: small-M tiles, split-K, other tiles; prefill compiles the
@@ -171,6 +171,13 @@ def gemm_tf32(rng, shape, **_):
     return [a, b, Out("f32", f64(a) @ f64(b).T, TF32)]
 
 
+def gemm_fp8_weight(rng, shape, **_):
+    m, n, k = shape
+    a, w = randn(rng, (m, k), "bf16"), randn(rng, (k, n), "f8e4m3")
+    scale = rng.uniform(0.5, 2.0, size=n).astype(np.float32)
+    return [a, w, scale, Out("bf16", (f64(a) @ f64(w)) * f64(scale), BF16)]
+
+
 def gemm_e5m2(rng, shape, **_):
     m, n, k = shape
     a, b = randn(rng, (m, k), "f8e5m2"), randn(rng, (n, k), "f8e5m2")
@@ -329,6 +336,8 @@ CASES = [
     Case("gemm_scale_a", GEMM, [{}, {"BLOCK_N": 256}]),
     Case("gemm_tf32", GEMM, [{}, {"BLOCK_N": 64}]),
     Case("gemm_e5m2", GEMM, [{}, {"BLOCK_N": 256, "BLOCK_K": 64}]),
+    # the B operand computed in registers (fp8 weight converted to bf16), staged by the threads into shared memory
+    Case("gemm_fp8_weight", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False}]),
     Case("gemm_fp8_out", GEMM, [{}]),
     # 3 tile rows of 128 in groups of 8 (one short group) and 9 (the last group of one row); GROUP_M 3 splits 9 evenly
     Case("gemm_grouped_pid", GEMM, [{}, {"BLOCK_N": 128, "GROUP_M": 3}]),

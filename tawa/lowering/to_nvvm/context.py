@@ -145,6 +145,8 @@ class SmemTile:
     cols: int
     elem: str
     transposed: bool = False
+    #: Written by the threads from registers (`dot.stage_b`), not by TMA: its buffer is rewritten every iteration.
+    staged: bool = False
 
     @property
     def shape(self):

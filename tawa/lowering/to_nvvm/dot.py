@@ -36,7 +36,8 @@ from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes
 
-from .context import Ctx, SmemTile, Tile
+from .context import SWIZZLE_BYTES, Ctx, SmemTile, Tile, swizzled
+from .fp8 import storage_type, to_storage
 
 _PTX_TYPE = {"bf16": "bf16", "f16": "f16", "f8E4M3FN": "e4m3", "f8E5M2": "e5m2", "f32": "tf32"}
 #: Element types whose shared-memory operands wgmma may read MN-major (transposed).
@@ -168,6 +169,46 @@ def _register_a(a) -> bool:
     return isinstance(a, Tile) or a.shape[0] < L.WGMMA_M or (a.transposed and a.elem not in _TRANSPOSABLE)
 
 
+#: Element types whose B operand wgmma reads from shared memory in either major order (a B computed in registers
+#: is written N-major); the others are read K-major only.
+_STAGEABLE_B = ("bf16", "f16")
+
+
+def stage_b(ctx: Ctx, op, bt: Tile) -> SmemTile:
+    """A B operand computed in registers (a weight converted or scaled after its load: `dot(a, w.to(bf16))`),
+    written into shared memory where a TMA copy of it would be (128-byte column boxes, 128-byte swizzle), so that
+    wgmma reads it as usual. A barrier of the region's threads first lets every warp finish its previous dot's
+    reads of the buffer (each dot with a staged B waits for its wgmmas); after the writes, a proxy fence makes them
+    visible to wgmma and a second barrier publishes them. Threads holding copies of an element write the same
+    value."""
+    from .shape import register_tile
+    loc = source_location(op)
+    bt = register_tile(bt, op, ctx)
+    if bt.elem not in _STAGEABLE_B:
+        raise CompilationError(
+            f"the B operand of a dot must come straight from a load for {bt.elem} operands", loc,
+            note="the tensor cores read B from shared memory; a B computed in registers is staged there for 16-bit "
+                 "types only: compute it in bf16 or f16, or load B from a tensor that already holds the values")
+    rows, cols = bt.shape
+    es = elem_bytes(bt.elem)
+    if (cols * es) % SWIZZLE_BYTES:
+        raise CompilationError(
+            f"a B operand computed in registers needs rows of a multiple of {SWIZZLE_BYTES} bytes, got {cols} "
+            f"{bt.elem} elements", loc, note=f"make BLOCK_N a multiple of {SWIZZLE_BYTES // es}")
+    b = ctx.b
+    off = ctx.smem.alloc(rows * cols * es)
+    ctx.sync_threads()
+    for i, value in enumerate(bt.regs):
+        r, c = ctx.coords(bt.layout, i)
+        byte = b.mul(c, es)
+        addr = b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), swizzled(b, r, byte))
+        b.line(f"llvm.store {to_storage(b, value)}, {ctx.smem_ptr(b.add(addr, off))} : "
+               f"{storage_type(bt.elem)}, !llvm.ptr<3>")
+    sync.fence_proxy_async(b)
+    ctx.sync_threads()
+    return SmemTile(b.i32(off), rows, cols, bt.elem, staged=True)
+
+
 def check_operands(op, a, bt) -> None:
     """Refuse, before anything is emitted, the dots the tensor cores cannot run as written; each refusal says
     what to change. `a` is a shared-memory or register tile, `bt` the B operand as lowered."""
@@ -216,6 +257,8 @@ def lower_dot(ctx: Ctx, op) -> None:
     ctx.schedule.before_dot(ctx, op)
     a, bt, acc = (ctx.get(v) for v in op.operands)
     layout = L.parse(attrs.LAYOUT.get(op))     # checks M against the warps (assign-layouts built it)
+    if isinstance(bt, Tile):
+        bt = stage_b(ctx, op, bt)
     check_operands(op, a, bt)
     if _register_a(a):
         return _lower_dot_register_a(ctx, op, a, bt, acc, layout)
@@ -223,7 +266,7 @@ def lower_dot(ctx: Ctx, op) -> None:
     scale_d = ctx.schedule.scale_d(ctx, op)
     ctx.schedule.before_dot_issue(ctx, op)
     regs = issue_shared(ctx, a, bt, list(acc.regs), scale_d)
-    _finish(ctx, op, regs, layout)
+    _finish(ctx, op, regs, layout, staged_b=bt.staged)
 
 
 def _slab_rows(ctx: Ctx, m: int, s: int):
@@ -271,14 +314,14 @@ def issue_shared(ctx: Ctx, a: SmemTile, bt: SmemTile, regs: list, scale_d) -> li
     return regs
 
 
-def _finish(ctx: Ctx, op, regs: list, layout, register_a: bool = False) -> None:
+def _finish(ctx: Ctx, op, regs: list, layout, register_a: bool = False, staged_b: bool = False) -> None:
     """The wgmma wait policy, written once (the group is committed): a dot the loop's schedule keeps in flight
     leaves one group pending (the schedule waits for it later), any other dot -- and every dot with A in registers,
-    which the next iteration rewrites -- waits for completion and fences its accumulators so that nothing reads
-    them early."""
+    which the next iteration rewrites, or with B staged by the threads (`stage_b`), whose buffer the next
+    iteration rewrites -- waits for completion and fences its accumulators so that nothing reads them early."""
     b = ctx.b
     ctx.schedule.after_dot_issue(ctx, op)
-    pending = 1 if ctx.schedule.keeps_dot_async(op) and not register_a else 0
+    pending = 1 if ctx.schedule.keeps_dot_async(op) and not register_a and not staged_b else 0
     sync.wgmma_wait(b, pending)
     if not pending:
         regs = sync.fence_registers(b, regs)
@@ -362,4 +405,4 @@ def _lower_dot_register_a(ctx: Ctx, op, a, bt: SmemTile, acc, layout) -> None:
     scale_d = ctx.schedule.scale_d(ctx, op)
     ctx.schedule.before_dot_issue(ctx, op)
     regs = issue_register_a(ctx, frags, bt, list(acc.regs), scale_d, m, kdim, n, a.elem)
-    _finish(ctx, op, regs, layout, register_a=True)
+    _finish(ctx, op, regs, layout, register_a=True)     # (a staged B waits with it)
