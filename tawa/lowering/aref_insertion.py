@@ -73,7 +73,7 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
         if op.name == LoadOp.NAME and op not in heavy and (
                 op in prologue or not epilogue.read_through_staging(LoadOp(op), stored)):
             t = LoadOp(op).result.type
-            if len(tile_shape(t)) != 1 and not feeds_dots_only(op.results[0]):
+            if op not in prologue and len(tile_shape(t)) != 1 and not feeds_dots_only(op.results[0]):
                 # a 2-D tile read by other math is loaded into registers (an epilogue's i32 mask, an attention
                 # bias): counting it cost a GEMM with a 64 KiB mask one of its four ring slots
                 continue

@@ -56,6 +56,10 @@ _INDEX_OPS = {"arith.addi", "arith.subi", "arith.muli", "arith.constant", "arith
 
 
 def run(module: ir.Module, options=None) -> ir.Module:
+    if getattr(options, "schedule", None) == "streamk":
+        # stream-K remaps the K loop's index afterwards (a share of it, walked backwards in a shared tile): a
+        # tile prefetched at `lb` and `iv + step` would be another iteration's
+        return module
     for func in kernels(module):
         stored = {StoreOp(op).dst for op in walk(func.operation) if op.name == StoreOp.NAME}
         for region in warp_groups(func):
@@ -112,6 +116,8 @@ def _bytes_per_thread(tile_type, threads: int) -> int:
         return per_elem * -(-shape[1] // 4)
     if len(shape) == 2 and shape[1] == 1:
         return per_elem * -(-shape[0] * 4 // threads)
+    if len(shape) == 1:     # expanded later as a row or a column: counted as a row, the larger
+        return per_elem * -(-shape[0] // 4)
     return -(-tile_bytes(tile_type) // threads)
 
 

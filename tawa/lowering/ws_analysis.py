@@ -23,7 +23,7 @@ from mlir import ir
 from tawa.ir.kernel_info import body_block
 from tawa.ir.location import source_location, where
 from tawa.ir.ops import ForOp, LoadOp, warp_group_role
-from tawa.ir.traversal import defining_op, ops_of, parent_op, walk
+from tawa.ir.traversal import defining_op, is_ancestor, ops_of, parent_op, walk
 from tawa.ir.types import is_tile
 from tawa import hopper
 from tawa.errors import CompilationError
@@ -58,8 +58,10 @@ def feeds_dot(load: ir.Operation) -> bool:
             user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
             if user.name == "tawa.dot" and use.operand_number in (0, 1):
                 return True
-            if user.name == "scf.yield" and parent_op(user).name == "scf.if":
-                # through a branch's result (mask-elision's masked and unmasked scores)
+            if user.name == "scf.yield" and parent_op(user).name == "scf.if" and \
+                    not is_ancestor(parent_op(user), load):
+                # through a branch's result (mask-elision's masked and unmasked scores); a load inside the branch
+                # itself stays the consumers' (the producer cannot issue a conditional load)
                 work.append(parent_op(user).results[use.operand_number])
                 continue
             if (user.name in _FORWARD_OPS or user.name.startswith(_FORWARD_PREFIXES)) and user not in seen:

@@ -650,3 +650,30 @@ def test_prefetched_block_scales_interleavings(M, N, K, persistent):
         assert np.abs(args[4] - ref).max() <= 1e-3 * max(1.0, np.abs(ref).max())
 
     run_with_interleavings(m, make_args, grid_of(m, make_args()), seeds=SEEDS, check=check)
+
+
+@pytest.mark.parametrize("ctas", [4, 5])
+def test_stream_k_keeps_register_loads_in_place(ctas):
+    """Under stream-K the K loop's index is remapped after `loop-load-prefetch` would run (a share of it, walked
+    backwards in a shared tile), so the pass leaves such kernels alone: with 4 and 5 CTAs the last tiles are
+    shared, and a tile prefetched at the loop's own bounds was another iteration's (a review found it)."""
+    from tawa.lowering import loop_load_prefetch
+    from tawa.runtime.interpreter import compile_kernel
+    path = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels" / "gemm_row_scale_reduced.tawa"
+    M, N, K = 45, 40, 100
+    kb = -(-K // 16)
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(-2, 3, (M, K)).astype(BF16), rng.integers(-2, 3, (K, N)).astype(BF16)
+    sa = rng.integers(1, 4, (M, 2 * kb)).astype(np.float32)
+    ref = sum((a[:, 16 * j:16 * j + 16].astype(np.float64) * sa[:, 2 * j:2 * j + 2].max(1, keepdims=True))
+              @ b[16 * j:16 * j + 16].astype(np.float64) for j in range(kb))
+    m = parse_and_lower(path.read_text(), str(path), {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16})
+    opts = CompileOptions(warp_specialize=True, schedule="streamk")
+    for p_ in (mask_elision, aref_insertion, partition, protocol_check, loop_load_prefetch, persistent_tiles,
+               stream_k):
+        p_.run(m, opts)
+    prog = compile_kernel(m)
+    args = [a.copy(), b.copy(), sa.copy(), np.full((M, N), np.nan, np.float32)]
+    prog.run(args, grid_of(m, args), seed=ctas, ctas=ctas)
+    assert prog.rt.partials, "no tile is shared"
+    np.testing.assert_array_equal(args[3], ref.astype(np.float32))

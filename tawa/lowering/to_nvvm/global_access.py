@@ -124,4 +124,3 @@ def load_b32(b, ptr: V) -> V:
     text = "ld.global.nc.b32 $0, [$1];"
     return b.op(f'"llvm.inline_asm"({ptr}) <{{asm_string = "{text}", constraints = "=r,l", has_side_effects}}> : '
                 f'(!llvm.ptr<1>) -> i32', "i32")
-
