@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import sys
@@ -30,6 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 USER = os.path.join(ROOT, "tests", "e2e", "kernels", "user")
+
+from bench_defaults import Shaped  # noqa: E402  (an argument's shape and byte strides, for choosing without a GPU)
 
 #: GEMM shapes (M, N, K): square, a grid the 128x192 tile suits, and a tall-skinny one.
 GEMM_SHAPES = [(4096, 4096, 4096), (3072, 5120, 2560), (8192, 2048, 6144)]
@@ -40,14 +41,6 @@ BATCHED = [(8, 2048, 2048, 1024), (16, 1024, 1024, 4096)]
 #: (Z, H, S, D) per attention kernel.
 ATTENTION = {"attn_bias": [(4, 16, 2048, 64)], "attn_noscale": [(4, 16, 4096, 96), (16, 16, 1024, 96)],
              "attn_causal_scale": [(4, 16, 2048, 256)]}
-
-
-class Shaped:
-    """An argument's shape and its strides in bytes (a contiguous tensor), for choosing without a GPU."""
-
-    def __init__(self, shape, itemsize):
-        self.shape = shape
-        self.strides = tuple(itemsize * math.prod(shape[i + 1:]) for i in range(len(shape)))
 
 
 def gemm_arguments(name, m, n, k) -> list:

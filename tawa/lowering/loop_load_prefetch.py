@@ -41,9 +41,10 @@ from mlir.dialects import arith, scf
 from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
-from tawa.ir.ops import ForOp, LoadOp, StoreOp, warp_group_role, warp_groups
+from tawa.ir.ops import ForOp, LoadOp, warp_group_role, warp_groups
 from tawa.ir.traversal import as_op, defining_op, feeds_dots_only, int_constant, is_ancestor, ops_of, walk
 from tawa.ir.types import tile_bytes, tile_shape
+from tawa.lowering.epilogue import stored_by_kernel
 
 #: Bytes per consumer thread a prefetched tile may hold across the loop (16 registers). Carrying a block scale's
 #: 128 columns (32 registers per thread, each thread holding its columns of every row) made ptxas spill.
@@ -61,13 +62,12 @@ def run(module: ir.Module, options=None) -> ir.Module:
         # tile prefetched at `lb` and `iv + step` would be another iteration's
         return module
     for func in kernels(module):
-        stored = {StoreOp(op).dst for op in walk(func.operation) if op.name == StoreOp.NAME}
         for region in warp_groups(func):
             if warp_group_role(region) != attrs.CONSUMER:
                 continue
             threads = (attrs.NUM_WARP_GROUPS.get(region) or 1) * hopper.THREADS_PER_WARP_GROUP
             for loop in [op for op in walk(region) if op.name == ForOp.NAME]:
-                loads = [op for op in ops_of(ForOp(loop).body) if _prefetchable(op, loop, stored, threads)]
+                loads = [op for op in ops_of(ForOp(loop).body) if _prefetchable(op, loop, threads)]
                 for load in loads:
                     loop = _prefetch(loop, load)
     return module
@@ -92,14 +92,14 @@ def _index_chain(value, loop) -> bool:
     return all(_index_chain(v, loop) for v in op.operands)
 
 
-def _prefetchable(op, loop, stored: set, threads: int) -> bool:
+def _prefetchable(op, loop, threads: int) -> bool:
     if op.name != LoadOp.NAME or attrs.AREF_LOAD.get(op) or feeds_dots_only(op.results[0]):
         return False
     step = int_constant(ForOp(loop).step)
     if step is None or step <= 0:
         return False
     load = LoadOp(op)
-    if _inside(load.src, loop) or load.src in stored:
+    if _inside(load.src, loop) or stored_by_kernel(load.src):
         return False
     if _bytes_per_thread(load.result.type, threads) > MAX_BYTES_PER_THREAD:
         return False

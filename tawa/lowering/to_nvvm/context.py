@@ -53,6 +53,13 @@ def swizzled(b, r: V, byte: V, width: int = SWIZZLE_BYTES) -> V:
     return b.add(b.mul(r, width), b.add(b.shl(chunk, 4), b.and_(inrow, 15)))
 
 
+def box_offset(b, r: V, c: V, rows: int, es: int) -> V:
+    """Byte offset of element (`r`, `c`) of a `rows`-row tile of `es`-byte elements laid out as TMA writes it:
+    128-byte column boxes one after the other, each with the 128-byte swizzle (`swizzled`)."""
+    byte = b.mul(c, es)
+    return b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), swizzled(b, r, byte))
+
+
 def _phase(b, r: V, width: int) -> V:
     """The chunk mask of row `r` in a `width`-byte swizzle (see `swizzled`); rows 8 apart share it."""
     shift = {128: 0, 64: 1, 32: 2}[width]

@@ -36,7 +36,7 @@ from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes
 
-from .context import SWIZZLE_BYTES, Ctx, SmemTile, Tile, swizzled
+from .context import SWIZZLE_BYTES, Ctx, SmemTile, Tile, box_offset
 from .fp8 import storage_type, to_storage
 
 _PTX_TYPE = {"bf16": "bf16", "f16": "f16", "f8E4M3FN": "e4m3", "f8E5M2": "e5m2", "f32": "tf32"}
@@ -199,9 +199,7 @@ def stage_b(ctx: Ctx, op, bt: Tile) -> SmemTile:
     off = ctx.smem.alloc(rows * cols * es)
     ctx.sync_threads()
     for i, value in enumerate(bt.regs):
-        r, c = ctx.coords(bt.layout, i)
-        byte = b.mul(c, es)
-        addr = b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), swizzled(b, r, byte))
+        addr = box_offset(b, *ctx.coords(bt.layout, i), rows, es)
         b.line(f"llvm.store {to_storage(b, value)}, {ctx.smem_ptr(b.add(addr, off))} : "
                f"{storage_type(bt.elem)}, !llvm.ptr<3>")
     sync.fence_proxy_async(b)

@@ -24,7 +24,7 @@ from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .global_access import element_address, leading_in_bounds, paired_load, pair_aligned, predicated_load
-from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, staging_registers, swizzled, swizzled_register
+from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, box_offset, staging_registers, swizzled_register
 from .staged_operand import (StagedOperand, candidate, drain_prefetched, persistent_staging,
                              take_prefetched)
 from ..epilogue import staging_key, stored_by_kernel
@@ -158,8 +158,7 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
             ptr, pred = element_address(ctx, arg, rank, offsets, [r, c], pred, elem)
             loaded.append((r, c, e, predicated_load(b, ptr, pred, st, read_only=True, ordered=False)))
         for r, c, e, value in loaded:
-            byte = b.mul(c, es)
-            addr = b.add(b.mul(b.shr(byte, 7), rows * SWIZZLE_BYTES), swizzled(b, r, byte))
+            addr = box_offset(b, r, c, rows, es)
             store = f"llvm.store {value}, {ctx.smem_ptr(b.add(addr, off))} : {st}, !llvm.ptr<3>"
             if total % threads:
                 with b.if_(b.cmpi("slt", e, total)):
