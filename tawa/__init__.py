@@ -49,8 +49,9 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
     # With tma left automatic, arguments that break TMA's alignment rules get the variant compiled without it.
     without_tma = None
     if target == "cuda" and options.tma is None:
-        # (the copies by threads run on the uniform-warp path: no persistent schedule, clusters or dynamic tiles)
-        plain = {k: v for k, v in kwargs.items() if k not in ("cluster", "dynamic_tiles")}
+        # (the copies by threads run on the uniform-warp path: no warp-specialized schedule, clusters or dynamic
+        # tiles; a kernel compiled with schedule="persistent" once failed here on an unaligned view)
+        plain = {k: v for k, v in kwargs.items() if k not in ("cluster", "dynamic_tiles", "schedule")}
         without_tma = lambda: compile(path_or_source, target=target, cache=cache, **plain, tma=False)  # noqa: E731
     # Without tile constants, a GEMM-family kernel launches the tile (and split-K) that suits small-M shapes.
     shapes = None

@@ -1,5 +1,6 @@
 """Tiles loaded into registers: in an epilogue's mma layout one load per pair of adjacent columns where the pair
-is inside the tensor and aligned, each element on its own otherwise (`to_nvvm.memory.lower_register_load`); a
+is inside the tensor and aligned, each element on its own otherwise (`to_nvvm.memory.lower_register_load`), in
+chunks ahead of the store under every schedule (`to_nvvm.chunk_loads`: a uniform branch per chunk); a
 consumer loop's register loads issued an iteration ahead (`loop-load-prefetch`); an attention bias that reaches
 the second dot through a branch of the softmax, copied by the producer (`ws_analysis.feeds_dot`).
 
@@ -33,10 +34,12 @@ def _operand(torch, rows, cols, dtype, offset: bool, scale=1.0, shift=0.0):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(200, 136, 96), (200, 133, 96), (7, 9, 40)], ids=["even", "odd-pitch", "tiny"])
 @pytest.mark.parametrize("offset", [False, True], ids=["contiguous", "offset-views"])
-@pytest.mark.parametrize("options", [{}, {"warp_specialize": False}], ids=["ws", "uniform"])
+@pytest.mark.parametrize("options", [{}, {"schedule": "persistent"}, {"schedule": "tile"}, {"warp_specialize": False}],
+                         ids=["ws", "persistent", "tile", "uniform"])
 def test_epilogue_pairs(shape, offset, options):
     if PREFILL:
-        tawa.compile(PAIR_LOADS, **TILES, **options, tma=False)        # the variant an odd pitch launches
+        # the variant an odd pitch or an offset view launches (without TMA: uniform warps, no schedule)
+        tawa.compile(PAIR_LOADS, **TILES, **{k: v for k, v in options.items() if k != "schedule"}, tma=False)
     kernel = compiled(PAIR_LOADS, **TILES, **options)
     import torch
     m, n, k = shape

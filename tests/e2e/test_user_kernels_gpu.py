@@ -325,7 +325,7 @@ CASES = [
     Case("gemm_beta_if", GEMM[:2], name="gemm_beta_if-beta0", beta=0.0),
     Case("gemm_bias_init", GEMM + [SPLIT], [{}, {"BLOCK_N": 256}]),
     Case("gemm_hasbias", GEMM, [{}, {"ACT": 1, "BLOCK_N": 192}], interpret_options=[{}, {"ACT": 1}]),
-    Case("gemm_mask", GEMM, [{}, {"BLOCK_N": 256}]),
+    Case("gemm_mask", GEMM, [{}, {"BLOCK_N": 256}, {"BLOCK_N": 128, "schedule": "pingpong"}]),
     # partial's rows are per BLOCK_N tile: the tile is part of the program's meaning, so the launch keeps the
     # kernel's own on every shape (`tuning.tile_invariant`; it used to switch tiles on some shapes)
     Case("gemm_rowmax", GEMM_M8, [{}, {"BLOCK_M": 64, "BLOCK_N": 256}],

@@ -75,3 +75,18 @@ def test_the_variant_without_tma_drops_dynamic_tiles_and_clusters(tmp_path, monk
     assert k.compiled.dynamic_tiles
     fallback = k._without_tma()
     assert not fallback.compiled.persistent and not fallback.compiled.dynamic_tiles
+
+
+@pytest.mark.parametrize("schedule", ["persistent", "pingpong"])
+def test_a_scheduled_kernel_has_a_variant_without_tma(tmp_path, monkeypatch, schedule):
+    """The variant without TMA runs on uniform warps: the warp-specialized schedule a kernel was compiled with is
+    not asked of it (it was, and an unaligned view failed to compile: "cannot make kernel persistent")."""
+    pytest.importorskip("mlir")
+    import pathlib
+    import tawa
+    monkeypatch.setenv("TAWA_CACHE_DIR", str(tmp_path))
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / "gemm.tawa"
+    k = tawa.compile(str(path), BLOCK_M=128, BLOCK_N=128, schedule=schedule)
+    variant = k._without_tma()
+    assert variant.compiled.name == k.compiled.name
+    assert not any("warp-specialized" in n and "uses the" in n for n in variant.compiled.notes)

@@ -116,6 +116,8 @@ class LazyTile:
         self._regs: dict = {}
         #: Registers loaded from a tensor (`lower_register_load`), which a TMA store may serve from its staging.
         self.loaded = loaded
+        #: For a register load: registers -> {register: value}, loaded together (`chunk_loads`); or None.
+        self.load_batch: Callable | None = None
 
     @property
     def shape(self):
@@ -135,6 +137,9 @@ class LazyTile:
         """Emit the registers not yet emitted with `make` instead; returns the previous maker."""
         previous, self._make = self._make, make
         return previous
+
+    def emitted(self, i: int) -> bool:
+        return i in self._regs
 
     def provide(self, i: int, value) -> None:
         """Register i, emitted by the maker of another register (a paired load)."""

@@ -6,6 +6,7 @@ from mlir import ir
 
 from tawa.ir.types import elem_bytes, elem_type
 
+from .. import layouts as L
 from .builder import V
 from .context import Ctx
 from .fp8 import storage_type
@@ -116,6 +117,36 @@ def element_address(ctx: Ctx, arg: int, rank: int, offsets: list, coords: list, 
             term = b.mul(term, ctx.params.stride(arg, d))
         index = term if index is None else b.add(index, term)
     return b.gep(base, index, storage_type(elem)), pred
+
+
+def load_words(b, ptr: V, words: int, read_only: bool = False) -> list:
+    """`words` (1 or 2) consecutive 4-byte words at `ptr` in one unpredicated global load (the caller knows them
+    in bounds and the address aligned to their size), as i32s; kept in program order like `predicated_load`."""
+    kind = "ld.global.nc" if read_only else "ld.global"
+    if words == 1:
+        return [b.op(f'"llvm.inline_asm"({ptr}) <{{asm_string = "{kind}.b32 $0, [$1];", constraints = "=r,l", '
+                     f'has_side_effects}}> : (!llvm.ptr<1>) -> i32', "i32")]
+    struct = "!llvm.struct<(i32, i32)>"
+    res = b.op(f'"llvm.inline_asm"({ptr}) <{{asm_string = "{kind}.v2.b32 {{$0, $1}}, [$2];", '
+               f'constraints = "=r,=r,l", has_side_effects}}> : (!llvm.ptr<1>) -> {struct}', struct)
+    return [b.op(f"llvm.extractvalue {res}[{i}] : {struct}", "i32") for i in range(2)]
+
+
+def column_pairs(layout: L.Layout, elem: str) -> tuple:
+    """({upper register: lower}, {lower register: upper}) of the registers an mma layout gives a thread at two
+    adjacent columns of one row, the lower at an even column (its per-thread column offset is even); none for
+    other layouts and other element sizes than 2 and 4 bytes."""
+    if not layout.desc.startswith("mma<") or elem_bytes(elem) not in (2, 4) or elem.startswith("f8"):
+        return {}, {}
+    by_coord = {c: i for i, c in enumerate(layout.regs)}
+    upper_of = {i: by_coord[(c[0], c[1] + 1)] for i, c in enumerate(layout.regs)
+                if len(c) == 2 and c[1] % 2 == 0 and (c[0], c[1] + 1) in by_coord}
+    return {u: l for l, u in upper_of.items()}, upper_of
+
+
+def raw_to(b, raw: V, st: str) -> V:
+    """A raw loaded register (i16 or i32) as the storage type `st` (of the same size)."""
+    return raw if st in ("i16", "i32") or raw.type == st else b.op(f"arith.bitcast {raw} : {raw.type} to {st}", st)
 
 
 def load_b32(b, ptr: V) -> V:

@@ -17,13 +17,15 @@ from tawa.errors import CompilationError, InternalCompilerError
 from .. import layouts as L
 from ..assign_layouts import check_dot_tile, smem_swizzle, swizzle_width
 from . import broadcast_operand, staged_operand, sync
+from .chunk_loads import ChunkLoads, chunk_loads
 from .builder import V
 from .fp8 import from_storage, storage_type, to_storage
 from tawa.ir import attrs
 from tawa.ir.location import source_location
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
-from .global_access import element_address, leading_in_bounds, paired_load, pair_aligned, predicated_load
+from .global_access import (column_pairs, element_address, leading_in_bounds, load_words, paired_load, pair_aligned,
+                            predicated_load, raw_to)
 from .context import Ctx, LazyTile, SmemTile, Tile, SWIZZLE_BYTES, box_offset, staging_registers, swizzled_register
 from .staged_operand import (StagedOperand, candidate, drain_prefetched, persistent_staging,
                              take_prefetched)
@@ -208,7 +210,7 @@ def lower_register_load(ctx: Ctx, op) -> None:
     # columns. Not in the loops a schedule lowers: there ptxas interleaved the paired loads of attention's bias with
     # the wgmmas of the next scores, and the kernel ran 6x slower (31 against 181 TFLOP/s, H200), for a reason the
     # profile did not show; element by element it keeps its speed.
-    lower_of, upper_of = _column_pairs(layout, elem) if ctx.lazy else ({}, {})
+    lower_of, upper_of = column_pairs(layout, elem) if ctx.lazy else ({}, {})
     aligned = pair_aligned(ctx, arg, rank, offsets, lead, elem, layout.rank) if lower_of else None
 
     def load(i):
@@ -219,28 +221,64 @@ def lower_register_load(ctx: Ctx, op) -> None:
             ptr, pred_lo = address(i)
             _, pred_hi = address(upper_of[i])
             lo, hi = paired_load(b, ptr, b.and_(aligned, pred_hi), pred_lo, pred_hi, elem_bytes(elem), read_only)
-            tile.provide(upper_of[i], from_storage(b, _raw_to(b, hi, st), elem))
-            return from_storage(b, _raw_to(b, lo, st), elem)
+            tile.provide(upper_of[i], from_storage(b, raw_to(b, hi, st), elem))
+            return from_storage(b, raw_to(b, lo, st), elem)
         return from_storage(b, predicated_load(b, *address(i), st, read_only), elem)
     tile = LazyTile(layout, elem, load, loaded=True)
+    es = elem_bytes(elem)
+    if ctx.lazy and layout.rank == 2 and es in (2, 4) and not elem.startswith("f8"):
+        tile.load_batch = lambda regs: _load_batch(ctx, regs, layout, elem, read_only, address, lower_of, upper_of,
+                                                   _inside_tensor(ctx, arg, offsets, lead, layout, aligned))
     ctx.set(op.results[0], tile if ctx.lazy else tile.materialize())
 
 
-def _column_pairs(layout: L.Layout, elem: str) -> tuple:
-    """({upper register: lower}, {lower register: upper}) of the registers an mma layout gives a thread at two
-    adjacent columns of one row, the lower at an even column (its per-thread column offset is even); none for
-    other layouts and other element sizes than 2 and 4 bytes."""
-    if not layout.desc.startswith("mma<") or elem_bytes(elem) not in (2, 4) or elem.startswith("f8"):
-        return {}, {}
-    by_coord = {c: i for i, c in enumerate(layout.regs)}
-    upper_of = {i: by_coord[(c[0], c[1] + 1)] for i, c in enumerate(layout.regs)
-                if len(c) == 2 and c[1] % 2 == 0 and (c[0], c[1] + 1) in by_coord}
-    return {u: l for l, u in upper_of.items()}, upper_of
+def _inside_tensor(ctx: Ctx, arg: int, offsets: list, lead, layout: L.Layout, aligned) -> V:
+    """Whether the whole tile at `offsets` is inside the tensor (and its column pairs aligned, where `aligned`
+    says so): uniform over the threads."""
+    b = ctx.b
+    rank = len(offsets)
+    inside = lead if lead is not None else b.const(1, "i1")
+    for d in range(rank - layout.rank, rank):
+        extent = layout.shape[d - (rank - layout.rank)]
+        inside = b.and_(inside, b.cmpi("sle", b.add(offsets[d], extent), ctx.params.dim(arg, d)))
+    return inside if aligned is None else b.and_(inside, aligned)
 
 
-def _raw_to(b, raw: V, st: str) -> V:
-    """A paired load's raw register (i16 or i32) as the storage type `st`."""
-    return raw if st in ("i16", "i32") or raw.type == st else b.op(f"arith.bitcast {raw} : {raw.type} to {st}", st)
+def _load_batch(ctx: Ctx, regs: list, layout: L.Layout, elem: str, read_only: bool, address, lower_of: dict,
+                upper_of: dict, inside: V) -> dict:
+    """{register: value} of registers `regs` of a register load, loaded together (`chunk_loads`): where the tile
+    is inside the tensor (a uniform branch), one unpredicated load per element or pair of adjacent columns, else
+    each element predicated, zero outside. No select: the branch's two sides yield the same registers."""
+    b = ctx.b
+    es, st = elem_bytes(elem), storage_type(elem)
+    raw = "i32" if es == 4 else "i16"
+    want = set(regs)
+    units = [(i, upper_of[i] if upper_of.get(i) in want else None) for i in sorted(want)
+             if not (i in lower_of and lower_of[i] in want)]
+
+    def in_tensor():
+        out = []
+        for lo, hi in units:
+            ptr, _ = address(lo)
+            if hi is None:
+                out.append(load_words(b, ptr, 1, read_only)[0] if es == 4 else
+                           predicated_load(b, ptr, b.const(1, "i1"), raw, read_only))
+            elif es == 4:
+                out += load_words(b, ptr, 2, read_only)
+            else:
+                word = load_words(b, ptr, 1, read_only)[0]
+                out += [b.cast("trunci", word, "i16"), b.cast("trunci", b.shr(word, 16), "i16")]
+        return out
+
+    def at_edge():
+        out = []
+        for lo, hi in units:
+            out += [predicated_load(b, *address(r), raw, read_only) for r in ((lo,) if hi is None else (lo, hi))]
+        return out
+
+    order = [r for lo, hi in units for r in ((lo,) if hi is None else (lo, hi))]
+    values = b.if_else_values(inside, in_tensor, at_edge, [raw] * len(order))
+    return {r: from_storage(b, raw_to(b, v, st), elem) for r, v in zip(order, values)}
 
 
 def lower_prefetch(ctx: Ctx, op) -> None:
@@ -257,8 +295,8 @@ def _lazy_staging(ctx: Ctx, op):
     not be materialized first: None when it does not, else (the lazy value, the operand it brings in through its
     staging or None). It does in a persistent kernel (box by box: between two boxes a barrier keeps ptxas from
     hoisting the next box's loads), and anywhere it has an operand to bring in (`staged_operand.candidate`, found
-    here once per store). Not when a pending tile loads the stored tensor (its loads must come before the
-    store)."""
+    here once per store) or register loads to issue in chunks (`chunk_loads`). Not when a pending tile loads the
+    stored tensor (its loads must come before the store)."""
     dst = StoreOp(op).dst
     value = ctx.get_lazy(StoreOp(op).value)
     if not (isinstance(value, LazyTile) and ctx.tma and _tma_storable(value, op) and value.elem == elem_type(dst.type)):
@@ -266,7 +304,8 @@ def _lazy_staging(ctx: Ctx, op):
     if any(v.owner.name == LoadOp.NAME and LoadOp(v.owner).src == dst for v in ctx.pending):
         return None
     operand = candidate(ctx, value, op)
-    return (value, operand) if ctx.persistent or operand is not None else None
+    chunked = bool(chunk_loads(ctx, StoreOp(op).value, value, operand))
+    return (value, operand) if ctx.persistent or operand is not None or chunked else None
 
 
 def _tma_storable(value, op) -> bool:
@@ -327,6 +366,13 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
         sync.tma_store(b, tmap, ctx.smem_ptr(b.i32(src)), coords)
 
     staged = StagedOperand(ctx, operand, rows, box_cols) if operand is not None else None
+    # the register loads the value is computed from, a chunk ahead of the order the staging computes it in
+    loads = None
+    if isinstance(tile, LazyTile):
+        regs = staging_registers(tile.layout, es, width)
+        by_box = sorted(regs, key=lambda r: r[2]) if ctx.persistent or staged else regs   # (the writes' order)
+        order = [k for i, pair, _ in by_box for k in ((i,) if pair is None else (i, pair))]
+        loads = ChunkLoads(ctx, StoreOp(op).value, tile, order, skip=operand)
     if ctx.persistent:
         key = staging_key(rows, nbox, width)
         nbuf = key[1]
@@ -339,6 +385,8 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
         in_registers = early.late_boxes if early else set()
         copied = lambda boxes: [k for k in boxes if k not in in_registers]
         for j in range(nbox):
+            if loads and j == 0:
+                loads.start()
             if j == 0 or j >= nbuf:
                 # j = 0: the previous tile's stores (whatever buffer they used) must have read their staging;
                 # later: the store of box j - nbuf, the last user of this buffer.
@@ -360,7 +408,7 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
                 staged.take_registers(j, early.late)
             elif staged:
                 staged.read_box(j, buffer(j), bar(j))
-            _write_staging(ctx, tile, buffer(j), box_bytes, box=j, width=width)
+            _write_staging(ctx, tile, buffer(j), box_bytes, box=j, width=width, loads=loads)
             if staged:
                 staged.finish_box()
             sync.fence_proxy_async(b)
@@ -374,6 +422,8 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
         return
 
     off = ctx.scratch(nbox * box_bytes)
+    if loads:
+        loads.start()
     # Everyone must be done with whatever shared memory the staging area reuses (a pipeline or aref ring).
     ctx.sync_threads()
     if staged:
@@ -383,10 +433,10 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
                 staged.issue(j, off + j * box_bytes, ctx.smem_ptr(full + 8 * j))
         for j in range(nbox):
             staged.read_box(j, off + j * box_bytes, ctx.smem_ptr(full + 8 * j))
-            _write_staging(ctx, tile, off + j * box_bytes, box_bytes, box=j, width=width)
+            _write_staging(ctx, tile, off + j * box_bytes, box_bytes, box=j, width=width, loads=loads)
             staged.finish_box()
     else:
-        _write_staging(ctx, tile, off, box_bytes, width=width)
+        _write_staging(ctx, tile, off, box_bytes, width=width, loads=loads)
     sync.fence_proxy_async(b)
     ctx.sync_threads()
 
@@ -401,16 +451,19 @@ def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | 
 
 
 def _write_staging(ctx: Ctx, tile: Tile, off: int, box_bytes: int, box: int | None = None,
-                   width: int = SWIZZLE_BYTES) -> None:
+                   width: int = SWIZZLE_BYTES, loads: ChunkLoads | None = None) -> None:
     """Each thread writes its registers into the staging area at `off` (column boxes of `width` bytes, swizzled
     as wide); with `box`, only the registers of that column box, into a one-box area (`staging_registers`:
-    which, paired into 4-byte stores for 16-bit data)."""
+    which, paired into 4-byte stores for 16-bit data). `loads`: the register loads a lazy tile is computed from,
+    told before each register is computed (`chunk_loads`)."""
     b = ctx.b
     es = elem_bytes(tile.elem)
     base = ctx.base_coords(tile.layout)
     for i, pair, in_box in staging_registers(tile.layout, es, width):
         if box is not None and in_box != box:
             continue
+        if loads is not None:
+            loads.before(i)
         ro, co = tile.layout.regs[i]
         within = swizzled_register(b, base, ro, co, es, width)
         addr = within if box is not None else \
