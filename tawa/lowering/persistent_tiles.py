@@ -108,7 +108,10 @@ def can_persist(func_op, plans: list, options=None) -> tuple:
     heavy = {ld for p in plans for ld in p.loads}
     prologue = set(aref_insertion.prologue_loads(func_op, heavy))
     for op in walk(func_op.operation):
-        if op.name == LoadOp.NAME and op not in heavy and op not in prologue and ws_analysis.feeds_dot(op):
+        # (a 1-D block reaches a dot only through math on a tile, in the consumers' registers: it is loaded again
+        # for each tile, as the kernel's body reads it)
+        if op.name == LoadOp.NAME and op not in heavy and op not in prologue and ws_analysis.feeds_dot(op) \
+                and len(tile_shape(LoadOp(op).result.type)) != 1:
             return False, (f"the dot operand loaded{where(op)} outside the pipelined loop is staged once per "
                            f"program (a ring of its own per tile needs a 2-D tile loaded in the kernel's body at "
                            f"offsets the producer can compute)")

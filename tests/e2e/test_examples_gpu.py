@@ -258,11 +258,15 @@ def test_gqa_attention(shape, causal, ws):
 KERNELS = __import__("pathlib").Path(__file__).resolve().parent / "kernels"
 
 
-@pytest.mark.parametrize("shape", [(256, 256, 512), (1000, 3000, 712), (129, 72, 88)], ids=lambda s: "x".join(map(str, s)))
-def test_gemm_with_register_a_operand(shape):
+@pytest.mark.parametrize("options", [{"warp_specialize": False}, {}, {"BLOCK_N": 256}, {"schedule": "persistent"},
+                                     {"BLOCK_M": 64}], ids=["uniform", "ws", "ws-n256", "persistent", "ws-m64"])
+@pytest.mark.parametrize("shape", [(256, 256, 512), (1000, 3000, 712), (129, 72, 88), (200, 136, 40)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gemm_with_register_a_operand(shape, options):
     """A computed in registers feeds wgmma inside the software-pipelined loop (several K iterations): the wgmma
-    must not stay in flight while the next iteration rewrites those registers."""
-    kernel = compiled(str(KERNELS / "gemm_register_a.tawa"), warp_specialize=False)
+    must not stay in flight while the next iteration rewrites those registers. Warp-specialized, the consumer
+    computes the next iteration's A while this one's wgmmas run (`ws_register_a_loop`); K = 40 is one iteration."""
+    kernel = compiled(str(KERNELS / "gemm_register_a.tawa"), **options)
     import torch
     args, product = gemm_case(torch, *shape, seed=sum(shape))
     check_launch(torch, kernel, args, 2.0 * product)

@@ -677,3 +677,38 @@ def test_stream_k_keeps_register_loads_in_place(ctas):
     prog.run(args, grid_of(m, args), seed=ctas, ctas=ctas)
     assert prog.rt.partials, "no tile is shared"
     np.testing.assert_array_equal(args[3], ref.astype(np.float32))
+
+
+@pytest.mark.parametrize("M,N,K,schedule", [(45, 40, 100, "persistent"), (70, 33, 130, "persistent"),
+                                            (70, 33, 130, None), (20, 16, 10, "persistent")])
+def test_row_scaled_a_interleavings(M, N, K, schedule):
+    """`gemm_scale_a`: A scaled per row in the K loop (`dot(a * s[:, None], b)`), the 1-D scale block loaded by the
+    consumers once per tile, before the loop. Persistent, the tile loop loads it again for each tile (it used to
+    refuse persistence); bit-for-bit the sequential kernel."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels" / "user" / "gemm_scale_a.tawa"
+    consts = {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16}
+    rng = np.random.default_rng(M + K)
+    a, b = rng.standard_normal((M, K)).astype(BF16), rng.standard_normal((K, N)).astype(BF16)
+    s = rng.uniform(0.5, 1.5, M).astype(BF16)
+    ref = (a.astype(np.float32) * s.astype(np.float32)[:, None]).astype(BF16).astype(np.float32) \
+        @ b.astype(np.float32)
+
+    def make_args():
+        return [a.copy(), b.copy(), s.copy(), np.zeros((M, N), BF16)]
+
+    plain = parse_and_lower(path.read_text(), str(path), consts)
+    expected = make_args()
+    run_kernel(plain, expected, grid_of(plain, expected))
+    m = parse_and_lower(path.read_text(), str(path), consts)
+    opts = CompileOptions(warp_specialize=True, schedule=schedule)
+    for p_ in (aref_insertion, partition, protocol_check) + ((persistent_tiles,) if schedule else ()):
+        p_.run(m, opts)
+    if schedule:
+        assert "tawa.persistent" in str(m)
+
+    def check(args):
+        np.testing.assert_array_equal(args[3], expected[3])
+        out = args[3].astype(np.float32)
+        assert np.abs(out - ref).max() <= 2e-2 * max(1.0, np.abs(ref).max())
+
+    run_with_interleavings(m, make_args, grid_of(m, make_args()), seeds=SEEDS, check=check)

@@ -18,10 +18,12 @@ from .tile_turns import pass_main_loop_turn, take_main_loop_turn
 from .uniform_pipeline import UniformPipeline
 from .ws_consumer_loop import WarpSpecializedConsumerLoop
 from .ws_lookahead_loop import LookaheadConsumerLoop
+from .ws_register_a_loop import RegisterAConsumerLoop
 from .ws_softmax_pipeline_loop import SoftmaxPipelineLoop
 
 #: Loop schedules in priority order (see schedule.py).
-LOOP_SCHEDULES = [UniformPipeline, SoftmaxPipelineLoop, LookaheadConsumerLoop, WarpSpecializedConsumerLoop]
+LOOP_SCHEDULES = [UniformPipeline, SoftmaxPipelineLoop, LookaheadConsumerLoop, RegisterAConsumerLoop,
+                  WarpSpecializedConsumerLoop]
 
 
 def select_schedule(ctx: Ctx, for_op) -> LoopSchedule:

@@ -34,7 +34,8 @@ from . import sync
 from .builder import Builder, V
 from tawa.ir import attrs
 from tawa.ir.location import source_location
-from tawa.ir.types import elem_bytes
+from tawa.ir.ops import DotOp
+from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .context import SWIZZLE_BYTES, Ctx, SmemTile, Tile, box_offset
 from .fp8 import storage_type, to_storage
@@ -253,8 +254,11 @@ def lower_dot(ctx: Ctx, op) -> None:
         ctx.set(op.results[0], precomputed)
         return
     ctx.schedule.before_dot(ctx, op)
-    a, bt, acc = (ctx.get(v) for v in op.operands)
     layout = L.parse(attrs.LAYOUT.get(op))     # checks M against the warps (assign-layouts built it)
+    frags = ctx.schedule.a_fragments(ctx, op)
+    if frags is not None:           # the schedule computed A in registers itself (`ws_register_a_loop`)
+        return _lower_dot_given_fragments(ctx, op, frags, layout)
+    a, bt, acc = (ctx.get(v) for v in op.operands)
     if isinstance(bt, Tile):
         bt = stage_b(ctx, op, bt)
     check_operands(op, a, bt)
@@ -321,6 +325,7 @@ def _finish(ctx: Ctx, op, regs: list, layout, register_a: bool = False, staged_b
     ctx.schedule.after_dot_issue(ctx, op)
     pending = 1 if ctx.schedule.keeps_dot_async(op) and not register_a and not staged_b else 0
     sync.wgmma_wait(b, pending)
+    ctx.schedule.after_dot_wait(ctx, op)
     if not pending:
         regs = sync.fence_registers(b, regs)
     ctx.set(op.results[0], Tile(regs, layout, "f32"))
@@ -385,6 +390,24 @@ def issue_register_a(ctx: Ctx, frags: dict, bt: SmemTile, regs: list, scale_d, m
         regs[s * per_slab:(s + 1) * per_slab] = chunk
     sync.wgmma_commit(b)
     return regs
+
+
+def _lower_dot_given_fragments(ctx: Ctx, op, flat: list, layout) -> None:
+    """A dot whose A fragments (packed i32 registers, `_fragments` order) the loop's schedule computed."""
+    from .shape import convert
+    dot = DotOp(op)
+    bt, acc = ctx.get(dot.b), ctx.get(dot.acc)
+    m, kdim = tile_shape(dot.a.type)
+    elem = elem_type(dot.a.type)
+    n = bt.shape[1]
+    slabs = max(m // (L.WGMMA_M * max(ctx.num_warps // 4, 1)), 1)
+    keys = [(s, kk) for s in range(slabs) for kk in range(kdim // k_step(elem))]
+    frags = {key: flat[4 * i: 4 * i + 4] for i, key in enumerate(keys)}
+    acc = convert(ctx, acc, layout)
+    scale_d = ctx.schedule.scale_d(ctx, op)
+    ctx.schedule.before_dot_issue(ctx, op)
+    regs = issue_register_a(ctx, frags, bt, list(acc.regs), scale_d, m, kdim, n, elem)
+    _finish(ctx, op, regs, layout, register_a=True)
 
 
 def _lower_dot_register_a(ctx: Ctx, op, a, bt: SmemTile, acc, layout) -> None:

@@ -118,6 +118,13 @@ class LoopSchedule:
         """Take over the release of an aref slot (`aref_consumed`); False: release it now, as written."""
         return False
 
+    def a_fragments(self, ctx, dot_op):
+        """The packed wgmma A fragments (i32 registers) of a dot whose A the schedule computed itself, or None."""
+        return None
+
+    def after_dot_wait(self, ctx, dot_op) -> None:
+        """Called after the wait that follows the dot's issue (with whatever groups it leaves pending)."""
+
 
 # ---- helpers and analyses the schedules share -----------------------------------------------------------------
 def trip_count(b, lb, ub, step):
@@ -151,8 +158,12 @@ def dot_only_accumulates(for_op, op) -> bool:
     register operands asynchronously: registers the next iteration rewrites would race it) and its result just
     flows, through the loop's yield, into the accumulator of a dot of the next iteration (reading it earlier would
     race)."""
-    if not a_from_shared(op):
-        return False
+    return a_from_shared(op) and result_only_accumulates(for_op, op)
+
+
+def result_only_accumulates(for_op, op) -> bool:
+    """Whether the dot's result only flows, through the loop's yield, into the accumulator of a dot of the next
+    iteration."""
     loop = ForOp(for_op)
     yield_op = loop.yield_op
     for use in DotOp(op).result.uses:

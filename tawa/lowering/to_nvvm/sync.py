@@ -161,6 +161,26 @@ def shfl_xor(b: Builder, value: V, lane_mask: int) -> V:
     return shfl(b, value, lane_mask, "bfly")
 
 
+def keep_alive(b: Builder, regs: list, sink: V) -> None:
+    """Read `regs` (i32) here, so that their registers hold these values up to this point: nothing else is written
+    into them before (wgmma reads a register A operand while its group runs, and ptxas does not see it). An empty
+    inline asm would not do: it leaves no instruction, so ptxas ends the registers' lives at their last real use;
+    nor would one instruction reading them all (an xor of them), which ptxas hoists to where they are written.
+    Each pair is stored to the 8-byte shared slot at `sink` (an i32 shared address nobody reads) under a predicate
+    that holds only if the first word equals an arbitrary constant: the stores almost never run (and are harmless
+    when they do), ptxas cannot drop them, and it keeps them after the `wgmma.wait_group` before them."""
+    if not regs:
+        return
+    n = len(regs)
+    stores = [f"@p st.shared.v2.b32 [$0], {{${i + 1}, ${i + 2}}};" for i in range(0, n - 1, 2)]
+    if n % 2:
+        stores.append(f"@p st.shared.b32 [$0], ${n};")
+    asm = f"{{ .reg .pred p; setp.eq.u32 p, $1, 0x5f3759df; {' '.join(stores)} }}"
+    cons = ",".join(["r"] * (n + 1))
+    b.line(f'"llvm.inline_asm"({sink}, {", ".join(r.name for r in regs)}) <{{asm_string = "{asm}", '
+           f'constraints = "{cons}", has_side_effects}}> : (i32, {", ".join(r.type for r in regs)}) -> ()')
+
+
 def fence_registers(b: Builder, regs: list) -> list:
     """Pass registers through an empty side-effecting inline asm that ties each output to its input.
 
