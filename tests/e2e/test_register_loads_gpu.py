@@ -130,3 +130,43 @@ def test_epilogue_pairs_interpreter(shape):
     tawa.interpret(PAIR_LOADS, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)(a16, b16, s, t16, c)
     ref = (a16.astype(np.float64) @ b16.astype(np.float64)) * s + t16.astype(np.float64)
     assert np.abs(c - ref).max() / np.abs(ref).max() < 1e-5
+
+
+SHIFTED_MASK = str(KERNELS / "shifted_mask.tawa")
+
+
+def _shifted_mask_reference(torch, a, b, mask, block_n):
+    """float64 C of `shifted_mask`: each tile's mask is the block one to the left, zeros before the tensor."""
+    n = mask.shape[1]
+    shifted = torch.zeros_like(mask)
+    for j in range(block_n, n, block_n):
+        width = min(block_n, n - j)
+        shifted[:, j:j + width] = mask[:, j - block_n:j - block_n + width]
+    return torch.where(shifted != 0, a.double() @ b.double(), 0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(300, 520, 96), (128, 1024, 64), (40, 136, 40)], ids=["ragged", "exact", "small"])
+@pytest.mark.parametrize("options", [{"BLOCK_N": 256}, {"BLOCK_N": 128}, {"BLOCK_N": 128, "schedule": "tile"}],
+                         ids=["coop256", "pingpong128", "tile128"])
+def test_epilogue_operand_before_the_tensor_reads_zeros(shape, options):
+    """An epilogue operand loaded at block `pid_n - 1` (chunked loads, `to_nvvm.chunk_loads`): the first column of
+    tiles is outside the tensor and must read zeros, not the elements before the tensor's start."""
+    kernel = compiled(SHIFTED_MASK, **options)
+    import torch
+    m, n, k = shape
+    torch.manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    # the mask in the middle of a larger all-ones buffer: reading before its start would find ones, not zeros
+    storage = torch.ones(m * n + 4 * 1024, device="cuda", dtype=torch.int32)
+    mask = storage[2 * 1024:2 * 1024 + m * n].view(m, n)
+    mask.copy_(torch.randint(-2, 3, (m, n), device="cuda", dtype=torch.int32))
+    c = poisoned(torch, (m, n), torch.bfloat16)
+    kernel(a, b, mask, c)
+    torch.cuda.synchronize()
+    assert not c.isnan().any()
+    ref = _shifted_mask_reference(torch, a, b, mask, options["BLOCK_N"])
+    # (with one column of tiles every element is masked: the reference is all zeros)
+    assert ((c.double() - ref).norm() / max(ref.norm().item(), 1.0)).item() < 1e-2
+    assert not c[:, :options["BLOCK_N"]].any(), "the first column of tiles read past the tensor's start"

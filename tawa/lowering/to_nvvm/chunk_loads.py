@@ -29,16 +29,17 @@ from .context import Ctx, LazyTile
 #: Registers (of each load, per thread) in one chunk: an i32 operand of a 128x256 cooperative tile's 64-column
 #: box is 32.
 MAX_CHUNK = 32
-#: A consumer warp group's register budget (`register_realloc`), and what its epilogue needs beside the
-#: accumulators and the two chunks in flight (addresses, predicates, the staging's offsets).
-CONSUMER_REGISTERS = 232
+#: What an epilogue needs beside the accumulators and the two chunks in flight (addresses, predicates, the
+#: staging's offsets), out of the thread's budget (`Ctx.register_budget`: 232 for two consumer groups, 160 for
+#: three).
 OTHER_REGISTERS = 40
-#: Smaller chunks are not worth the branch: the loads then stay where the store needs them.
-MIN_CHUNK = 8
+#: Smaller chunks are not worth the branch, nor the registers: the loads then stay where the store needs them
+#: (a 192-row tile's three groups, 160 registers each, spilled 170 bytes with chunks of 12).
+MIN_CHUNK = 16
 
 
 def _chain_loads(ctx: Ctx, value: ir.Value) -> list:
-    """The lazy register loads (IR values) that `value` is computed from, in the order first reached."""
+    """The lazy register loads (IR values) that `value` is computed from (depth first, last operand first)."""
     found, seen, stack = [], set(), [value]
     while stack:
         v = stack.pop()
@@ -64,13 +65,13 @@ def chunk_loads(ctx: Ctx, stored: ir.Value, tile: LazyTile, skip=None) -> list:
     loads = [ctx.env[v] for v in _chain_loads(ctx, stored)
              if not (skip is not None and v == skip) and ctx.env[v].load_batch is not None
              and ctx.env[v].layout.same_mapping(tile.layout)]
-    return loads if _chunk_size(tile, len(loads)) >= MIN_CHUNK else []
+    return loads if _chunk_size(ctx, tile, len(loads)) >= MIN_CHUNK else []
 
 
-def _chunk_size(tile: LazyTile, loads: int) -> int:
+def _chunk_size(ctx: Ctx, tile: LazyTile, loads: int) -> int:
     """Registers of each load in a chunk: two chunks of every load fit beside the accumulators (one register per
-    element of the stored tile), an even number (pairs of columns stay together)."""
-    spare = CONSUMER_REGISTERS - OTHER_REGISTERS - len(tile.layout.regs)
+    element of the stored tile) in the thread's budget, an even number (pairs of columns stay together)."""
+    spare = ctx.register_budget() - OTHER_REGISTERS - len(tile.layout.regs)
     return min(MAX_CHUNK, spare // (2 * max(loads, 1))) // 2 * 2
 
 
@@ -79,10 +80,13 @@ class ChunkLoads:
 
     def __init__(self, ctx: Ctx, stored: ir.Value, tile: LazyTile, order: list, skip=None):
         self.tiles = chunk_loads(ctx, stored, tile, skip)
-        size = _chunk_size(tile, len(self.tiles))
+        size = _chunk_size(ctx, tile, len(self.tiles))
         self.chunks = [order[k:k + size] for k in range(0, len(order), size)] if self.tiles else []
         self.starts = {chunk[0]: c for c, chunk in enumerate(self.chunks)}
         self.issued = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.chunks)
 
     def start(self) -> None:
         """Emit the first chunk's loads (before the store's first barrier)."""

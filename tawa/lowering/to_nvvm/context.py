@@ -290,6 +290,16 @@ class Ctx:
     cluster: list | None = None
     #: CTAs kept resident per SM (`ctas_per_sm`): the registers each thread holds at entry depend on it.
     ctas_per_sm: int = 1
+    #: The registers a thread of this context may hold: its warp-group region's `setmaxnreg` budget, or None
+    #: outside one (`register_budget`).
+    max_registers: int | None = None
+
+    def register_budget(self) -> int:
+        """Registers a thread of this context may hold: its region's budget, else the register file shared by the
+        CTA's threads (at most 232: some are the hardware's)."""
+        if self.max_registers is not None:
+            return self.max_registers
+        return min(232, 65536 // max(self.num_threads * self.ctas_per_sm, 1))
     #: A persistent epilogue's staging (`staged_operand.persistent_staging`): [shared offset, mbarriers or None]
     #: by (box bytes, boxes), shared by the TMA store and the prefetch that fills it ahead of the store.
     stagings: dict = field(default_factory=dict)

@@ -240,7 +240,9 @@ def _inside_tensor(ctx: Ctx, arg: int, offsets: list, lead, layout: L.Layout, al
     inside = lead if lead is not None else b.const(1, "i1")
     for d in range(rank - layout.rank, rank):
         extent = layout.shape[d - (rank - layout.rank)]
-        inside = b.and_(inside, b.cmpi("sle", b.add(offsets[d], extent), ctx.params.dim(arg, d)))
+        # (a block before the tensor's start, `pid - 1`, is outside too: it reads zeros)
+        inside = b.and_(inside, b.and_(b.cmpi("sge", offsets[d], 0),
+                                       b.cmpi("sle", b.add(offsets[d], extent), ctx.params.dim(arg, d))))
     return inside if aligned is None else b.and_(inside, aligned)
 
 

@@ -61,6 +61,7 @@ def lower_warp_group(ctx: Ctx, op) -> None:
         if budget is not None:
             sync.setmaxnreg(b, budget, ctx.num_threads, ctx.ctas_per_sm)
         child = region_context(ctx, first, count)
+        child.max_registers = budget
         share = attrs.TILE_SHARE.get(op)
         child.tile_share = tuple(share) if share else None
         block = op.regions[0].blocks[0]
