@@ -99,7 +99,8 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
 
 def computed_b_bytes(func_op) -> int:
     """Shared memory of the dots' B operands computed in registers (a weight converted after its load), which the
-    backend writes into a buffer of their own (`to_nvvm.dot.stage_b`)."""
+    backend writes into a buffer of their own (`to_nvvm.dot.stage_b`): two in a loop, whose dot stays in flight
+    while the next iteration writes the other."""
     total = 0
     for op in walk(func_op.operation):
         if op.name == DotOp.NAME:
@@ -108,7 +109,7 @@ def computed_b_bytes(func_op) -> int:
             if src is not None and src.name == "tawa.trans":
                 src = defining_op(src.operands[0])
             if src is None or src.name not in (LoadOp.NAME, "tawa.aref_get"):
-                total += _aligned(tile_bytes(b.type))
+                total += _aligned(tile_bytes(b.type)) * (2 if _in_loop(op) else 1)
     return total
 
 

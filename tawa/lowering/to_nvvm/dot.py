@@ -197,7 +197,13 @@ def stage_b(ctx: Ctx, op, bt: Tile) -> SmemTile:
             f"a B operand computed in registers needs rows of a multiple of {SWIZZLE_BYTES} bytes, got {cols} "
             f"{bt.elem} elements", loc, note=f"make BLOCK_N a multiple of {SWIZZLE_BYTES // es}")
     b = ctx.b
-    off = ctx.smem.alloc(rows * cols * es)
+    size = rows * cols * es
+    # Left in flight by the loop's schedule, the dot writes one of two buffers in turn: the barrier below then
+    # finds the group that last read it (two iterations ago) complete in every warp group, since each waited for
+    # all but its latest group before it.
+    parity = ctx.schedule.staging_parity(ctx, op)
+    base = ctx.smem.alloc(size * (2 if parity is not None else 1))
+    off = b.add(b.i32(base), b.mul(parity, size)) if parity is not None else b.i32(base)
     ctx.sync_threads()
     for i, value in enumerate(bt.regs):
         addr = box_offset(b, *ctx.coords(bt.layout, i), rows, es)
@@ -205,7 +211,7 @@ def stage_b(ctx: Ctx, op, bt: Tile) -> SmemTile:
                f"{storage_type(bt.elem)}, !llvm.ptr<3>")
     sync.fence_proxy_async(b)
     ctx.sync_threads()
-    return SmemTile(b.i32(off), rows, cols, bt.elem, staged=True)
+    return SmemTile(off, rows, cols, bt.elem, staged=parity is None)
 
 
 def check_operands(op, a, bt) -> None:

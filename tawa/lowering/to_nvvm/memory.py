@@ -227,22 +227,30 @@ def lower_register_load(ctx: Ctx, op) -> None:
     tile = LazyTile(layout, elem, load, loaded=True)
     es = elem_bytes(elem)
     if ctx.lazy and layout.rank == 2 and es in (2, 4) and not elem.startswith("f8"):
-        tile.load_batch = lambda regs: _load_batch(ctx, regs, layout, elem, read_only, address, lower_of, upper_of,
-                                                   _inside_tensor(ctx, arg, offsets, lead, layout, aligned))
+        # (the test is computed once, with the first chunk: a store issues its chunks in one block)
+        inside = []
+
+        def load_batch(regs):
+            if not inside:
+                inside.append(_inside_tensor(ctx, arg, offsets, lead, layout, aligned))
+            return _load_batch(ctx, regs, layout, elem, read_only, address, lower_of, upper_of, inside[0])
+        tile.load_batch = load_batch
     ctx.set(op.results[0], tile if ctx.lazy else tile.materialize())
 
 
 def _inside_tensor(ctx: Ctx, arg: int, offsets: list, lead, layout: L.Layout, aligned) -> V:
     """Whether the whole tile at `offsets` is inside the tensor (and its column pairs aligned, where `aligned`
-    says so): uniform over the threads."""
+    says so): uniform over the threads. A block before the tensor's start (`pid - 1`) is outside: the offsets'
+    sign bits are tested together (one test: a compare per dimension made a heavy epilogue spill)."""
     b = ctx.b
     rank = len(offsets)
     inside = lead if lead is not None else b.const(1, "i1")
+    signs = None
     for d in range(rank - layout.rank, rank):
         extent = layout.shape[d - (rank - layout.rank)]
-        # (a block before the tensor's start, `pid - 1`, is outside too: it reads zeros)
-        inside = b.and_(inside, b.and_(b.cmpi("sge", offsets[d], 0),
-                                       b.cmpi("sle", b.add(offsets[d], extent), ctx.params.dim(arg, d))))
+        inside = b.and_(inside, b.cmpi("sle", b.add(offsets[d], extent), ctx.params.dim(arg, d)))
+        signs = offsets[d] if signs is None else b.or_(signs, offsets[d])
+    inside = b.and_(inside, b.cmpi("sge", signs, 0))
     return inside if aligned is None else b.and_(inside, aligned)
 
 

@@ -118,6 +118,11 @@ class LoopSchedule:
         """Take over the release of an aref slot (`aref_consumed`); False: release it now, as written."""
         return False
 
+    def staging_parity(self, ctx, dot_op):
+        """Which of two staging buffers a dot whose B is computed in registers writes this iteration (an i32 0 or
+        1) when the dot stays in flight, or None: one buffer, and the dot waits for its wgmmas."""
+        return None
+
     def a_fragments(self, ctx, dot_op):
         """The packed wgmma A fragments (i32 registers) of a dot whose A the schedule computed itself, or None."""
         return None

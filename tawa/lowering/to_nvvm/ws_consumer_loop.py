@@ -103,7 +103,31 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
         self.trips = None
 
     def _feeds_async_dots(self, value) -> bool:
-        return all(u.name == DotOp.NAME and u in self.async_dots for u in readers_through_transposes(value))
+        """Whether a slot's tile is read by dots that stay in flight only: directly, or through math in registers
+        whose results reach only their B operand (a weight converted after its load: the dot stages that B in
+        shared memory of its own, `dot.stage_b`, double-buffered here, `staging_parity`)."""
+        for u in readers_through_transposes(value):
+            if u.name == DotOp.NAME:
+                if u not in self.async_dots:
+                    return False
+            elif not self._reaches_staged_b(u):
+                return False
+        return True
+
+    def _reaches_staged_b(self, op) -> bool:
+        if not (op.results and parent_op(op) == self.for_op and
+                (op.name.startswith(("arith.", "math.")) or op.name in ("tawa.convert", "tawa.broadcast",
+                                                                       "tawa.expand_dims", "tawa.splat"))):
+            return False
+        for r in op.results:
+            for use in r.uses:
+                user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+                if user.name == DotOp.NAME:
+                    if not (user in self.async_dots and use.operand_number == DotOp.B):
+                        return False
+                elif not self._reaches_staged_b(user):
+                    return False
+        return True
 
     # ---- hooks --------------------------------------------------------------------------------------------
     @property
@@ -154,6 +178,11 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
     # ---- queries ------------------------------------------------------------------------------------------
     def keeps_dot_async(self, op) -> bool:
         return self.deferred and op in self.async_dots
+
+    def staging_parity(self, ctx, op):
+        """A dot left in flight with a B computed in registers writes it into one of two buffers in turn: the
+        one its group of two iterations ago read, complete since the last iteration's wait (`dot.stage_b`)."""
+        return ctx.b.and_(self.k, 1) if self.keeps_dot_async(op) else None
 
     def scale_d(self, ctx, op):
         return scale_d_for(ctx, self.for_op, op, self._zero_acc, self.k)
