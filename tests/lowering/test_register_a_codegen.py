@@ -41,7 +41,12 @@ def in_flight_writes(code: str) -> list:
             if op.startswith("WARPGROUP.DEPBAR") and operands.strip().endswith("0x0"):
                 break
             dest = operands.split(",")[0].strip().split(".")[0]
-            if not NO_DESTINATION.match(op) and dest in regs:
+            if NO_DESTINATION.match(op) or not re.fullmatch(r"R\d+", dest):
+                continue
+            # a wide result writes the registers after its first too (LDS.64, LDG.E.128, IMAD.WIDE)
+            width = 4 if ".128" in op else 2 if (".64" in op or ".WIDE" in op) else 1
+            written = {f"R{int(dest[1:]) + j}" for j in range(width)}
+            if written & regs:
                 bad.append((dest, f"{op} {operands.strip()}"))
     return bad
 
@@ -69,15 +74,22 @@ def test_the_checker_finds_a_write_into_an_inflight_a_register():
     """
     assert in_flight_writes(code) == [("R90", "HMUL2.BF16_V2 R90, R120, R3.H0_H0")]
     assert loads_under_wgmma(code) == 1
+    wide = code.replace("HMUL2.BF16_V2 R90, R120, R3.H0_H0", "LDS.64 R87, [R4+0x40]")
+    assert in_flight_writes(wide) == [("R87", "LDS.64 R87, [R4+0x40]")]
 
 
-@pytest.mark.parametrize("path,options", [
-    (SCALE_A, {"BLOCK_N": 256}),                            # persistent, cooperative 128x256 (the launch default)
-    (SCALE_A, {"BLOCK_N": 128, "schedule": "tile"}),        # one program per tile
-    (REGISTER_A, {}),                                       # ping-pong 128x128
-    (REGISTER_A, {"BLOCK_M": 64, "BLOCK_N": 256}),
-], ids=["scale-coop256", "scale-tile128", "register-a-pingpong", "register-a-64x256"])
-def test_next_a_is_read_under_the_wgmmas_and_never_written_in_flight(path, options):
+@pytest.mark.parametrize("path,options,ahead", [
+    (SCALE_A, {"BLOCK_N": 256}, True),                      # persistent, cooperative 128x256 (the launch default)
+    (SCALE_A, {"BLOCK_N": 128, "schedule": "tile"}, True),  # one program per tile
+    (REGISTER_A, {"BLOCK_M": 64, "BLOCK_N": 256}, True),    # ping-pong, 64 rows a group
+    # where three fragment sets do not fit beside the accumulators, the dot waits for its wgmmas: three consumer
+    # groups (160 registers each; it spilled 24 bytes), 128 accumulators and 32 fragment registers a thread
+    (REGISTER_A, {"BLOCK_M": 192, "BLOCK_N": 128}, False),
+    (REGISTER_A, {"BLOCK_N": 128, "schedule": "pingpong"}, False),
+    (SCALE_A, {"BLOCK_M": 256, "BLOCK_N": 128}, False),
+], ids=["scale-coop256", "scale-tile128", "register-a-pp64x256", "register-a-192x128", "register-a-pp128",
+        "scale-256x128"])
+def test_next_a_is_read_under_the_wgmmas_and_never_written_in_flight(path, options, ahead):
     kernel = tawa.compile(str(path), cache=False, **options)
     report = [n for n in kernel.compiled.notes if n.startswith("ptxas")]
     assert report and not any(SERIALIZED.search(n) for n in report), report
@@ -87,4 +99,26 @@ def test_next_a_is_read_under_the_wgmmas_and_never_written_in_flight(path, optio
         pytest.skip("cuobjdump/nvdisasm not installed")
     assert HGMMA_RA.search(code), "no wgmma takes A from registers"
     assert in_flight_writes(code) == []
-    assert loads_under_wgmma(code) > 0, "the next A is not read while the wgmmas run"
+    assert (loads_under_wgmma(code) > 0) == ahead, "the next A is read under the wgmmas only where it fits"
+
+
+#: A chains that differ an iteration ahead: the loop's index, and a value carried by the loop.
+INDEX_CHAIN = REGISTER_A.read_text().replace("acc = dot((a * 2.0).to(bf16), b, acc)",
+                                             "acc = dot((a * (k + 1)).to(bf16), b, acc)")
+CARRIED_CHAIN = REGISTER_A.read_text().replace("    acc = zeros((BLOCK_M, BLOCK_N), f32)\n",
+                                               "    acc = zeros((BLOCK_M, BLOCK_N), f32)\n    sc = 1.0\n") \
+    .replace("acc = dot((a * 2.0).to(bf16), b, acc)", "acc = dot((a * sc).to(bf16), b, acc)\n        sc = 2.0")
+
+
+@pytest.mark.parametrize("source", [INDEX_CHAIN, CARRIED_CHAIN], ids=["loop-index", "carried-value"])
+@pytest.mark.parametrize("options", [{"BLOCK_N": 256}, {"schedule": "persistent"}, {"schedule": "tile"}])
+def test_a_chain_on_the_loop_index_or_a_carried_value_waits(source, options):
+    """The next iteration's A cannot be computed ahead from a value the next iteration changes: such a loop keeps
+    its dot waiting for its wgmmas (it was taken, and the compiler failed: "value used before it was lowered")."""
+    assert "(k + 1)" in source or "sc = 2.0" in source
+    kernel = tawa.compile(source, cache=False, **options)
+    assert spill_bytes(kernel) == 0
+    code = sass(kernel.compiled.cubin)
+    if code is None:
+        pytest.skip("cuobjdump/nvdisasm not installed")
+    assert in_flight_writes(code) == [] and loads_under_wgmma(code) == 0

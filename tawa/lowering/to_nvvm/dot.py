@@ -366,6 +366,11 @@ def _fragments(ctx: Ctx, a: Tile) -> dict:
     return {key: packed[4 * i: 4 * i + 4] for i, key in enumerate(keys)}
 
 
+def fragment_registers(m: int, kdim: int, elem: str, num_warps: int) -> int:
+    """i32 registers a thread holds for the wgmma A fragments of an m x kdim tile (`_fragments`)."""
+    return 4 * max(m // (L.WGMMA_M * max(num_warps // 4, 1)), 1) * (kdim // k_step(elem))
+
+
 def a_fragments(ctx: Ctx, a) -> dict:
     """wgmma A fragments of a register tile, or of a shared tile read into registers (the warps that hold copies
     of rows read the same rows), every register pinned before `wgmma.fence`."""
@@ -405,6 +410,7 @@ def _lower_dot_given_fragments(ctx: Ctx, op, flat: list, layout) -> None:
     bt, acc = ctx.get(dot.b), ctx.get(dot.acc)
     m, kdim = tile_shape(dot.a.type)
     elem = elem_type(dot.a.type)
+    check_operands(op, SmemTile(ctx.b.i32(0), m, kdim, elem), bt)     # (A's shape and type stand in for it)
     n = bt.shape[1]
     slabs = max(m // (L.WGMMA_M * max(ctx.num_warps // 4, 1)), 1)
     keys = [(s, kk) for s in range(slabs) for kk in range(kdim // k_step(elem))]

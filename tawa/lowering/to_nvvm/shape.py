@@ -62,13 +62,26 @@ def read_smem(ctx: Ctx, t: SmemTile, layout: L.Layout, sync_after: bool = True) 
     from .fp8 import from_storage, storage_type
     if tuple(layout.shape) != tuple(t.shape):
         raise InternalCompilerError(f"reading a {t.shape} shared tile in the layout {layout}")
+    from .global_access import column_pairs
     b = ctx.b
     st = storage_type(t.elem)
-    regs = []
+    # A thread's two 16-bit elements at adjacent columns (an even one and the next: one 16-byte swizzle chunk
+    # holds both) are one 4-byte load: a 64x64 bf16 A tile read for wgmma took 32 loads a thread, element by element.
+    _, upper_of = column_pairs(layout, t.elem) if elem_bytes(t.elem) == 2 and not t.transposed \
+        and st in ("bf16", "f16", "i16") else ({}, {})
+    regs: list = [None] * len(layout.regs)
     for r in range(len(layout.regs)):
+        if regs[r] is not None:
+            continue
         i, j = ctx.coords(layout, r)
         ptr = ctx.smem_ptr(smem_offset(ctx, t, i, j))
-        regs.append(from_storage(b, b.op(f"llvm.load {ptr} : !llvm.ptr<3> -> {st}", st), t.elem))
+        if r in upper_of and regs[upper_of[r]] is None:
+            vec = f"vector<2x{st}>"
+            pair = b.op(f"llvm.load {ptr} : !llvm.ptr<3> -> {vec}", vec)
+            regs[r] = b.op(f"llvm.extractelement {pair}[{b.i32(0)} : i32] : {vec}", st)
+            regs[upper_of[r]] = b.op(f"llvm.extractelement {pair}[{b.i32(1)} : i32] : {vec}", st)
+            continue
+        regs[r] = from_storage(b, b.op(f"llvm.load {ptr} : !llvm.ptr<3> -> {st}", st), t.elem)
     if sync_after:
         ctx.sync_threads()
     return Tile(regs, layout, t.elem)

@@ -21,14 +21,17 @@ iteration the next A is computed from the slot after the last, which no one fill
 
 Applies to a consumer loop with one dot, which accumulates into the next iteration's (`result_only_accumulates`)
 and whose A is computed in registers by pure ops (elementwise, broadcasts, conversions) from the tile of one aref
-get of the loop and values defined outside it; the loop's other ops are its gets and releases.
+get of the loop and values defined before it (not the loop's index or carried values, which differ an iteration
+ahead); the loop's other ops are aref gets and releases; and where the accumulators, two sets of fragments and
+the next A's elements fit the thread's registers (`fits`).
 """
 from __future__ import annotations
 
-from tawa.ir.ops import ArefConsumedOp, ArefGetOp, DotOp, ForOp, aref_of
-from tawa.ir.traversal import defining_op, ops_of, parent_op
+from mlir import ir
 
 from tawa.ir import attrs
+from tawa.ir.ops import ArefConsumedOp, ArefGetOp, DotOp, ForOp, aref_of
+from tawa.ir.traversal import defining_op, is_ancestor, ops_of, parent_op
 
 from . import sync
 from .arefs import barrier_ptr, slot_tile, stage_of
@@ -58,8 +61,15 @@ def a_chain(for_op):
     while stack:
         v = stack.pop()
         op = defining_op(v)
-        if op is None or parent_op(op) != for_op:
-            continue                    # a value from outside the loop (or the loop's own argument)
+        if op is None:
+            owner = v.owner.owner if isinstance(v, ir.BlockArgument) else None
+            if owner is not None and (owner == for_op or is_ancestor(for_op, owner)):
+                return None             # the loop's index or a carried value: not known an iteration ahead
+            continue                    # a kernel argument
+        if parent_op(op) != for_op:
+            if is_ancestor(for_op, op):
+                return None             # computed in a region of the body
+            continue                    # a value from before the loop
         if op.name == ArefGetOp.NAME:
             gets.add(op)
             continue
@@ -84,14 +94,33 @@ def a_chain(for_op):
     return dot, next(iter(gets)), [o for o in ops if o in chain]
 
 
+#: Registers a thread needs beside the accumulators and three sets of A fragments (the carried ones, the next
+#: ones, and the A elements they are packed from): addresses, the slot's index, predicates.
+OTHER_REGISTERS = 48
+
+
+def fits(ctx, dot) -> bool:
+    """Whether the accumulators, the two fragment sets and the next A's elements fit the thread's register budget
+    with room to spare; otherwise the dot waits for its wgmmas every iteration, as before (a 256x128 tile, 128
+    accumulators and 32 fragment registers a thread, spilled 524 bytes; a 192-row tile's three groups, 160
+    registers each, 440)."""
+    from .dot import fragment_registers
+    from tawa.ir.types import elem_type, tile_shape
+    from .. import layouts as L
+    a = DotOp(dot).a
+    frags = fragment_registers(*tile_shape(a.type), elem_type(a.type), ctx.num_warps)
+    accumulators = len(L.parse(attrs.LAYOUT.get(dot)).regs)
+    return accumulators + 3 * frags + OTHER_REGISTERS < ctx.register_budget()
+
+
 class RegisterAConsumerLoop(WarpSpecializedConsumerLoop):
 
     @classmethod
     def applies(cls, ctx, for_op) -> bool:
         if not super().applies(ctx, for_op) or a_chain(for_op) is None:
             return False
-        _, get, _ = a_chain(for_op)
-        return ctx.get(aref_of(get)).depth >= 2
+        dot, get, _ = a_chain(for_op)
+        return ctx.get(aref_of(get)).depth >= 2 and fits(ctx, dot)
 
     def __init__(self, ctx, for_op):
         super().__init__(ctx, for_op)
