@@ -356,9 +356,7 @@ def _fragments(ctx: Ctx, a: Tile) -> dict:
     b = ctx.b
     m, kdim = a.shape
     per = 4 // elem_bytes(a.elem)               # elements per register
-    steps = kdim // k_step(a.elem)
-    slabs = max(m // (L.WGMMA_M * max(ctx.num_warps // 4, 1)), 1)
-    keys = [(s, kk) for s in range(slabs) for kk in range(steps)]
+    keys = fragment_keys(m, kdim, a.elem, ctx.num_warps)
     packed = []
     for i in range(len(keys)):
         r = a.regs[4 * per * i: 4 * per * (i + 1)]
@@ -366,9 +364,15 @@ def _fragments(ctx: Ctx, a: Tile) -> dict:
     return {key: packed[4 * i: 4 * i + 4] for i, key in enumerate(keys)}
 
 
+def fragment_keys(m: int, kdim: int, elem: str, num_warps: int) -> list:
+    """(slab, k-step) of each wgmma A fragment (four i32 registers) of an m x kdim tile, in register order."""
+    slabs = max(m // (L.WGMMA_M * max(num_warps // 4, 1)), 1)
+    return [(s, kk) for s in range(slabs) for kk in range(kdim // k_step(elem))]
+
+
 def fragment_registers(m: int, kdim: int, elem: str, num_warps: int) -> int:
     """i32 registers a thread holds for the wgmma A fragments of an m x kdim tile (`_fragments`)."""
-    return 4 * max(m // (L.WGMMA_M * max(num_warps // 4, 1)), 1) * (kdim // k_step(elem))
+    return 4 * len(fragment_keys(m, kdim, elem, num_warps))
 
 
 def a_fragments(ctx: Ctx, a) -> dict:
@@ -412,8 +416,7 @@ def _lower_dot_given_fragments(ctx: Ctx, op, flat: list, layout) -> None:
     elem = elem_type(dot.a.type)
     check_operands(op, SmemTile(ctx.b.i32(0), m, kdim, elem), bt)     # (A's shape and type stand in for it)
     n = bt.shape[1]
-    slabs = max(m // (L.WGMMA_M * max(ctx.num_warps // 4, 1)), 1)
-    keys = [(s, kk) for s in range(slabs) for kk in range(kdim // k_step(elem))]
+    keys = fragment_keys(m, kdim, elem, ctx.num_warps)
     frags = {key: flat[4 * i: 4 * i + 4] for i, key in enumerate(keys)}
     acc = convert(ctx, acc, layout)
     scale_d = ctx.schedule.scale_d(ctx, op)

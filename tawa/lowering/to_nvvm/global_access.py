@@ -152,6 +152,4 @@ def raw_to(b, raw: V, st: str) -> V:
 def load_b32(b, ptr: V) -> V:
     """One 4-byte global load through the read-only path, unpredicated (the caller knows it in bounds), as an
     i32; kept in program order like `predicated_load`."""
-    text = "ld.global.nc.b32 $0, [$1];"
-    return b.op(f'"llvm.inline_asm"({ptr}) <{{asm_string = "{text}", constraints = "=r,l", has_side_effects}}> : '
-                f'(!llvm.ptr<1>) -> i32', "i32")
+    return load_words(b, ptr, 1, read_only=True)[0]

@@ -132,6 +132,15 @@ class LoopSchedule:
 
 
 # ---- helpers and analyses the schedules share -----------------------------------------------------------------
+#: Non-arith ops that compute a tile from tiles in registers alone (no memory access, no control flow).
+REGISTER_OPS = ("tawa.splat", "tawa.broadcast", "tawa.expand_dims", "tawa.convert")
+
+
+def register_math(op) -> bool:
+    """Whether `op` is pure math in registers (elementwise, broadcasts, conversions): a schedule may move it."""
+    return op.name.startswith(("arith.", "math.")) or op.name in REGISTER_OPS
+
+
 def trip_count(b, lb, ub, step):
     """Iterations of `scf.for lb to ub step step` (non-positive when the loop does not run), as an i32 value."""
     return b.binary("divsi", b.add(b.sub(ub, lb), b.sub(step, 1)), step)

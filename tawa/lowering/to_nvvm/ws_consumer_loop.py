@@ -29,7 +29,8 @@ from tawa.ir.traversal import is_ancestor, ops_of, parent_op, users
 
 from . import sync
 from .arefs import release, stage_of
-from .schedule import LoopSchedule, dot_only_accumulates, scale_d_for, trip_count, zero_started_accumulators
+from .schedule import (LoopSchedule, dot_only_accumulates, register_math, scale_d_for, trip_count,
+                       zero_started_accumulators)
 
 #: The named barriers of the two consumer groups' ping-pong (the highest ids; region barriers use the lowest).
 PINGPONG_BARRIERS = (hopper.NAMED_BARRIERS - 2, hopper.NAMED_BARRIERS - 1)
@@ -115,9 +116,7 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
         return True
 
     def _reaches_staged_b(self, op) -> bool:
-        if not (op.results and parent_op(op) == self.for_op and
-                (op.name.startswith(("arith.", "math.")) or op.name in ("tawa.convert", "tawa.broadcast",
-                                                                       "tawa.expand_dims", "tawa.splat"))):
+        if not (op.results and parent_op(op) == self.for_op and register_math(op)):
             return False
         for r in op.results:
             for use in r.uses:

@@ -37,16 +37,8 @@ from . import sync
 from .arefs import barrier_ptr, slot_tile, stage_of
 from .context import SmemTile
 from .shape import layout_of, read_smem
-from .schedule import a_from_shared, result_only_accumulates, trip_count
+from .schedule import a_from_shared, register_math, result_only_accumulates, trip_count
 from .ws_consumer_loop import WarpSpecializedConsumerLoop
-
-#: Ops an A chain may hold: pure, register to register (no memory access, no control flow).
-CHAIN_OPS = ("tawa.splat", "tawa.broadcast", "tawa.expand_dims", "tawa.convert")
-
-
-def _pure(op) -> bool:
-    return op.name.startswith(("arith.", "math.")) or op.name in CHAIN_OPS
-
 
 def a_chain(for_op):
     """(the dot, the aref get whose tile its A is computed from, the chain's ops in program order), or None when
@@ -73,9 +65,9 @@ def a_chain(for_op):
         if op.name == ArefGetOp.NAME:
             gets.add(op)
             continue
-        if not _pure(op) or op in chain:
-            if not _pure(op):
-                return None
+        if not register_math(op):
+            return None
+        if op in chain:
             continue
         chain.add(op)
         stack.extend(op.operands)
