@@ -35,7 +35,8 @@ from bench_defaults import Shaped  # noqa: E402  (an argument's shape and byte s
 #: GEMM shapes (M, N, K): square, a grid the 128x192 tile suits, and a tall-skinny one.
 GEMM_SHAPES = [(4096, 4096, 4096), (3072, 5120, 2560), (8192, 2048, 6144)]
 GEMMS = ["gemm_at", "gemm_alpha_beta", "geglu", "gemm_tf32", "gemm_f16_residual", "linear_silu", "gemm_scale_a",
-         "gemm_mask", "gemm_hasbias", "gemm_bias_init", "gemm_e5m2", "gemm_fp8_out", "gemm_fp8_weight"]
+         "gemm_mask", "gemm_hasbias", "gemm_bias_init", "gemm_e5m2", "gemm_fp8_out", "gemm_fp8_weight",
+         "gemm_fp8_weight_nk"]
 #: (Z, M, N, K) of the batched GEMM with an epilogue.
 BATCHED = [(8, 2048, 2048, 1024), (16, 1024, 1024, 4096)]
 #: (Z, H, S, D) per attention kernel.
@@ -60,6 +61,7 @@ def gemm_arguments(name, m, n, k) -> list:
         "gemm_e5m2": [((m, k), 1), ((n, k), 1), ((m, n), 2), 0.25],
         "gemm_fp8_out": [((m, k), bf), ((k, n), bf), ((m, n), 1), 0.01],
         "gemm_fp8_weight": [((m, k), bf), ((k, n), 1), ((n,), 4), ((m, n), bf)],
+        "gemm_fp8_weight_nk": [((m, k), bf), ((n, k), 1), ((n,), 4), ((m, n), bf)],
     }[name]
 
 
@@ -205,6 +207,14 @@ def _inputs(torch, name, shape):
         return ([a, w, scale, c], c, (a.float() @ w.float()) * scale,
                 {"unfused": lambda: (torch.matmul(a, w.to(bf)) * scale).to(bf),
                  "gemm_bf16_weight": lambda: torch.matmul(a, wb)}, flops, 2e-2)
+    if name == "gemm_fp8_weight_nk":       # nn.Linear's [N, K] weight
+        a, c = rnd(m, k), empty(m, n)
+        w = rnd(n, k, scale=0.5, dtype=torch.float8_e4m3fn)
+        wb = w.to(bf)
+        scale = torch.rand(n, device=dev) + 0.5
+        return ([a, w, scale, c], c, (a.float() @ w.float().T) * scale,
+                {"unfused": lambda: (torch.nn.functional.linear(a, w.to(bf)) * scale).to(bf),
+                 "gemm_bf16_weight": lambda: torch.nn.functional.linear(a, wb)}, flops, 2e-2)
     raise KeyError(name)
 
 

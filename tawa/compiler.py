@@ -372,9 +372,21 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         kernel = compile_module(ir.Module.parse(retry, module.context), retry_options)
         kernel.notes = list(kernel.notes) + [f"kernel '{kernel.name}' " + note.format(why=why)]
         return kernel
+    overlaps = _register_overlaps(module)
+    if overlaps:
+        notes = notes + [f"kernel '{kernel.name}' holds registers to overlap work with the tensor cores: "
+                         f"{', '.join(overlaps)} (register_overlap=False leaves them out)"]
     kernel.notes = notes + list(kernel.notes)
     kernel.uneven_programs, kernel.chained_dots = traits["uneven_programs"], traits["chained_dots"]
     return kernel
+
+
+def _register_overlaps(module) -> list:
+    """The register overlaps `convert-to-nvvm` took for the kernel (`tawa.kernel_info`), named."""
+    import json
+    attr = module.operation.attributes
+    return json.loads(attr["tawa.kernel_info"].value).get("register_overlaps", []) \
+        if "tawa.kernel_info" in attr else []
 
 
 def chained_dots(module) -> bool:

@@ -100,6 +100,12 @@ class CompileOptions:
         None, help="inside each consumer warp group, issue the next iteration's first dot (attention's Q K^T) "
                    "before this iteration's math on the current one, so the two overlap (auto: where the dot's "
                    "operands allow it)")
+    register_overlap: Optional[bool] = _opt(
+        None, help="let a consumer warp group hold more registers to overlap work with the tensor cores: an "
+                   "epilogue's register loads issued a chunk ahead of their math, the next K step's A computed in "
+                   "registers under the current wgmmas, a B computed in registers written into a second buffer "
+                   "while the dot runs (auto: on, and compiled again without them where ptxas then spills more "
+                   "than a few registers; on: keep them even then; off: none)")
     tma: Optional[bool] = _opt(
         None, help="load dot operands and store tiles with TMA copies (auto and on); off: the threads copy them, "
                    "for tensors whose rows or base address are not 16-byte aligned (slower; implies the "
@@ -193,6 +199,8 @@ class CompileOptions:
             bad("warp_specialize", self.warp_specialize, "True, False or None (auto)")
         if self.consumer_lookahead is not None and not is_bool(self.consumer_lookahead):
             bad("consumer_lookahead", self.consumer_lookahead, "True, False or None (auto)")
+        if self.register_overlap is not None and not is_bool(self.register_overlap):
+            bad("register_overlap", self.register_overlap, "True, False or None (auto)")
         if self.tma is not None and not is_bool(self.tma):
             bad("tma", self.tma, "True, False or None (auto)")
         if self.tma is False and self.warp_specialize is True:

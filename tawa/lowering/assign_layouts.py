@@ -295,7 +295,8 @@ def _assign(ops: list, W: int, ctx) -> None:
 
     def lay_of(v):
         if v in smem:     # read into registers by the op that uses it (`shape.register_tile`)
-            return L.blocked(_shape(v), W)
+            src = owner_op(v)
+            return L.shared_read(_shape(v), src is not None and src.name == TransOp.NAME, W)
         return layout.get(v)
 
     def default(v):

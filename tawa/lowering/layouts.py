@@ -223,6 +223,40 @@ def blocked(shape: tuple, num_warps: int) -> Layout:
     return Layout(shape, tuple(regs), tuple(lanes), tuple(warps), f"blocked<{dims},w={num_warps}>")
 
 
+def shared_read(shape: tuple, transposed: bool, num_warps: int) -> Layout:
+    """The layout a shared tile of `shape` (as used) is read into registers in: `blocked` along the dimension
+    contiguous in shared memory, so a thread's consecutive registers are consecutive bytes there (one vector load,
+    no bank conflicts). A transposed use (`x.T` of a loaded tile) reads the stored tile's blocked layout,
+    transposed: read along the used tile's rows, a [128, 64] fp8 weight's `.T` took one byte load a register, four
+    rows apart, and its W8A16 GEMM ran at a fifth of the untransposed one's speed."""
+    if transposed and len(shape) == 2:
+        return transpose(blocked((shape[1], shape[0]), num_warps))
+    return blocked(shape, num_warps)
+
+
+def vector_runs(layout: Layout, axis: int, width: int) -> list | None:
+    """The registers of `layout` in runs of `width` holding consecutive coordinates along `axis`, each run
+    starting at a multiple of `width` in every thread (so a run is one aligned vector in memory laid out along
+    `axis`); None where the registers do not form such runs."""
+    if width < 2 or any(v and v[axis] % width for v in (*layout.lanes, *layout.warps, layout.group)):
+        return None
+    index = {c: i for i, c in enumerate(layout.regs)}
+    if len(index) != len(layout.regs):
+        return None
+    runs, taken = [], set()
+    for i, c in enumerate(layout.regs):
+        if i in taken:
+            continue
+        if c[axis] % width:
+            return None
+        run = [index.get(c[:axis] + (c[axis] + d,) + c[axis + 1:]) for d in range(width)]
+        if None in run:
+            return None
+        taken.update(run)
+        runs.append(run)
+    return runs
+
+
 def slice_(parent: Layout, axis: int) -> Layout:
     """The layout of `reduce(x, axis)` for x in `parent`: the coordinate along `axis` is dropped."""
     suffix = f",{axis}>"

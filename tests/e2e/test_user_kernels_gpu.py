@@ -2,7 +2,7 @@
 not by the compiler's authors: GEMM epilogues (alpha/beta, a run-time `if` around a load, a bias-initialised
 accumulator, constexpr flags, an i32 mask, a second reduced output, an f16 residual), operand layouts (M-major A,
 nn.Linear's [N, K] W, an A scaled in registers, tf32), fp8 in (e5m2) and out (e4m3), a weight-only fp8 GEMM (its B
-converted in registers), a hand-written grouped 1-D grid, a dual GEMM, a batched GEMM on a 3-D grid, three attention
+converted in registers; also stored [N, K], as nn.Linear does), a hand-written grouped 1-D grid, a dual GEMM, a batched GEMM on a 3-D grid, three attention
 variants (no scale, Triton-style causal at head dim 256 in f16, an additive bias), and row reductions and norms
 (RMSNorm, LayerNorm, softmax, logsumexp), and a tiled transpose.
 
@@ -171,11 +171,24 @@ def gemm_tf32(rng, shape, **_):
     return [a, b, Out("f32", f64(a) @ f64(b).T, TF32)]
 
 
-def gemm_fp8_weight(rng, shape, **_):
+def gemm_fp8_weight(rng, shape, bits=False, **_):
+    """With `bits`: A is the identity (M = K) and W holds every e4m3 bit pattern but NaN, unscaled, so C is W
+    converted to bf16, which holds every e4m3 value exactly (subnormals, -0 and +-448 included)."""
     m, n, k = shape
+    if bits:
+        w = rng.choice(np.setdiff1d(np.arange(256), [0x7F, 0xFF]), size=(k, n)).astype(np.uint8)
+        w = w.view(NUMPY["f8e4m3"])
+        a, scale = np.eye(m, k, dtype=np.float32).astype(NUMPY["bf16"]), np.ones(n, np.float32)
+        return [a, w, scale, Out("bf16", f64(w), 0.0)]
     a, w = randn(rng, (m, k), "bf16"), randn(rng, (k, n), "f8e4m3")
     scale = rng.uniform(0.5, 2.0, size=n).astype(np.float32)
     return [a, w, scale, Out("bf16", (f64(a) @ f64(w)) * f64(scale), BF16)]
+
+
+def gemm_fp8_weight_nk(rng, shape, **kw):
+    """gemm_fp8_weight with W stored [N, K] (nn.Linear's layout)."""
+    a, w, scale, out = gemm_fp8_weight(rng, shape, **kw)
+    return [a, np.ascontiguousarray(w.T), scale, out]
 
 
 def gemm_e5m2(rng, shape, **_):
@@ -337,7 +350,14 @@ CASES = [
     Case("gemm_tf32", GEMM, [{}, {"BLOCK_N": 64}]),
     Case("gemm_e5m2", GEMM, [{}, {"BLOCK_N": 256, "BLOCK_K": 64}]),
     # the B operand computed in registers (fp8 weight converted to bf16), staged by the threads into shared memory
-    Case("gemm_fp8_weight", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False}]),
+    Case("gemm_fp8_weight", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False},
+                                   {"BLOCK_M": 192}, {"register_overlap": False}]),
+    # every e4m3 bit pattern but NaN through the conversion, exactly (A the identity)
+    Case("gemm_fp8_weight", [(320, 1056, 320)], [{}, {"BLOCK_N": 256}], name="gemm_fp8_weight-bits", bits=True),
+    # nn.Linear's [N, K] weight: its transpose converted in registers and staged K-major
+    Case("gemm_fp8_weight_nk", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False},
+                                      {"BLOCK_M": 192}, {"BLOCK_K": 128}]),
+    Case("gemm_fp8_weight_nk", [(320, 1056, 320)], [{}], name="gemm_fp8_weight_nk-bits", bits=True),
     Case("gemm_fp8_out", GEMM, [{}]),
     # 3 tile rows of 128 in groups of 8 (one short group) and 9 (the last group of one row); GROUP_M 3 splits 9 evenly
     Case("gemm_grouped_pid", GEMM, [{}, {"BLOCK_N": 128, "GROUP_M": 3}]),

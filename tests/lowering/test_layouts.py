@@ -62,3 +62,28 @@ def test_bad_layouts_are_errors():
         L.mma(96, 128, 4)
     with pytest.raises(CompilationError):
         L.blocked((3, 64), 4)
+
+
+def test_shared_read_runs_along_the_stored_rows():
+    """A shared tile is read in the blocked layout of the tile as stored: a transposed use ([64, 128] as the `.T`
+    of a stored [128, 64]) gives each thread four consecutive elements along the used tile's rows, its stored
+    columns, as `vector_runs` along axis 0 finds them; an untransposed use, along axis 1."""
+    plain = L.shared_read((64, 128), False, 4)
+    trans = L.shared_read((64, 128), True, 4)
+    assert trans.shape == plain.shape == (64, 128)
+    assert L.vector_runs(trans, 0, 4) and not L.vector_runs(trans, 1, 2)
+    assert L.vector_runs(plain, 1, 4) and not L.vector_runs(plain, 0, 2)
+    for lay in (plain, trans):      # every element once
+        seen = {tuple(c) for lane in range(32) for warp in range(4) for c in L.coords_of(lay, lane, warp)}
+        assert len(seen) == 64 * 128
+
+
+def test_vector_runs_need_aligned_starts_in_every_thread():
+    """Runs of 8 along a blocked layout's 4-element vectors do not exist (lanes step by 4 columns); the mma
+    accumulator has pairs along N but no runs of 4."""
+    plain = L.blocked((64, 128), 4)
+    assert L.vector_runs(plain, 1, 8) is None
+    runs = L.vector_runs(plain, 1, 2)
+    assert runs and all(len(r) == 2 for r in runs) and sorted(sum(runs, [])) == list(range(len(plain.regs)))
+    acc = L.mma(128, 128, 8)
+    assert L.vector_runs(acc, 1, 2) and L.vector_runs(acc, 1, 4) is None

@@ -42,3 +42,56 @@ def test_computed_b_buffer_fits_beside_the_ring():
     and operands) still fits."""
     kernel = tawa.compile(KERNEL, cache=False, BLOCK_N=256)
     assert kernel.compiled.shared_bytes <= 232448
+
+
+NK = (ROOT / "tests" / "e2e" / "kernels" / "user" / "gemm_fp8_weight_nk.tawa").read_text()
+WGMMA_TRANSPOSE_B = re.compile(r"wgmma\.mma_async\.sync\.aligned\.[^;]*?,\s*(\d)\s*;")
+
+
+@pytest.mark.parametrize("source,k_major", [(KERNEL, False), (NK, True)], ids=["w_kn", "w_nk"])
+@pytest.mark.parametrize("options", [{}, {"BLOCK_N": 256}, {"BLOCK_M": 192}], ids=["auto", "n256", "m192"])
+def test_computed_b_read_and_staged_in_vectors(source, k_major, options):
+    """The fp8 weight tile is read four bytes a load along its stored rows and the converted B written eight bytes
+    a store: along N for W [K, N] (staged N-major), along K for nn.Linear's W [N, K] used as `w.T` (staged K-major,
+    read by wgmma without transpose). Read along the used tile's rows, W [N, K] took one byte load per element,
+    four rows apart, and two-byte stores (87 TFLOP/s against 475 at 4096^3, H200)."""
+    kernel = tawa.compile(source, cache=False, **options)
+    ptx = kernel.ptx
+    assert spill_bytes(kernel) == 0
+    before = ptx[:ptx.index("wgmma.mma_async")]
+    assert not re.search(r"\bld\.shared\.(u8|b8|s8)\b", before), "fp8 weight read a byte at a time"
+    assert re.search(r"\bld\.shared\.(b32|v2\.b16|v4\.b8)\b", before)
+    assert not re.search(r"\bst\.shared\.(b16|u16)\b", before), "converted B written two bytes at a time"
+    assert re.search(r"\bst\.shared\.v2\.b32\b", before)
+    flags = set(WGMMA_TRANSPOSE_B.findall(ptx))
+    assert flags == {"0" if k_major else "1"}, flags
+
+
+@pytest.mark.parametrize("source", [KERNEL, NK], ids=["w_kn", "w_nk"])
+def test_fp8_weight_converted_two_elements_a_conversion(source):
+    """Each `cvt.rn.f16x2.e4m3x2` converts two weight elements: to bf16 each then goes through f32, so there are
+    two f16 -> f32 conversions for each fp8 pair conversion (one each, element by element, before)."""
+    ptx = tawa.compile(source, cache=False, BLOCK_N=256).ptx
+    pairs = len(re.findall(r"cvt\.rn\.f16x2\.e4m3x2", ptx))
+    widened = len(re.findall(r"cvt\.f32\.f16", ptx))
+    assert pairs and widened == 2 * pairs, (pairs, widened)
+
+
+def test_register_overlap_off_keeps_the_waiting_dot():
+    """`register_overlap=False`: the dot with a computed B waits for its wgmmas every iteration (one buffer), and
+    the kernel's notes name no overlap; on (auto) the notes name the double-buffered B."""
+    on = tawa.compile(KERNEL, cache=False, BLOCK_N=256)
+    off = tawa.compile(KERNEL, cache=False, BLOCK_N=256, register_overlap=False)
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", on.ptx)
+    assert not re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", off.ptx)
+    assert any("B double-buffered" in n for n in on.compiled.notes)
+    assert not any("register_overlap" in n for n in off.compiled.notes)
+    assert spill_bytes(off) == 0
+
+
+def test_three_consumer_groups_keep_the_waiting_dot():
+    """A 192-row tile's three consumer groups (160 registers each) do not double-buffer a computed B: converting
+    the next B beside the accumulators in flight spilled 144 bytes and ran slower than waiting."""
+    kernel = tawa.compile(KERNEL, cache=False, BLOCK_M=192)
+    assert not re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", kernel.ptx)
+    assert spill_bytes(kernel) == 0

@@ -61,7 +61,10 @@ def _chain_loads(ctx: Ctx, value: ir.Value) -> list:
 def chunk_loads(ctx: Ctx, stored: ir.Value, tile: LazyTile, skip=None) -> list:
     """The register loads (lazy tiles) the stored value `stored` (lowered: `tile`) is computed from that are
     loaded in chunks: loads of the stored tile's register mapping that can load a batch, other than `skip` (the
-    operand the staging brings in); none where the registers the accumulators leave hold no two chunks."""
+    operand the staging brings in); none where the registers the accumulators leave hold no two chunks, or where
+    the kernel is compiled without register overlaps."""
+    if not ctx.register_overlap:
+        return []
     loads = [ctx.env[v] for v in _chain_loads(ctx, stored)
              if not (skip is not None and v == skip) and ctx.env[v].load_batch is not None
              and ctx.env[v].layout.same_mapping(tile.layout)]
@@ -84,6 +87,8 @@ class ChunkLoads:
         self.chunks = [order[k:k + size] for k in range(0, len(order), size)] if self.tiles else []
         self.starts = {chunk[0]: c for c, chunk in enumerate(self.chunks)}
         self.issued = set()
+        if self.chunks:
+            ctx.overlaps.add("epilogue loads in chunks")
 
     def __bool__(self) -> bool:
         return bool(self.chunks)

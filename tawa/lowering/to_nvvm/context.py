@@ -290,6 +290,12 @@ class Ctx:
     cluster: list | None = None
     #: CTAs kept resident per SM (`ctas_per_sm`): the registers each thread holds at entry depend on it.
     ctas_per_sm: int = 1
+    #: Whether consumer warp groups may hold more registers to overlap work with the tensor cores (compile option
+    #: `register_overlap`: chunked epilogue loads, the register-A loop, a double-buffered computed B).
+    register_overlap: bool = True
+    #: The overlaps of `register_overlap` this kernel took (named for the kernel's notes; `compiler.compile_module`
+    #: compiles again without them when ptxas spills).
+    overlaps: set = field(default_factory=set)
     #: The registers a thread of this context may hold: its warp-group region's `setmaxnreg` budget, or None
     #: outside one (`register_budget`).
     max_registers: int | None = None

@@ -177,11 +177,13 @@ _STAGEABLE_B = ("bf16", "f16")
 
 def stage_b(ctx: Ctx, op, bt: Tile) -> SmemTile:
     """A B operand computed in registers (a weight converted or scaled after its load: `dot(a, w.to(bf16))`),
-    written into shared memory where a TMA copy of it would be (128-byte column boxes, 128-byte swizzle), so that
-    wgmma reads it as usual. A barrier of the region's threads first lets every warp finish its previous dot's
-    reads of the buffer (each dot with a staged B waits for its wgmmas); after the writes, a proxy fence makes them
-    visible to wgmma and a second barrier publishes them. Threads holding copies of an element write the same
-    value."""
+    written into shared memory as a TMA copy of it would be (128-byte column boxes, 128-byte swizzle), so that
+    wgmma reads it as usual: N-major ([K, N], N contiguous), or K-major ([N, K]) where the thread's consecutive
+    registers run along K (a weight stored [N, K] and used as `w.T`: its registers were read along K,
+    `layouts.shared_read`), each run of registers one vector store. A barrier of the region's threads first lets
+    every warp finish its previous dot's reads of the buffer (each dot with a staged B waits for its wgmmas, or
+    the loop double-buffers it); after the writes, a proxy fence makes them visible to wgmma and a second barrier
+    publishes them. Threads holding copies of an element write the same value."""
     from .shape import register_tile
     loc = source_location(op)
     bt = register_tile(bt, op, ctx)
@@ -192,10 +194,15 @@ def stage_b(ctx: Ctx, op, bt: Tile) -> SmemTile:
                  "types only: compute it in bf16 or f16, or load B from a tensor that already holds the values")
     rows, cols = bt.shape
     es = elem_bytes(bt.elem)
-    if (cols * es) % SWIZZLE_BYTES:
+    k_runs = L.vector_runs(bt.layout, 0, 2) if (rows * es) % SWIZZLE_BYTES == 0 else None
+    k_major = bool(k_runs) and not L.vector_runs(bt.layout, 1, 2)
+    if not k_major and (cols * es) % SWIZZLE_BYTES:
         raise CompilationError(
             f"a B operand computed in registers needs rows of a multiple of {SWIZZLE_BYTES} bytes, got {cols} "
             f"{bt.elem} elements", loc, note=f"make BLOCK_N a multiple of {SWIZZLE_BYTES // es}")
+    axis = 0 if k_major else 1
+    runs = next((r for w in (4, 2) for r in [L.vector_runs(bt.layout, axis, w)] if r),
+                [[i] for i in range(len(bt.regs))])
     b = ctx.b
     size = rows * cols * es
     # Left in flight by the loop's schedule, the dot writes one of two buffers in turn: the barrier below then
@@ -205,12 +212,22 @@ def stage_b(ctx: Ctx, op, bt: Tile) -> SmemTile:
     base = ctx.smem.alloc(size * (2 if parity is not None else 1))
     off = b.add(b.i32(base), b.mul(parity, size)) if parity is not None else b.i32(base)
     ctx.sync_threads()
-    for i, value in enumerate(bt.regs):
-        addr = box_offset(b, *ctx.coords(bt.layout, i), rows, es)
-        b.line(f"llvm.store {to_storage(b, value)}, {ctx.smem_ptr(b.add(addr, off))} : "
-               f"{storage_type(bt.elem)}, !llvm.ptr<3>")
+    for run in runs:
+        k, n = ctx.coords(bt.layout, run[0])
+        addr = box_offset(b, n, k, cols, es) if k_major else box_offset(b, k, n, rows, es)
+        ptr = ctx.smem_ptr(b.add(addr, off))
+        if len(run) == 1:
+            b.line(f"llvm.store {to_storage(b, bt.regs[run[0]])}, {ptr} : {storage_type(bt.elem)}, !llvm.ptr<3>")
+            continue
+        vec = f"vector<{len(run)}x{bt.elem}>"
+        u = b.op(f"llvm.mlir.undef : {vec}", vec)
+        for d, r in enumerate(run):
+            u = b.op(f"llvm.insertelement {bt.regs[r]}, {u}[{b.i32(d)} : i32] : {vec}", vec)
+        b.line(f"llvm.store {u}, {ptr} : {vec}, !llvm.ptr<3>")
     sync.fence_proxy_async(b)
     ctx.sync_threads()
+    if k_major:
+        return SmemTile(off, cols, rows, bt.elem, transposed=True, staged=parity is None)
     return SmemTile(off, rows, cols, bt.elem, staged=parity is None)
 
 

@@ -59,6 +59,31 @@ def f32_to_fp8(b: Builder, x: V, elem: str) -> V:
     return from_storage(b, b.select(over, b.or_(sign, special), bits), elem)
 
 
+def fp8_pair_to_f16(b: Builder, lo: V, hi: V) -> tuple:
+    """Two fp8 elements of one type as their exact f16 values, through one `cvt.rn.f16x2` (a conversion a pair: a
+    weight converted for the tensor cores converts every element of B each K step, and one conversion an element
+    ran a W8A16 GEMM at 0.74-0.89x this). Integer ops and a packed multiply instead of the conversions (the bytes
+    moved into the 16-bit type's exponent and mantissa bits, rebiased) ran 0.6-0.8x this, H200."""
+    vec = b.op("llvm.mlir.undef : vector<2xi8>", "vector<2xi8>")
+    for i, v in enumerate((lo, hi)):
+        vec = b.op(f"llvm.insertelement {to_storage(b, v)}, {vec}[{b.i32(i)} : i32] : vector<2xi8>", "vector<2xi8>")
+    h = b.op(f"llvm.bitcast {vec} : vector<2xi8> to i16", "i16")
+    pair = b.op(f'"llvm.inline_asm"({h}) <{{asm_string = "cvt.rn.f16x2.{_FP8_PTX[lo.type]} $0, $1;", '
+                f'constraints = "=r,h"}}> : (i16) -> i32', "i32")
+    halves = b.op(f"llvm.bitcast {pair} : i32 to vector<2xf16>", "vector<2xf16>")
+    return tuple(b.op(f"llvm.extractelement {halves}[{b.i32(i)} : i32] : vector<2xf16>", "f16") for i in (0, 1))
+
+
+def widen_fp8_pairs(b: Builder, regs: list, to: str) -> list:
+    """`regs` (fp8, one type) converted to the wider float `to` (f16, bf16, f32), two at a time."""
+    out = []
+    for i in range(0, len(regs) - 1, 2):
+        out.extend(float_cast(b, h, to) for h in fp8_pair_to_f16(b, regs[i], regs[i + 1]))
+    if len(regs) % 2:
+        out.append(float_cast(b, regs[-1], to))
+    return out
+
+
 def float_cast(b: Builder, v: V, to: str) -> V:
     """A float conversion where either side may be fp8 (through the exact f32 value); else extf/truncf."""
     if v.type == to:

@@ -122,6 +122,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
     ctx.tma = getattr(options, "tma", None) is not False
     ctx.cluster = attrs.CLUSTER.get(func)
     ctx.ctas_per_sm = getattr(options, "ctas_per_sm", None) or 1
+    ctx.register_overlap = getattr(options, "register_overlap", None) is not False
     if warp_groups(func) and len(attrs.GRID.get(func)) == 2 and not ctx.persistent:
         # (A persistent kernel visits its tiles in grouped order already: persistent-tiles wrote it in the IR.)
         ctx.pid_group = PID_GROUP
@@ -185,6 +186,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         "ctas_per_sm": ctx.ctas_per_sm,
         "workspace_per_tile": ctx.params.workspace_per_tile,
         "dynamic_tiles": dynamic,
+        "register_overlaps": sorted(ctx.overlaps),
     }
     try:
         out = ir.Module.parse(text, module.context)

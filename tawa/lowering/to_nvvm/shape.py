@@ -31,7 +31,7 @@ def register_tile(value, op, ctx: Ctx | None = None) -> Tile:
     if isinstance(value, Tile):
         return value
     if isinstance(value, SmemTile) and ctx is not None:
-        return read_smem(ctx, value, L.blocked(value.shape, ctx.num_warps))
+        return read_smem(ctx, value, L.shared_read(value.shape, value.transposed, ctx.num_warps))
     if isinstance(value, SmemTile):
         raise InternalCompilerError("a shared-memory tile reached register code without a context", op=op.name,
                                     location=source_location(op))
@@ -70,6 +70,16 @@ def read_smem(ctx: Ctx, t: SmemTile, layout: L.Layout, sync_after: bool = True) 
     _, upper_of = column_pairs(layout, t.elem) if elem_bytes(t.elem) == 2 and not t.transposed \
         and st in ("bf16", "f16", "i16") else ({}, {})
     regs: list = [None] * len(layout.regs)
+    # Elsewhere, a thread's registers at consecutive bytes of a stored row (a blocked layout's four, or its
+    # transpose's on a transposed tile) are one vector load of up to 8 bytes.
+    runs = [] if upper_of else _row_runs(layout, t)
+    for run in runs:
+        i, j = ctx.coords(layout, run[0])
+        ptr = ctx.smem_ptr(smem_offset(ctx, t, i, j))
+        vec = f"vector<{len(run)}x{st}>"
+        loaded = b.op(f"llvm.load {ptr} : !llvm.ptr<3> -> {vec}", vec)
+        for d, r in enumerate(run):
+            regs[r] = from_storage(b, b.op(f"llvm.extractelement {loaded}[{b.i32(d)} : i32] : {vec}", st), t.elem)
     for r in range(len(layout.regs)):
         if regs[r] is not None:
             continue
@@ -85,6 +95,18 @@ def read_smem(ctx: Ctx, t: SmemTile, layout: L.Layout, sync_after: bool = True) 
     if sync_after:
         ctx.sync_threads()
     return Tile(regs, layout, t.elem)
+
+
+def _row_runs(layout: L.Layout, t: SmemTile) -> list:
+    """Runs of `layout`'s registers at consecutive bytes of one row of `t` as stored (its columns; a transposed
+    tile's used rows), 4 or 8 bytes each, aligned (`layouts.vector_runs`); none where there are no such runs."""
+    es = elem_bytes(t.elem)
+    axis = 0 if t.transposed else 1
+    for nbytes in (8, 4):
+        runs = L.vector_runs(layout, axis, nbytes // es) if nbytes > es else None
+        if runs:
+            return runs
+    return []
 
 
 def layout_of(op, index: int = 0) -> L.Layout:

@@ -78,6 +78,12 @@ def pingpong_final_wait(group: int, trips: int) -> bool:
     return group == 0 and trips > 0
 
 
+#: The least `setmaxnreg` budget of a consumer group that double-buffers a B computed in registers (converting the
+#: next B while its dot is in flight): with two groups' 232 a W8A16 GEMM ran 1.2-1.6x the waiting dot (H200),
+#: with three groups' 160 it spilled 144-256 bytes more and ran 0.77-0.98x.
+STAGED_B_MIN_REGISTERS = 200
+
+
 class WarpSpecializedConsumerLoop(LoopSchedule):
     installs = True
 
@@ -93,9 +99,15 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
         ops = ops_of(loop.body)
         gets = [o for o in ops if o.name == ArefGetOp.NAME]
         self.async_dots = {o for o in ops if o.name == DotOp.NAME and dot_only_accumulates(for_op, o)}
+        # (a B computed in registers leaves its dot in flight only as a register overlap, and where the group's
+        # budget leaves room for the next B beside the accumulators in flight: `_reaches_staged_b`)
+        self.overlap = ctx.register_overlap and ctx.register_budget() >= STAGED_B_MIN_REGISTERS
+        self.stages_b = False
         self.deferred = bool(self.async_dots) and all(
             ctx.get(aref_of(g)).depth >= 2 and all(self._feeds_async_dots(r) for r in ArefGetOp(g).values)
             for g in gets)
+        if self.deferred and self.stages_b:
+            ctx.overlaps.add("B double-buffered")
         self.released: list = []
         region = enclosing_warp_group(for_op)
         dots = [o for o in ops if o.name == DotOp.NAME]
@@ -113,10 +125,12 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
                     return False
             elif not self._reaches_staged_b(u):
                 return False
+            else:
+                self.stages_b = True
         return True
 
     def _reaches_staged_b(self, op) -> bool:
-        if not (op.results and parent_op(op) == self.for_op and register_math(op)):
+        if not (self.overlap and op.results and parent_op(op) == self.for_op and register_math(op)):
             return False
         for r in op.results:
             for use in r.uses:

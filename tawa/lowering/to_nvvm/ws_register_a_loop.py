@@ -109,7 +109,7 @@ class RegisterAConsumerLoop(WarpSpecializedConsumerLoop):
 
     @classmethod
     def applies(cls, ctx, for_op) -> bool:
-        if not super().applies(ctx, for_op) or a_chain(for_op) is None:
+        if not ctx.register_overlap or not super().applies(ctx, for_op) or a_chain(for_op) is None:
             return False
         dot, get, _ = a_chain(for_op)
         return ctx.get(aref_of(get)).depth >= 2 and fits(ctx, dot)
@@ -121,6 +121,7 @@ class RegisterAConsumerLoop(WarpSpecializedConsumerLoop):
         self.chain_ops = set(self.chain)
         self.sink = self.trips = None
         self.frags_cur = self.frags_next = None
+        ctx.overlaps.add("A computed under the wgmmas")
 
     # ---- the next iteration's A -----------------------------------------------------------------------------
     def _fragments(self, ctx, k) -> list:
