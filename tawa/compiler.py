@@ -346,7 +346,8 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         elif plan.warp_specialize and plan.schedule == "pingpong" and options.schedule is None:
             fallback = (dataclasses.replace(options, schedule="persistent"),
                         "shares each tile between its consumer warp groups: under ping-pong, {why}")
-    retry = str(module) if fallback else None
+    # (with its locations: an error of the second compile points into the source as the first's would)
+    retry = module.operation.get_asm(enable_debug_info=True) if fallback else None
     module = run_pipeline(module, _decided(options, plan), plan, stop_after=stop_after,
                           tile_level_only=tile_level_only)
     if tile_level_only or stop_after:

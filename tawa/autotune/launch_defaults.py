@@ -112,6 +112,21 @@ TILE_SWITCHES = {(128, 256): ({"schedule": "persistent"}, 1.0),
                  (192, 192): ({"schedule": "persistent"}, 0.93)}
 
 
+#: What a tile computes per slot against 128x256 in a kernel whose dot's B is computed in registers (a weight-only
+#: fp8 GEMM, `computed_b`): each K step converts a [BLOCK_K, BLOCK_N] B, which a 128x128 tile's group does for half
+#: the output of a 128x256 tile's (measured 0.78-0.83 as ping-pong, 0.83-0.87 persistent, over 6 shapes on an
+#: H200; 256x128 ran level with 128x256). Tiles 192 wide hold no register tile (B is one), so they are not tried.
+COMPUTED_B_RATES = {(128, 128): 0.82}
+
+
+def _tile_rate(info: dict, tile: tuple, rate: float):
+    """What `tile` computes per slot in this kernel (`TILE_SWITCHES`, `COMPUTED_B_RATES`), or None where it
+    cannot run the kernel."""
+    if not info.get("computed_b"):
+        return rate
+    return None if 192 in tile else COMPUTED_B_RATES.get(tile, rate)
+
+
 def _switch_to(own: tuple, tile: tuple, options: dict) -> dict:
     """The configuration that switches a kernel whose own tile is `own` to `tile`: its BLOCK_N, its BLOCK_M where
     that differs from the own one, and its options."""
@@ -219,14 +234,15 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
     if may_switch and info.get("dots") == 1 and batch is not None:
         plain = _plain(info)
         switching = own in TILE_SWITCHES
-        own_rate = TILE_SWITCHES[own][1] if switching else 1.0       # the own tile's, which stream-K keeps
+        own_rate = _tile_rate(info, own, TILE_SWITCHES[own][1] if switching else 1.0) or 1.0  # (stream-K keeps it)
         # a cooperative tile's epilogue, which no other tile's main loop hides, weighs on short K loops
         own_cooperative, cooperative = _cooperative_rates(info, k, misaligned)
         if not own_pingpong(own):
             own_rate *= own_cooperative
         if switching:
             for tile, (switch, other) in TILE_SWITCHES.items():
-                if tile != own:
+                other = _tile_rate(info, tile, other)
+                if tile != own and other is not None:
                     if sector_bound:
                         other = SECTOR_TILE_RATES.get(tile, other)
                     rates[tile] = (other * cooperative if switch.get("schedule") == "persistent" else other,

@@ -492,6 +492,24 @@ def loads_after_loop(kernel: S.Kernel) -> bool:
     return False
 
 
+def computed_b(kernel: S.Kernel) -> bool:
+    """Whether a dot's B operand is computed after its load (`dot(a, w.to(bf16))`, a weight-only fp8 GEMM): its
+    main loop converts B every K step, which tiles of 128x128 amortize worse than 128x256 or 256x128
+    (`launch_defaults.COMPUTED_B_RATES`). Read from the text: the operand, through names and transposes, is a `load`."""
+    values = {n.target: n.value for n in _walk(kernel.body) if isinstance(n, S.Assign) and n.op is None}
+
+    def loaded(e, depth=0) -> bool:
+        while (isinstance(e, S.Attribute) and e.attr == "T") or (
+                isinstance(e, S.Call) and isinstance(e.func, S.Name) and e.func.id == "trans" and e.args):
+            e = e.value if isinstance(e, S.Attribute) else e.args[0]
+        if isinstance(e, S.Name) and e.id in values and depth < 16:
+            return loaded(values[e.id], depth + 1)
+        return isinstance(e, S.Call) and isinstance(e.func, S.Name) and e.func.id == "load"
+
+    return any(isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "dot" and len(n.args) >= 2
+               and not loaded(n.args[1]) for n in _walk(kernel.body))
+
+
 def dot_count(kernel: S.Kernel) -> int:
     """The `dot` calls in the body's text."""
     return sum(isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "dot" for n in _walk(kernel.body))
@@ -545,6 +563,7 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "tile_invariant": tile_invariant(k, constants, symbols),
         "dots": dot_count(k),
         "epilogue_loads": loads_after_loop(k),
+        "computed_b": computed_b(k),
         "declared": declared,
     }
 

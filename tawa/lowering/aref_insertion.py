@@ -67,7 +67,7 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
     (`to_nvvm.staged_operand`). Counting it cost the cooperative 128x256 linear layer half its ring (two slots
     instead of four, next to a 64 KiB residual that never occupied shared memory of its own)."""
     stored = epilogue.stored_tiles(func_op)
-    loads, vectors, areas = 0, 0, {}
+    loads, vectors, areas, conversions = 0, 0, {}, 0
     prologue = set(prologue_loads(func_op, heavy)) if persistent else set()
     for op in walk(func_op.operation):
         if op.name == LoadOp.NAME and op not in heavy and (
@@ -84,6 +84,10 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
                 vectors += -(-tile_bytes(t) // SMEM_TILE_ALIGN) * SMEM_TILE_ALIGN
             else:
                 loads += tile_bytes(t)
+        elif op.name == "tawa.trans" and not _in_shared_memory(op.operands[0]):
+            # a register tile transposed is redistributed through scratch above everything else (`shape.convert`,
+            # one at a time): uncounted, a transposed f32 residual's 64 KiB made the default ring overflow
+            conversions = max(conversions, tile_bytes(op.operands[0].type))
         elif op.name == StoreOp.NAME and (persistent or _in_loop(op)):
             # A store after the loops is staged in the drained ring (the backend reuses it), except in a persistent
             # kernel, whose ring is never drained: the next tile's loads are already in it.
@@ -94,7 +98,13 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
             areas[key] = staged
     # a persistent kernel's stores of different geometries each keep an area; otherwise the largest is reused
     store = sum(areas.values()) if persistent else max(areas.values(), default=0)
-    return loads + stagings * (vectors + store + computed_b_bytes(func_op))
+    return loads + stagings * (vectors + store + computed_b_bytes(func_op)) + conversions
+
+
+def _in_shared_memory(value) -> bool:
+    """Whether a tile is in shared memory where it is used: a load (or aref slot) feeding dots only."""
+    src = defining_op(value)
+    return src is not None and src.name in (LoadOp.NAME, "tawa.aref_get") and feeds_dots_only(value)
 
 
 def computed_b_bytes(func_op) -> int:

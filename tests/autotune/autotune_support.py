@@ -23,7 +23,7 @@ GEMM_INFO = {"name": "gemm", "params": ["A", "B", "C"],
              "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]],
              "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]],
              "operands": [[0, ["M", "K"]], [1, ["K", "N"]], [2, ["M", "N"]]], "has_dot": True, "dots": 1,
-             "grid_symbols": [None, None], "epilogue_loads": False, "declared": None}
+             "grid_symbols": [None, None], "epilogue_loads": False, "computed_b": False, "declared": None}
 
 #: Candidate configurations of SCALE used by several tests.
 CONFIGS = [{"BLOCK_M": 16, "BLOCK_N": 32}, {"BLOCK_M": 64, "BLOCK_N": 32}, {"BLOCK_M": 64, "BLOCK_N": 64}]

@@ -20,6 +20,26 @@ def test_gemm_info_is_what_space_info_reads_from_the_example(own_cache):
     assert {k: info[k] for k in keys} == {k: GEMM_INFO[k] for k in keys}
 
 
+@pytest.mark.parametrize("b, computed", [
+    ("b", False), ("b.T", False), ("trans(b)", False), ("w", False),
+    ("b.to(bf16)", True), ("w.to(bf16)", True), ("(b * 2.0).to(bf16)", True)])
+def test_space_info_says_whether_a_dot_computes_its_b(b, computed):
+    """`computed_b`: a dot's B operand is not, through names and transposes, a `load` (the launch weighs tiles for
+    it: `launch_defaults.COMPUTED_B_RATES`)."""
+    from tawa.frontend.tuning import space_info
+    source = ("@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))\n"
+              "def k(A: bf16[M, K], B: f8e4m3[K, N], C: bf16[M, N], BLOCK_M: const = 128, BLOCK_N: const = 128,\n"
+              "      BLOCK_K: const = 64):\n"
+              "    acc = zeros((BLOCK_M, BLOCK_N), f32)\n"
+              "    for k in range(cdiv(K, BLOCK_K)):\n"
+              "        a = load(A, (program_id(0), k), (BLOCK_M, BLOCK_K))\n"
+              "        b = load(B, (k, program_id(1)), (BLOCK_K, BLOCK_N))\n"
+              "        w = b.T.T\n"
+              f"        acc = dot(a, {b}, acc)\n"
+              "    store(C, (program_id(0), program_id(1)), acc.to(bf16))\n")
+    assert space_info(source)["computed_b"] is computed
+
+
 def test_default_space_of_a_gemm_tries_the_hopper_tiles_best_guess_first():
     configs = space.default_configs(GEMM_INFO)
     tiles = [(c["BLOCK_M"], c["BLOCK_N"]) for c in configs]

@@ -209,6 +209,24 @@ def test_a_kernel_whose_own_tile_has_192_rows_switches_to_128_row_tiles_whole():
     assert choose(own_192, {"M": 1100, "N": 4096, "K": 4096}) == {}
 
 
+def test_a_computed_b_takes_wide_tiles_and_never_192_wide_ones():
+    """A kernel whose dot's B is computed in registers (`computed_b`: a weight-only fp8 GEMM, own tile 128x128)
+    switches to the cooperative 128x256 where the two fill the waves alike (its 128x128 ping-pong computed 0.78-0.83
+    of 128x256 per slot, H200: 3072x5120x2560 446 against 534 TFLOP/s), and never to a tile 192 wide, which holds
+    no register tile (the converted B is one): its 128x192 variant failed to compile at launch and the kernel ran its
+    own tile. The same kernel without a computed B takes ping-pong 128x192 there."""
+    own_128 = dict(GEMM_INFO, constants=dict(GEMM_INFO["constants"], BLOCK_N=128))
+    weight = dict(own_128, computed_b=True)
+    wide = {"BLOCK_N": 256, "schedule": "persistent"}
+    assert choose(own_128, {"M": 3072, "N": 5120, "K": 2560}) == PINGPONG
+    assert choose(weight, {"M": 3072, "N": 5120, "K": 2560}) == wide
+    for extents in ({"M": 1100, "N": 4096, "K": 4096}, {"M": 1536, "N": 6144, "K": 2048},
+                    {"M": 2176, "N": 4096, "K": 1024}, {"M": 2112, "N": 2048, "K": 8192}):
+        config = choose(weight, extents)
+        assert 192 not in (config.get("BLOCK_M"), config.get("BLOCK_N")), (extents, config)
+        assert choose(own_128, extents), extents      # (where the plain kernel switches to a 192-wide tile)
+
+
 def test_a_fused_epilogue_over_a_short_k_weighs_cooperative_tiles_less():
     """Below K = 2048 a cooperative tile's epilogue is exposed: a kernel whose epilogue loads (bias, residual) does
     not switch to one there for a few percent of fill (GEMM + bias + GELU at 16384x4096x1024 ran 535 cooperative

@@ -1,6 +1,6 @@
 """User-style kernels on the GPU (`kernels/user/`): programs written the way a Triton or CUDA user would write them,
 not by the compiler's authors: GEMM epilogues (alpha/beta, a run-time `if` around a load, a bias-initialised
-accumulator, constexpr flags, an i32 mask, a second reduced output, an f16 residual), operand layouts (M-major A,
+accumulator, constexpr flags, an i32 mask, a second reduced output, an f16 residual, an f32 residual stored transposed), operand layouts (M-major A,
 nn.Linear's [N, K] W, an A scaled in registers, tf32), fp8 in (e5m2) and out (e4m3), a weight-only fp8 GEMM (its B
 converted in registers; also stored [N, K], as nn.Linear does), a hand-written grouped 1-D grid, a dual GEMM, a batched GEMM on a 3-D grid, three attention
 variants (no scale, Triton-style causal at head dim 256 in f16, an additive bias), and row reductions and norms
@@ -185,6 +185,13 @@ def gemm_fp8_weight(rng, shape, bits=False, **_):
     return [a, w, scale, Out("bf16", (f64(a) @ f64(w)) * f64(scale), BF16)]
 
 
+def gemm_residual_t(rng, shape, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    rt = randn(rng, (n, m), "f32")
+    return [a, b, rt, Out("bf16", f64(a) @ f64(b) + f64(rt).T, BF16)]
+
+
 def gemm_fp8_weight_nk(rng, shape, **kw):
     """gemm_fp8_weight with W stored [N, K] (nn.Linear's layout)."""
     a, w, scale, out = gemm_fp8_weight(rng, shape, **kw)
@@ -359,6 +366,8 @@ CASES = [
                                       {"BLOCK_M": 192}, {"BLOCK_K": 128}]),
     Case("gemm_fp8_weight_nk", [(320, 1056, 320)], [{}], name="gemm_fp8_weight_nk-bits", bits=True),
     Case("gemm_fp8_out", GEMM, [{}]),
+    # a residual kept transposed (RT [N, M], f32): transposed in registers through scratch shared memory
+    Case("gemm_residual_t", GEMM_M8, [{}, {"schedule": "tile"}, {"BLOCK_N": 256}]),
     # 3 tile rows of 128 in groups of 8 (one short group) and 9 (the last group of one row); GROUP_M 3 splits 9 evenly
     Case("gemm_grouped_pid", GEMM, [{}, {"BLOCK_N": 128, "GROUP_M": 3}]),
     Case("geglu", GEMM + [SPLIT], [{}, {"BLOCK_M": 64, "BLOCK_N": 128}]),

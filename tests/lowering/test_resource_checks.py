@@ -82,6 +82,27 @@ def test_ring_that_overflows_next_to_other_tiles_refused_by_the_backend_at_the_l
     assert "for k in range" in str(e)
 
 
+@pytest.mark.parametrize("options", [{}, {"schedule": "tile"}, {"BLOCK_N": 256}, {"schedule": "persistent"}])
+def test_transposed_register_tile_is_counted_beside_the_ring(options):
+    """A residual loaded [BLOCK_N, BLOCK_M] and transposed in registers goes through scratch shared memory above
+    the ring (`shape.convert`): the ring is sized beside it, so the kernel compiles with its defaults (it was
+    refused, asking for fewer buffers than the automatic choice, 257 KiB of 227; and the ping-pong fallback's error
+    had lost its source location)."""
+    path = os.path.join(ROOT, "tests", "e2e", "kernels", "user", "gemm_residual_t.tawa")
+    assert _compile(path, **options).shared_bytes <= hopper.SMEM_PER_BLOCK
+
+
+def test_an_error_of_the_fallback_compile_keeps_its_location(monkeypatch):
+    """The second compile of an automatic choice (ping-pong, then the tile shared) parses the first's input with its
+    locations: an error there points into the source."""
+    from tawa.lowering import aref_insertion
+    monkeypatch.setattr(aref_insertion, "other_smem_bytes", lambda *a, **k: 0)   # the ring then overflows
+    path = os.path.join(ROOT, "tests", "e2e", "kernels", "user", "gemm_residual_t.tawa")
+    with pytest.raises(CompilationError) as info:
+        _compile(path)
+    assert info.value.location is not None and info.value.location.filename == path
+
+
 def test_uniform_kernel_over_the_limit_refused_at_its_def(monkeypatch):
     """Any kernel whose dynamic shared memory exceeds the limit is refused, located, by convert-to-nvvm (here a
     smaller limit makes the uniform gemm too large)."""
