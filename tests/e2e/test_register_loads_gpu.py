@@ -170,3 +170,30 @@ def test_epilogue_operand_before_the_tensor_reads_zeros(shape, options):
     # (with one column of tiles every element is masked: the reference is all zeros)
     assert ((c.double() - ref).norm() / max(ref.norm().item(), 1.0)).item() < 1e-2
     assert not c[:, :options["BLOCK_N"]].any(), "the first column of tiles read past the tensor's start"
+
+
+RMSNORM = str(KERNELS / "user" / "rmsnorm.tawa")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [4096, 4000, 1001], ids=["full-rows", "ragged-rows", "odd-rows"])
+@pytest.mark.parametrize("offset", [False, True], ids=["contiguous", "offset-views"])
+def test_row_kernel_vector_accesses(cols, offset):
+    """A kernel without dots (RMSNorm) loads and stores each thread's run of four bf16 in one access where every
+    run is aligned and wholly inside or outside the rows (`to_nvvm.vector_access`): full rows, rows shorter than
+    the tile (runs past the end skipped whole), odd rows and views one element into their storage (the element
+    by element branch), input and output both."""
+    kernel = compiled(RMSNORM)
+    import torch
+    torch.manual_seed(cols + offset)
+    m = 37
+    x = _operand(torch, m, cols, torch.bfloat16, offset, scale=2.0)
+    w = torch.randn(cols, device="cuda").to(torch.bfloat16)
+    y = poisoned(torch, (m, cols + 2), torch.bfloat16)[:, 1:cols + 1] if offset else \
+        poisoned(torch, (m, cols), torch.bfloat16)
+    kernel(x, w, y, 1e-5)
+    torch.cuda.synchronize()
+    assert not y.isnan().any()
+    xd = x.double()
+    ref = xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * w.double()
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2

@@ -290,6 +290,8 @@ class Ctx:
     cluster: list | None = None
     #: CTAs kept resident per SM (`ctas_per_sm`): the registers each thread holds at entry depend on it.
     ctas_per_sm: int = 1
+    #: Whether the kernel has a dot: without one, register loads and stores go in vectors (`vector_access`).
+    has_dots: bool = True
     #: Whether consumer warp groups may hold more registers to overlap work with the tensor cores (compile option
     #: `register_overlap`: chunked epilogue loads, the register-A loop, a double-buffered computed B).
     register_overlap: bool = True

@@ -123,6 +123,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
     ctx.cluster = attrs.CLUSTER.get(func)
     ctx.ctas_per_sm = getattr(options, "ctas_per_sm", None) or 1
     ctx.register_overlap = getattr(options, "register_overlap", None) is not False
+    ctx.has_dots = any(op.name == "tawa.dot" for op in walk(func.operation))
     if warp_groups(func) and len(attrs.GRID.get(func)) == 2 and not ctx.persistent:
         # (A persistent kernel visits its tiles in grouped order already: persistent-tiles wrote it in the IR.)
         ctx.pid_group = PID_GROUP

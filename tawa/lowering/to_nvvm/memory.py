@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import contextlib
+
 from mlir import ir
 
 from tawa.ir.ops import DimOp, LoadOp, PrefetchOp, StoreOp
@@ -16,7 +18,7 @@ from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
 from ..assign_layouts import check_dot_tile, smem_swizzle, swizzle_width
-from . import broadcast_operand, staged_operand, sync
+from . import broadcast_operand, staged_operand, sync, vector_access
 from .chunk_loads import ChunkLoads, chunk_loads
 from .builder import V
 from .fp8 import from_storage, storage_type, to_storage
@@ -201,6 +203,11 @@ def lower_register_load(ctx: Ctx, op) -> None:
     lead = leading_in_bounds(ctx, arg, offsets, rank - layout.rank)
     st = storage_type(elem)     # fp8 is loaded as i8
     read_only = not stored_by_kernel(src)
+    runs = vector_access.row_runs(layout, elem) if not ctx.has_dots else []
+    if runs:        # a kernel without dots: the runs of each thread's row in vectors
+        regs = vector_access.load_tile_regs(ctx, arg, rank, offsets, lead, elem, layout, read_only, runs)
+        ctx.set(op.results[0], Tile([from_storage(b, raw_to(b, v, st), elem) for v in regs], layout, elem))
+        return
 
     def address(i):
         ptr, pred = element_address(ctx, arg, rank, offsets, ctx.coords(layout, i), lead, elem)
@@ -346,10 +353,35 @@ def lower_store(ctx: Ctx, op) -> None:
     b = ctx.b
     drain_prefetched(ctx)     # (a TMA store takes or drains them itself)
     addrs, _ = _addressing(ctx, op, StoreOp(op).dst, offsets, value.layout)
-    # Replicated elements are stored by each owner; the writes are identical.
-    for (ptr, pred), v in zip(addrs, value.regs):
-        with b.if_(pred):
-            b.line(f"llvm.store {to_storage(b, v)}, {ptr} : {storage_type(elem)}, !llvm.ptr<1>")
+
+    def store_element(r):
+        # Replicated elements are stored by each owner; the writes are identical.
+        ptr, pred = addrs[r]
+        with b.if_(pred) if pred is not None else _no_condition():
+            b.line(f"llvm.store {to_storage(b, value.regs[r])}, {ptr} : {storage_type(elem)}, !llvm.ptr<1>")
+
+    runs = vector_access.row_runs(value.layout, elem) if not ctx.has_dots else []
+    if runs:        # a kernel without dots: the runs of each thread's row in vectors
+        dst = StoreOp(op).dst
+        arg, rank = ctx.params.arg_index(dst), ir.MemRefType(dst.type).rank
+        lead = leading_in_bounds(ctx, arg, offsets, rank - value.layout.rank)
+        raw = [_raw_bits(b, v) for v in value.regs]
+        vector_access.store_tile_regs(ctx, arg, rank, offsets, lead, elem, value.layout, raw, runs, store_element)
+        return
+    for r in range(len(value.regs)):
+        store_element(r)
+
+
+@contextlib.contextmanager
+def _no_condition():
+    yield
+
+
+def _raw_bits(b, v: V) -> V:
+    """A register's bits as the integer of its size (`vector_access.RAW`)."""
+    v = to_storage(b, v)
+    raw = vector_access.RAW[elem_bytes(v.type)]
+    return v if v.type == raw else b.op(f"arith.bitcast {v} : {v.type} to {raw}", raw)
 
 
 def tma_store_tile(ctx: Ctx, op, tile: Tile, offsets: list, operand: ir.Value | None = None) -> None:

@@ -37,6 +37,7 @@ def region_context(ctx: Ctx, first_group: int, num_groups: int) -> Ctx:
     child.tma = ctx.tma
     child.cluster = ctx.cluster
     child.register_overlap = ctx.register_overlap
+    child.has_dots = ctx.has_dots
     child.overlaps = ctx.overlaps
     # Named barrier 0 is the CTA barrier; each region gets its own (ids 1..15), over its threads only.
     child.barrier_id = 1 + first_group

@@ -1,0 +1,54 @@
+"""Register loads and stores of kernels without dots go in vectors (`to_nvvm/vector_access.py`): each thread's
+run of consecutive elements along a row is one 4-, 8- or 16-byte access where a uniform test finds every run
+aligned and wholly inside or outside the tensor, element by element otherwise; kernels with dots keep their own
+paths (TMA, chunked epilogue loads)."""
+import pathlib
+import re
+
+import pytest
+
+import tawa
+from ws_support import spill_bytes
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+USER = ROOT / "tests" / "e2e" / "kernels" / "user"
+
+
+def _accesses(ptx: str) -> dict:
+    out = {}
+    for m in re.finditer(r"\b(ld\.global(?:\.nc)?|st\.global)(\.v[24])?\.(b16|b32|u8)\b", ptx):
+        out[m.group(0)] = out.get(m.group(0), 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("kernel,vector", [("rmsnorm", "v2.b32"), ("softmax_temp", "v2.b32"),
+                                           ("layernorm", "v4.b32")])
+def test_row_kernels_load_and_store_runs_in_vectors(kernel, vector):
+    """bf16/f16 rows: four elements a thread in one 8-byte access (`ld.global.nc.v2.b32`, `st.global.v2.b32`),
+    layernorm's f32 weight and bias sixteen bytes a load; the element-by-element accesses remain for the
+    unaligned branch (odd extents, views at odd offsets)."""
+    kernel = tawa.compile(str(USER / f"{kernel}.tawa"), cache=False)
+    acc = _accesses(kernel.ptx)
+    assert acc.get(f"ld.global.nc.{vector}"), acc
+    assert acc.get("st.global.v2.b32"), acc
+    assert acc.get("ld.global.nc.b16") and acc.get("st.global.b16"), acc
+
+
+def test_vector_runs_are_counted_per_thread():
+    """A [4, 4096] bf16 tile over 128 threads: 128 elements a thread, 32 runs of four: 32 vector loads of X and 8
+    of the [4096] weight, 32 vector stores of Y."""
+    acc = _accesses(tawa.compile(str(USER / "rmsnorm.tawa"), cache=False).ptx)
+    assert acc["ld.global.nc.v2.b32"] == 32 + 8 and acc["st.global.v2.b32"] == 32, acc
+
+
+@pytest.mark.parametrize("kernel", ["softmax_temp", "layernorm", "logsumexp"])
+def test_vector_accesses_do_not_spill(kernel):
+    assert spill_bytes(tawa.compile(str(USER / f"{kernel}.tawa"), cache=False)) == 0
+
+
+def test_kernels_with_dots_keep_their_accesses():
+    """A GEMM's epilogue operand is not loaded through this path: its loads stay as `chunk_loads` makes them."""
+    ptx = tawa.compile(str(USER / "gemm_f16_residual.tawa"), cache=False).ptx
+    acc = _accesses(ptx)
+    assert acc.get("ld.global.nc.b32") or acc.get("ld.global.nc.b16"), acc
+    assert not any(".v2." in a or ".v4." in a for a in acc), acc
