@@ -104,8 +104,8 @@ class CompileOptions:
         None, help="let a consumer warp group hold more registers to overlap work with the tensor cores: an "
                    "epilogue's register loads issued a chunk ahead of their math, the next K step's A computed in "
                    "registers under the current wgmmas, a B computed in registers written into a second buffer "
-                   "while the dot runs (auto: on, and compiled again without them where ptxas then spills more "
-                   "than a few registers; on: keep them even then; off: none)")
+                   "while the dot runs (auto and on: each where it applies, which leaves out a double-buffered B "
+                   "on three consumer warp groups; off: none; the kernel's notes name the ones taken)")
     tma: Optional[bool] = _opt(
         None, help="load dot operands and store tiles with TMA copies (auto and on); off: the threads copy them, "
                    "for tensors whose rows or base address are not 16-byte aligned (slower; implies the "

@@ -495,19 +495,31 @@ def loads_after_loop(kernel: S.Kernel) -> bool:
 def computed_b(kernel: S.Kernel) -> bool:
     """Whether a dot's B operand is computed after its load (`dot(a, w.to(bf16))`, a weight-only fp8 GEMM): its
     main loop converts B every K step, which tiles of 128x128 amortize worse than 128x256 or 256x128
-    (`launch_defaults.COMPUTED_B_RATES`). Read from the text: the operand, through names and transposes, is a `load`."""
-    values = {n.target: n.value for n in _walk(kernel.body) if isinstance(n, S.Assign) and n.op is None}
+    (`launch_defaults.COMPUTED_B_RATES`). Read from the text in order: a name is a load while its latest
+    assignment is one, through transposes and other such names (`b = load(...); b = b.T` is)."""
+    loads: dict = {}
 
-    def loaded(e, depth=0) -> bool:
+    def loaded(e) -> bool:
         while (isinstance(e, S.Attribute) and e.attr == "T") or (
                 isinstance(e, S.Call) and isinstance(e.func, S.Name) and e.func.id == "trans" and e.args):
             e = e.value if isinstance(e, S.Attribute) else e.args[0]
-        if isinstance(e, S.Name) and e.id in values and depth < 16:
-            return loaded(values[e.id], depth + 1)
+        if isinstance(e, S.Name):
+            return loads.get(e.id, False)
         return isinstance(e, S.Call) and isinstance(e.func, S.Name) and e.func.id == "load"
 
-    return any(isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "dot" and len(n.args) >= 2
-               and not loaded(n.args[1]) for n in _walk(kernel.body))
+    for n in _walk(kernel.body):
+        if isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "dot" and len(n.args) >= 2 \
+                and not loaded(n.args[1]):
+            return True
+        if isinstance(n, S.Assign):
+            # (its value's calls come after it in the walk: a dot there reads the names as they were before)
+            value_loaded = n.op is None and loaded(n.value)
+            for inner in _walk([n.value]):
+                if isinstance(inner, S.Call) and isinstance(inner.func, S.Name) and inner.func.id == "dot" \
+                        and len(inner.args) >= 2 and not loaded(inner.args[1]):
+                    return True
+            loads[n.target] = value_loaded
+    return False
 
 
 def dot_count(kernel: S.Kernel) -> int:

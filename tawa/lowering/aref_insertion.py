@@ -84,7 +84,7 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
                 vectors += -(-tile_bytes(t) // SMEM_TILE_ALIGN) * SMEM_TILE_ALIGN
             else:
                 loads += tile_bytes(t)
-        elif op.name == "tawa.trans" and not _in_shared_memory(op.operands[0]):
+        elif op.name == "tawa.trans" and not _in_shared_memory(op.operands[0], heavy):
             # a register tile transposed is redistributed through scratch above everything else (`shape.convert`,
             # one at a time): uncounted, a transposed f32 residual's 64 KiB made the default ring overflow
             conversions = max(conversions, tile_bytes(op.operands[0].type))
@@ -101,10 +101,16 @@ def other_smem_bytes(func_op, heavy, persistent: bool = False, stagings: int = 1
     return loads + stagings * (vectors + store + computed_b_bytes(func_op)) + conversions
 
 
-def _in_shared_memory(value) -> bool:
-    """Whether a tile is in shared memory where it is used: a load (or aref slot) feeding dots only."""
+def _in_shared_memory(value, heavy) -> bool:
+    """Whether a tile is in shared memory where it is used, so that transposing it relabels it (`SmemTile`): a
+    ring slot (a heavy load, an aref slot: a weight converted after `.T` reads it from there), or a load feeding
+    dots only; through transposes."""
     src = defining_op(value)
-    return src is not None and src.name in (LoadOp.NAME, "tawa.aref_get") and feeds_dots_only(value)
+    while src is not None and src.name == "tawa.trans":
+        src = defining_op(src.operands[0])
+    if src is None:
+        return False
+    return src in heavy or src.name == "tawa.aref_get" or (src.name == LoadOp.NAME and feeds_dots_only(value))
 
 
 def computed_b_bytes(func_op) -> int:

@@ -186,6 +186,17 @@ def run(module: ir.Module, options=None) -> ir.Module:
     return module
 
 
+def _transposed(value) -> bool:
+    """Whether a shared tile is used transposed from how it is stored: an odd number of `tawa.trans` back to its
+    load or slot (as `to_nvvm.shape.lower_trans` flips `SmemTile.transposed`; `x.T.T` is read as stored)."""
+    odd = False
+    src = owner_op(value)
+    while src is not None and src.name == TransOp.NAME:
+        odd = not odd
+        src = owner_op(TransOp(src).src)
+    return odd
+
+
 def _is_splat(value) -> bool:
     op = owner_op(value)
     return op is not None and op.name == SplatOp.NAME
@@ -231,6 +242,16 @@ def _assign(ops: list, W: int, ctx) -> None:
                 if v in anchor and _is_tile(v) and anchor[v].shape == _shape(op.results[0]):
                     anchor[op.results[0]] = anchor[v]
                     break
+            else:
+                # math on a shared tile is done in the layout it is read in (`shared_read`): the other operands
+                # (a broadcast scale) are wanted in it, not converted to it every iteration
+                for v in op.operands:
+                    if v in smem and _shape(v) == _shape(op.results[0]):
+                        try:
+                            anchor[op.results[0]] = L.shared_read(_shape(v), _transposed(v), W)
+                        except CompilationError:
+                            pass      # (192 rows hold no blocked layout: a dot's A fragments decide there)
+                        break
         elif name == ReduceOp.NAME and ReduceOp(op).src in anchor and _shape(ReduceOp(op).src) and \
                 len(_shape(ReduceOp(op).src)) > 1:
             anchor[op.results[0]] = L.slice_(anchor[ReduceOp(op).src], ReduceOp(op).axis)
@@ -295,8 +316,7 @@ def _assign(ops: list, W: int, ctx) -> None:
 
     def lay_of(v):
         if v in smem:     # read into registers by the op that uses it (`shape.register_tile`)
-            src = owner_op(v)
-            return L.shared_read(_shape(v), src is not None and src.name == TransOp.NAME, W)
+            return L.shared_read(_shape(v), _transposed(v), W)
         return layout.get(v)
 
     def default(v):

@@ -21,7 +21,7 @@ def test_gemm_info_is_what_space_info_reads_from_the_example(own_cache):
 
 
 @pytest.mark.parametrize("b, computed", [
-    ("b", False), ("b.T", False), ("trans(b)", False), ("w", False),
+    ("b", False), ("b.T", False), ("trans(b)", False), ("w", False), ("u", False), ("v", True),
     ("b.to(bf16)", True), ("w.to(bf16)", True), ("(b * 2.0).to(bf16)", True)])
 def test_space_info_says_whether_a_dot_computes_its_b(b, computed):
     """`computed_b`: a dot's B operand is not, through names and transposes, a `load` (the launch weighs tiles for
@@ -35,6 +35,10 @@ def test_space_info_says_whether_a_dot_computes_its_b(b, computed):
               "        a = load(A, (program_id(0), k), (BLOCK_M, BLOCK_K))\n"
               "        b = load(B, (k, program_id(1)), (BLOCK_K, BLOCK_N))\n"
               "        w = b.T.T\n"
+              "        u = b\n"
+              "        u = u.T.T\n"
+              "        v = b.to(bf16)\n"
+              "        v = v.T.T\n"
               f"        acc = dot(a, {b}, acc)\n"
               "    store(C, (program_id(0), program_id(1)), acc.to(bf16))\n")
     assert space_info(source)["computed_b"] is computed

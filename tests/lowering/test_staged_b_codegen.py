@@ -95,3 +95,72 @@ def test_three_consumer_groups_keep_the_waiting_dot():
     kernel = tawa.compile(KERNEL, cache=False, BLOCK_M=192)
     assert not re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", kernel.ptx)
     assert spill_bytes(kernel) == 0
+
+
+def _ring_depths(source, **options) -> list:
+    from tawa.lowering import aref_insertion
+    depths, choose = [], aref_insertion.choose_depth
+
+    def spy(*args, **kw):
+        depths.append(choose(*args, **kw))
+        return depths[-1]
+    aref_insertion.choose_depth = spy
+    try:
+        tawa.compile(source, cache=False, **options)
+    finally:
+        aref_insertion.choose_depth = choose
+    return depths
+
+
+@pytest.mark.parametrize("options", [{}, {"BLOCK_N": 256}, {"BLOCK_M": 256, "BLOCK_K": 128}],
+                         ids=["auto", "n256", "m256k128"])
+def test_a_transposed_weight_costs_no_ring_slots(options):
+    """`w.T` of a ring slot relabels the slot (no scratch shared memory): the [N, K] weight gets the ring the
+    [K, N] one gets (counted as a register transpose it lost a slot, and at 256x128x128 its double buffer)."""
+    assert _ring_depths(NK, **options) == _ring_depths(KERNEL, **options)
+
+
+SCALED = """
+@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))
+def scaled_weight(A: bf16[M, K], W: f8e4m3[N, K], s: bf16[N], C: bf16[M, N],
+                  BLOCK_M: const = 128, BLOCK_N: const = 128, BLOCK_K: const = 64):
+    acc = zeros((BLOCK_M, BLOCK_N), f32)
+    sc = load(s, program_id(1), BLOCK_N)
+    for k in range(cdiv(K, BLOCK_K)):
+        a = load(A, (program_id(0), k), (BLOCK_M, BLOCK_K))
+        w = load(W, (program_id(1), k), (BLOCK_N, BLOCK_K))
+        acc = dot(a, {b}, acc)
+    store(C, (program_id(0), program_id(1)), acc.to(bf16))
+"""
+
+
+@pytest.mark.parametrize("b", ["w.T.to(bf16) * sc[None, :]", "sc[None, :] * w.T.to(bf16)", "w.T.T.T.to(bf16)"])
+def test_math_on_a_shared_tile_takes_its_read_layout(b):
+    """A broadcast scale multiplied into the transposed weight is wanted in the layout the weight is read in (it
+    was converted through shared memory every K step), and `w.T.T.T` is read as `w.T` (an even number of
+    transposes reads the tile as stored)."""
+    from tawa.lowering.to_nvvm import shape
+    conversions, convert = [], shape.convert
+
+    def spy(ctx, tile, layout):
+        if not tile.layout.same_mapping(layout) and len({r.name for r in tile.regs}) > 1:
+            conversions.append((tile.layout.desc, layout.desc))
+        return convert(ctx, tile, layout)
+    shape.convert = spy
+    try:
+        kernel = tawa.compile(SCALED.replace("{b}", b), cache=False)
+    finally:
+        shape.convert = convert
+    assert conversions == []
+    assert spill_bytes(kernel) == 0
+    assert not re.search(r"\bld\.shared\.(u8|b8)\b", kernel.ptx)
+
+
+def test_an_even_number_of_transposes_reads_the_tile_as_stored():
+    """`w.T.T` of a [K, N] weight is read along its stored rows, as `w` is (taken as transposed, it was read one
+    byte an element, four rows apart)."""
+    source = KERNEL.replace("w = load(W, (k, pid_n), (BLOCK_K, BLOCK_N)).to(bf16)",
+                            "w = load(W, (k, pid_n), (BLOCK_K, BLOCK_N)).T.T.to(bf16)")
+    assert source != KERNEL
+    ptx = tawa.compile(source, cache=False).ptx
+    assert not re.search(r"\bld\.shared\.(u8|b8)\b", ptx)

@@ -295,8 +295,7 @@ class Ctx:
     #: Whether consumer warp groups may hold more registers to overlap work with the tensor cores (compile option
     #: `register_overlap`: chunked epilogue loads, the register-A loop, a double-buffered computed B).
     register_overlap: bool = True
-    #: The overlaps of `register_overlap` this kernel took (named for the kernel's notes; `compiler.compile_module`
-    #: compiles again without them when ptxas spills).
+    #: The overlaps of `register_overlap` this kernel took (named in the kernel's notes by `compiler.compile_module`).
     overlaps: set = field(default_factory=set)
     #: The registers a thread of this context may hold: its warp-group region's `setmaxnreg` budget, or None
     #: outside one (`register_budget`).

@@ -197,9 +197,12 @@ def stage_b(ctx: Ctx, op, bt: Tile) -> SmemTile:
     k_runs = L.vector_runs(bt.layout, 0, 2) if (rows * es) % SWIZZLE_BYTES == 0 else None
     k_major = bool(k_runs) and not L.vector_runs(bt.layout, 1, 2)
     if not k_major and (cols * es) % SWIZZLE_BYTES:
+        along_k = L.vector_runs(bt.layout, 0, 2) is not None
         raise CompilationError(
             f"a B operand computed in registers needs rows of a multiple of {SWIZZLE_BYTES} bytes, got {cols} "
-            f"{bt.elem} elements", loc, note=f"make BLOCK_N a multiple of {SWIZZLE_BYTES // es}")
+            f"{bt.elem} elements", loc, note=f"make BLOCK_N a multiple of {SWIZZLE_BYTES // es}" +
+            (f", or BLOCK_K a multiple of {SWIZZLE_BYTES // es} (this B, a transposed load, is written along K)"
+             if along_k else ""))
     axis = 0 if k_major else 1
     runs = next((r for w in (4, 2) for r in [L.vector_runs(bt.layout, axis, w)] if r),
                 [[i] for i in range(len(bt.regs))])
