@@ -52,3 +52,14 @@ def test_kernels_with_dots_keep_their_accesses():
     acc = _accesses(ptx)
     assert acc.get("ld.global.nc.b32") or acc.get("ld.global.nc.b16"), acc
     assert not any(".v2." in a or ".v4." in a for a in acc), acc
+
+
+@pytest.mark.parametrize("options", [{}, {"BLOCK": 128}])
+def test_a_transposed_tile_is_stored_along_its_rows(options):
+    """`store(Y, ..., x.T)`: the registers run down the output's columns, so the tile is redistributed through
+    shared memory into the blocked layout and stored in vectors along the rows (element stores each wrote 32 rows
+    a warp: 541 against 1793 GB/s for an 8192x8192 bf16 transpose, H200)."""
+    kernel = tawa.compile(str(USER / "transpose.tawa"), cache=False, **options)
+    acc = _accesses(kernel.ptx)
+    assert acc.get("st.global.v2.b32"), acc
+    assert spill_bytes(kernel) == 0
