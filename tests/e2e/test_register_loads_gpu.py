@@ -197,3 +197,26 @@ def test_row_kernel_vector_accesses(cols, offset):
     xd = x.double()
     ref = xd / (xd.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * w.double()
     assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+COPY_3D = str(KERNELS / "copy_3d.tawa")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("padded", [False, True], ids=["contiguous", "padded-rows"])
+def test_3d_tile_vector_accesses_check_every_pitch(padded):
+    """A [2, 4, 64] f32 tile: contiguous, its runs go in 16-byte vectors; as a view whose middle pitch is 66
+    elements (every other row 8 bytes off a 16-byte boundary), element by element (the alignment test ignored
+    that pitch, and a vector access there faults)."""
+    kernel = compiled(COPY_3D)
+    import torch
+    torch.manual_seed(3 + padded)
+    shape = (3, 6, 64)
+    if padded:
+        x = torch.randn(3, 6, 66, device="cuda")[:, :, :64]
+        y = poisoned(torch, (3, 6, 66), torch.float32)[:, :, :64]
+    else:
+        x, y = torch.randn(*shape, device="cuda"), poisoned(torch, shape, torch.float32)
+    kernel(x, y)
+    torch.cuda.synchronize()
+    assert torch.equal(y, x * 2.0)

@@ -63,3 +63,51 @@ def test_a_transposed_tile_is_stored_along_its_rows(options):
     acc = _accesses(kernel.ptx)
     assert acc.get("st.global.v2.b32"), acc
     assert spill_bytes(kernel) == 0
+
+
+def test_a_3d_tile_tests_every_pitch_it_spans(monkeypatch):
+    """The alignment test of a [2, 4, 64] tile of a 3-D tensor reads both row pitches the tile spans (it read only
+    the innermost one's, and a view with a 66-element middle pitch took 16-byte accesses 8 bytes off)."""
+    from tawa.lowering.to_nvvm import vector_access
+    from tawa.lowering.to_nvvm.context import Params
+    read, inside = [], []
+    stride, aligned = Params.stride, vector_access.runs_aligned
+
+    def spy_stride(self, arg, d):
+        if inside:
+            read.append(d)
+        return stride(self, arg, d)
+
+    def spy_aligned(*args, **kw):
+        inside.append(1)
+        try:
+            return aligned(*args, **kw)
+        finally:
+            inside.pop()
+    monkeypatch.setattr(Params, "stride", spy_stride)
+    monkeypatch.setattr(vector_access, "runs_aligned", spy_aligned)
+    tawa.compile(str(ROOT / "tests" / "e2e" / "kernels" / "copy_3d.tawa"), cache=False)
+    assert set(read) == {0, 1}, read
+
+
+@pytest.mark.parametrize("source,options", [("transpose.tawa", {"BLOCK": 256}), ("transpose.tawa", {})])
+def test_large_tiles_keep_element_accesses(source, options):
+    """Tiles of more than MAX_REGISTERS registers a thread keep the element path (a 256x256 transpose: 512 a
+    thread; loading them whole in vectors spilled kilobytes), and are not redistributed through shared memory;
+    a 64x64 one is."""
+    kernel = tawa.compile(str(USER / source), cache=False, **options)
+    acc = _accesses(kernel.ptx)
+    big = options.get("BLOCK") == 256
+    assert bool(acc.get("st.global.v2.b32")) != big, acc
+    assert (kernel.compiled.shared_bytes == 0) == big
+
+
+def test_a_column_store_is_not_redistributed():
+    """A [4, 1] column (a row reduction's result): its blocked layout has no runs either, so no shared-memory
+    round trip (it added three barriers for nothing)."""
+    source = ("@grid(cdiv(M, BM))\n"
+              "def colstore(X: f32[M, N], R: f32[M, 1], BM: const = 4, BN: const = 1024):\n"
+              "    x = load(X, (program_id(0), 0), (BM, BN))\n"
+              "    store(R, (program_id(0), 0), max(x, axis=1)[:, None])\n")
+    ptx = tawa.compile(source, cache=False).ptx
+    assert len(re.findall(r"bar\.sync", ptx)) <= 3

@@ -203,7 +203,7 @@ def lower_register_load(ctx: Ctx, op) -> None:
     lead = leading_in_bounds(ctx, arg, offsets, rank - layout.rank)
     st = storage_type(elem)     # fp8 is loaded as i8
     read_only = not stored_by_kernel(src)
-    runs = vector_access.row_runs(layout, elem) if not ctx.has_dots else []
+    runs = vector_access.row_runs(layout, elem) if vector_access.applies(ctx, layout) else []
     if runs:        # a kernel without dots: the runs of each thread's row in vectors
         regs = vector_access.load_tile_regs(ctx, arg, rank, offsets, lead, elem, layout, read_only, runs)
         ctx.set(op.results[0], Tile([from_storage(b, raw_to(b, v, st), elem) for v in regs], layout, elem))
@@ -360,9 +360,10 @@ def lower_store(ctx: Ctx, op) -> None:
         with b.if_(pred) if pred is not None else _no_condition():
             b.line(f"llvm.store {to_storage(b, value.regs[r])}, {ptr} : {storage_type(elem)}, !llvm.ptr<1>")
 
-    runs = vector_access.row_runs(value.layout, elem) if not ctx.has_dots else []
-    if not runs and not ctx.has_dots and value.layout.rank == 2 and vector_access.row_runs(
-            L.transpose(value.layout), elem) and len(value.regs) > 1:
+    runs = vector_access.row_runs(value.layout, elem) if vector_access.applies(ctx, value.layout) else []
+    if not runs and vector_access.applies(ctx, value.layout) and value.layout.rank == 2 and vector_access.row_runs(
+            L.transpose(value.layout), elem) and vector_access.row_runs(L.blocked(value.shape, ctx.num_warps), elem) \
+            and _tile_bytes(value) <= vector_access.MAX_CONVERTED_BYTES:
         # registers that run down the stored tile's columns (a transpose's `x.T`): redistributed through shared
         # memory into the blocked layout, so that the stores run along the rows, in vectors (a warp's element
         # stores each wrote 32 rows: a 64x64 transpose moved 0.89x torch's bytes per second)
@@ -379,6 +380,13 @@ def lower_store(ctx: Ctx, op) -> None:
         return
     for r in range(len(value.regs)):
         store_element(r)
+
+
+def _tile_bytes(tile) -> int:
+    total = elem_bytes(tile.elem)
+    for extent in tile.shape:
+        total *= extent
+    return total
 
 
 @contextlib.contextmanager

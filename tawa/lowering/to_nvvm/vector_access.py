@@ -26,8 +26,24 @@ from .global_access import element_address, predicated_load
 
 #: Widest access, in bytes (`ld.global.v4.b32`).
 MAX_VECTOR_BYTES = 16
+#: Largest tile a store redistributes through shared memory first (`memory.lower_store`, a transpose's `x.T`):
+#: 128x128 bf16. A 256x256 f32 tile needed 257 KiB and was refused, and a 128x128 f32 one spilled 352 bytes.
+MAX_CONVERTED_BYTES = 32 * 1024
 #: Raw register type of an element of each size (the storage type's bits).
 RAW = {1: "i8", 2: "i16", 4: "i32"}
+
+
+#: Most registers a thread's tile may have for its loads and stores to go in vectors: the vector path loads the
+#: whole tile at once and branches over it, where the element path computes register by register (an elementwise
+#: kernel's 256x128 f32 tile, 256 registers a thread, spilled 2176 bytes in vectors against 300 element by
+#: element). RMSNorm's [4, 4096] bf16 tile has 128 and ran 1.06x torch in vectors, 0.72x element by element.
+MAX_REGISTERS = 128
+
+
+def applies(ctx: Ctx, layout: L.Layout) -> bool:
+    """Whether a register load or store of `layout` goes in vectors: a kernel without dots, tiles of at most
+    `MAX_REGISTERS` registers a thread."""
+    return not ctx.has_dots and len(layout.regs) <= MAX_REGISTERS
 
 
 def row_runs(layout: L.Layout, elem: str) -> list:
@@ -50,8 +66,8 @@ def runs_aligned(ctx: Ctx, arg: int, rank: int, offsets: list, lead, elem: str, 
     es = elem_bytes(elem)
     first, _ = element_address(ctx, arg, rank, offsets, [b.i32(0)] * layout.rank, lead, elem)
     bits = b.op(f"llvm.ptrtoint {first} : !llvm.ptr<1> to i64", "i64")
-    if layout.rank == 2:
-        bits = b.or_(bits, b.mul(ctx.params.stride(arg, rank - 2), es))
+    for d in range(rank - layout.rank, rank - 1):       # every row pitch the tile spans (a 3-D tile has two)
+        bits = b.or_(bits, b.mul(ctx.params.stride(arg, d), es))
     bits = b.or_(bits, b.mul(b.ext_i64(ctx.params.dim(arg, rank - 1)), es))
     bits = b.or_(bits, b.mul(b.ext_i64(offsets[rank - 1]), es))
     return b.cmpi("eq", b.and_(bits, b.const(width * es - 1, "i64")), b.const(0, "i64"))
