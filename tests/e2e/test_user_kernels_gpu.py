@@ -185,6 +185,12 @@ def gemm_fp8_weight(rng, shape, bits=False, **_):
     return [a, w, scale, Out("bf16", (f64(a) @ f64(w)) * f64(scale), BF16)]
 
 
+def gemm_fp8_a(rng, shape, **_):
+    m, n, k = shape
+    a, b = randn(rng, (m, k), "f8e4m3"), randn(rng, (k, n), "bf16")
+    return [a, b, Out("bf16", f64(a) @ f64(b), BF16)]
+
+
 def gemm_residual_t(rng, shape, **_):
     m, n, k = shape
     a, b = _ab(rng, m, n, k)
@@ -365,6 +371,8 @@ CASES = [
     Case("gemm_fp8_weight_nk", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False},
                                       {"BLOCK_M": 192}, {"BLOCK_K": 128}]),
     Case("gemm_fp8_weight_nk", [(320, 1056, 320)], [{}], name="gemm_fp8_weight_nk-bits", bits=True),
+    # an fp8 A converted in registers (read two bytes a load along K, in wgmma's A layout)
+    Case("gemm_fp8_a", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False}]),
     Case("gemm_fp8_out", GEMM, [{}]),
     # a residual kept transposed (RT [N, M], f32): transposed in registers through scratch shared memory
     Case("gemm_residual_t", GEMM_M8, [{}, {"schedule": "tile"}, {"BLOCK_N": 256}]),

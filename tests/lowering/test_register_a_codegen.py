@@ -122,3 +122,13 @@ def test_a_chain_on_the_loop_index_or_a_carried_value_waits(source, options):
     if code is None:
         pytest.skip("cuobjdump/nvdisasm not installed")
     assert in_flight_writes(code) == [] and loads_under_wgmma(code) == 0
+
+
+@pytest.mark.parametrize("options", [{}, {"BLOCK_N": 256}, {"schedule": "tile"}], ids=["auto", "n256", "tile"])
+def test_an_fp8_a_is_read_two_bytes_a_load(options):
+    """An fp8 A converted to bf16 in registers: wgmma's A layout holds pairs of consecutive K elements, read as one
+    2-byte load each (`shape._row_runs`), not a byte at a time (112 `ld.shared.b8` a thread before)."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "tests" / "e2e" / "kernels" / "user" / "gemm_fp8_a.tawa"
+    ptx = tawa.compile(str(path), cache=False, **options).ptx
+    assert not re.search(r"\bld\.shared\.(u8|b8|s8)\b", ptx)
+    assert re.search(r"\bld\.shared\.(b16|v2\.b8|u16)\b", ptx)
