@@ -15,7 +15,6 @@ output poisoned (NaN). Shapes include rows shorter than the kernel's tile (ragge
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -23,6 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 USER = os.path.join(ROOT, "tests", "e2e", "kernels", "user")
+
+from bench_user_kernels import save_results  # noqa: E402  (the table's JSON, plot and exit status)
 
 #: (kernel, (rows, columns)).
 CASES = [("rmsnorm", (16384, 4096)), ("rmsnorm", (4000, 4096)), ("rmsnorm", (16384, 4000)),
@@ -90,36 +91,8 @@ def run(out: str, json_out=None, plot=None) -> None:
         rows.append({"kernel": name, "shape": [m, n], "gbps": res, "ratio": res["tawa"] / res["torch"]})
         print(f"| {name} | {m}x{n} | {res['tawa']:.0f} | {res['torch']:.0f} | {res['tawa'] / res['torch']:.2f} |",
               flush=True)
-    print("correctness:", "all ok" if not wrong else f"{wrong} WRONG")
-    raw = {"gpu": gpu, "rows": rows}
-    if json_out:
-        with open(json_out, "w") as f:
-            json.dump(raw, f, indent=1)
-    write_plot(raw, plot or os.path.join(out, "rows.png"))
-    if wrong:
-        sys.exit(1)
-
-
-def write_plot(raw: dict, path: str) -> None:
-    """Per kernel and shape: Tawa's GB/s over torch's."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception as e:  # matplotlib missing: the printed table is the result
-        print(f"no plot ({type(e).__name__}: {e})")
-        return
-    rows = raw["rows"]
-    fig, ax = plt.subplots(1, 1, figsize=(8, 4))
-    ax.bar(range(len(rows)), [r["ratio"] for r in rows])
-    ax.set_xticks(range(len(rows)), [f"{r['kernel']} {'x'.join(map(str, r['shape']))}" for r in rows],
-                  fontsize=7, rotation=45, ha="right")
-    ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_ylabel("Tawa / torch (GB/s)")
-    ax.set_title(f"Row kernels ({raw['gpu']})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    print(f"plot written to {path}")
+    save_results({"gpu": gpu, "rows": rows}, wrong, json_out, plot or os.path.join(out, "rows.png"),
+                 ylabel="Tawa / torch (GB/s)", title="Row kernels")
 
 
 def main() -> None:

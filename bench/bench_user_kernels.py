@@ -248,18 +248,23 @@ def run(out: str, only: str, json_out=None, plot=None) -> None:
         print(f"| {name} | {'x'.join(map(str, shape))} | {res['tawa']:.0f} | "
               + ", ".join(f"{a} {v:.0f}" for a, v in res.items() if a != "tawa") + f" | {res['tawa'] / best:.3f} |",
               flush=True)
+    save_results({"gpu": gpu, "rows": rows}, wrong, json_out, plot or os.path.join(out, "user_kernels.png"))
+
+
+def save_results(raw: dict, wrong: int, json_out, plot: str, **plot_kw) -> None:
+    """Say whether every kernel was correct, write the JSON and the plot, and exit non-zero if one was not."""
     print("correctness:", "all ok" if not wrong else f"{wrong} WRONG")
-    raw = {"gpu": gpu, "rows": rows}
     if json_out:
         with open(json_out, "w") as f:
             json.dump(raw, f, indent=1)
-    write_plot(raw, plot or os.path.join(out, "user_kernels.png"))
+    write_plot(raw, plot, **plot_kw)
     if wrong:
         sys.exit(1)
 
 
-def write_plot(raw: dict, path: str) -> None:
-    """Per kernel and shape: Tawa's TFLOP/s over the fastest anchor's."""
+def write_plot(raw: dict, path: str, ylabel: str = "Tawa / fastest torch anchor",
+               title: str = "User-style kernels as launched") -> None:
+    """Per kernel and shape: each row's `ratio` (Tawa over its anchor)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -273,8 +278,8 @@ def write_plot(raw: dict, path: str) -> None:
     ax.set_xticks(range(len(rows)), [f"{r['kernel']} {'x'.join(map(str, r['shape']))}" for r in rows],
                   fontsize=6, rotation=60, ha="right")
     ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_ylabel("Tawa / fastest torch anchor")
-    ax.set_title(f"User-style kernels as launched ({raw['gpu']})")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{title} ({raw['gpu']})")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     print(f"plot written to {path}")

@@ -486,10 +486,14 @@ def loads_after_loop(kernel: S.Kernel) -> bool:
     for statement in kernel.body:
         if isinstance(statement, S.For):
             seen_loop = True
-        elif seen_loop and any(isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "load"
-                               for n in _walk([statement])):
+        elif seen_loop and any(_calls(n, "load") for n in _walk([statement])):
             return True
     return False
+
+
+def _calls(node, name: str) -> bool:
+    """Whether a syntax node is a call of the builtin `name`."""
+    return isinstance(node, S.Call) and isinstance(node.func, S.Name) and node.func.id == name
 
 
 def computed_b(kernel: S.Kernel) -> bool:
@@ -500,31 +504,23 @@ def computed_b(kernel: S.Kernel) -> bool:
     loads: dict = {}
 
     def loaded(e) -> bool:
-        while (isinstance(e, S.Attribute) and e.attr == "T") or (
-                isinstance(e, S.Call) and isinstance(e.func, S.Name) and e.func.id == "trans" and e.args):
+        while (isinstance(e, S.Attribute) and e.attr == "T") or (_calls(e, "trans") and e.args):
             e = e.value if isinstance(e, S.Attribute) else e.args[0]
         if isinstance(e, S.Name):
             return loads.get(e.id, False)
-        return isinstance(e, S.Call) and isinstance(e.func, S.Name) and e.func.id == "load"
+        return _calls(e, "load")
 
     for n in _walk(kernel.body):
-        if isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "dot" and len(n.args) >= 2 \
-                and not loaded(n.args[1]):
+        if _calls(n, "dot") and len(n.args) >= 2 and not loaded(n.args[1]):
             return True
         if isinstance(n, S.Assign):
-            # (its value's calls come after it in the walk: a dot there reads the names as they were before)
-            value_loaded = n.op is None and loaded(n.value)
-            for inner in _walk([n.value]):
-                if isinstance(inner, S.Call) and isinstance(inner.func, S.Name) and inner.func.id == "dot" \
-                        and len(inner.args) >= 2 and not loaded(inner.args[1]):
-                    return True
-            loads[n.target] = value_loaded
+            loads[n.target] = n.op is None and loaded(n.value)
     return False
 
 
 def dot_count(kernel: S.Kernel) -> int:
     """The `dot` calls in the body's text."""
-    return sum(isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "dot" for n in _walk(kernel.body))
+    return sum(_calls(n, "dot") for n in _walk(kernel.body))
 
 
 def _walk(roots):

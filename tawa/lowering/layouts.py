@@ -257,6 +257,17 @@ def vector_runs(layout: Layout, axis: int, width: int) -> list | None:
     return runs
 
 
+def widest_runs(layout: Layout, axis: int, elem_bytes: int, sizes: tuple) -> list:
+    """`vector_runs` along `axis` of the widest of `sizes` bytes (each run at least two elements) that the layout
+    has; none where it has none."""
+    for nbytes in sizes:
+        width = nbytes // elem_bytes
+        runs = vector_runs(layout, axis, width) if width >= 2 else None
+        if runs:
+            return runs
+    return []
+
+
 def slice_(parent: Layout, axis: int) -> Layout:
     """The layout of `reduce(x, axis)` for x in `parent`: the coordinate along `axis` is dropped."""
     suffix = f",{axis}>"

@@ -37,11 +37,15 @@ def from_storage(b: Builder, v: V, elem: str) -> V:
     return b.op(f"arith.bitcast {v} : {v.type} to {elem}", elem) if is_fp8(elem) else v
 
 
+def _cvt_f16x2(b: Builder, h: V, elem: str) -> V:
+    """The two fp8 elements of type `elem` in the i16 `h` (low byte first) as two f16 in an i32 (`cvt.rn.f16x2`)."""
+    return b.op(f'"llvm.inline_asm"({h}) <{{asm_string = "cvt.rn.f16x2.{_FP8_PTX[elem]} $0, $1;", '
+                f'constraints = "=r,h"}}> : (i16) -> i32', "i32")
+
+
 def fp8_to_f32(b: Builder, v: V) -> V:
     """The exact f32 value of an fp8 element (through the hardware's fp8x2 -> f16x2 conversion)."""
-    h = b.cast("extui", to_storage(b, v), "i16")
-    pair = b.op(f'"llvm.inline_asm"({h}) <{{asm_string = "cvt.rn.f16x2.{_FP8_PTX[v.type]} $0, $1;", '
-                f'constraints = "=r,h"}}> : (i16) -> i32', "i32")
+    pair = _cvt_f16x2(b, b.cast("extui", to_storage(b, v), "i16"), v.type)
     half = b.op(f"arith.bitcast {b.cast('trunci', pair, 'i16')} : i16 to f16", "f16")
     return b.cast("extf", half, "f32")
 
@@ -67,9 +71,7 @@ def fp8_pair_to_f16(b: Builder, lo: V, hi: V) -> tuple:
     vec = b.op("llvm.mlir.undef : vector<2xi8>", "vector<2xi8>")
     for i, v in enumerate((lo, hi)):
         vec = b.op(f"llvm.insertelement {to_storage(b, v)}, {vec}[{b.i32(i)} : i32] : vector<2xi8>", "vector<2xi8>")
-    h = b.op(f"llvm.bitcast {vec} : vector<2xi8> to i16", "i16")
-    pair = b.op(f'"llvm.inline_asm"({h}) <{{asm_string = "cvt.rn.f16x2.{_FP8_PTX[lo.type]} $0, $1;", '
-                f'constraints = "=r,h"}}> : (i16) -> i32', "i32")
+    pair = _cvt_f16x2(b, b.op(f"llvm.bitcast {vec} : vector<2xi8> to i16", "i16"), lo.type)
     halves = b.op(f"llvm.bitcast {pair} : i32 to vector<2xf16>", "vector<2xf16>")
     return tuple(b.op(f"llvm.extractelement {halves}[{b.i32(i)} : i32] : vector<2xf16>", "f16") for i in (0, 1))
 

@@ -352,25 +352,16 @@ def lower_store(ctx: Ctx, op) -> None:
         return
     b = ctx.b
     drain_prefetched(ctx)     # (a TMA store takes or drains them itself)
+    value = vector_access.along_rows(ctx, value, elem)
     addrs, _ = _addressing(ctx, op, StoreOp(op).dst, offsets, value.layout)
 
     def store_element(r):
         # Replicated elements are stored by each owner; the writes are identical.
         ptr, pred = addrs[r]
-        with b.if_(pred) if pred is not None else _no_condition():
+        with b.if_(pred) if pred is not None else contextlib.nullcontext():
             b.line(f"llvm.store {to_storage(b, value.regs[r])}, {ptr} : {storage_type(elem)}, !llvm.ptr<1>")
 
     runs = vector_access.row_runs(value.layout, elem) if vector_access.applies(ctx, value.layout) else []
-    if not runs and vector_access.applies(ctx, value.layout) and value.layout.rank == 2 and vector_access.row_runs(
-            L.transpose(value.layout), elem) and vector_access.row_runs(L.blocked(value.shape, ctx.num_warps), elem) \
-            and _tile_bytes(value) <= vector_access.MAX_CONVERTED_BYTES:
-        # registers that run down the stored tile's columns (a transpose's `x.T`): redistributed through shared
-        # memory into the blocked layout, so that the stores run along the rows, in vectors (a warp's element
-        # stores each wrote 32 rows: a 64x64 transpose moved 0.89x torch's bytes per second)
-        from .shape import convert
-        value = convert(ctx, value, L.blocked(value.shape, ctx.num_warps))
-        addrs, _ = _addressing(ctx, op, StoreOp(op).dst, offsets, value.layout)
-        runs = vector_access.row_runs(value.layout, elem)
     if runs:        # a kernel without dots: the runs of each thread's row in vectors
         dst = StoreOp(op).dst
         arg, rank = ctx.params.arg_index(dst), ir.MemRefType(dst.type).rank
@@ -380,18 +371,6 @@ def lower_store(ctx: Ctx, op) -> None:
         return
     for r in range(len(value.regs)):
         store_element(r)
-
-
-def _tile_bytes(tile) -> int:
-    total = elem_bytes(tile.elem)
-    for extent in tile.shape:
-        total *= extent
-    return total
-
-
-@contextlib.contextmanager
-def _no_condition():
-    yield
 
 
 def _raw_bits(b, v: V) -> V:

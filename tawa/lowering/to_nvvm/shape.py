@@ -100,13 +100,8 @@ def read_smem(ctx: Ctx, t: SmemTile, layout: L.Layout, sync_after: bool = True) 
 def _row_runs(layout: L.Layout, t: SmemTile) -> list:
     """Runs of `layout`'s registers at consecutive bytes of one row of `t` as stored (its columns; a transposed
     tile's used rows), 2, 4 or 8 bytes each, aligned (`layouts.vector_runs`); none where there are no such runs."""
-    es = elem_bytes(t.elem)
-    axis = 0 if t.transposed else 1
-    for nbytes in (8, 4, 2):     # (two bytes: an fp8 A read in wgmma's A layout, pairs along K)
-        runs = L.vector_runs(layout, axis, nbytes // es) if nbytes > es else None
-        if runs:
-            return runs
-    return []
+    # (two bytes: an fp8 A read in wgmma's A layout, pairs along K)
+    return L.widest_runs(layout, 0 if t.transposed else 1, elem_bytes(t.elem), (8, 4, 2))
 
 
 def layout_of(op, index: int = 0) -> L.Layout:

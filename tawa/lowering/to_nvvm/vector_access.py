@@ -49,13 +49,22 @@ def applies(ctx: Ctx, layout: L.Layout) -> bool:
 def row_runs(layout: L.Layout, elem: str) -> list:
     """Runs of registers holding consecutive elements along the last dimension, the widest of 16, 8 or 4 bytes
     that the layout has (at least two elements); none where it has no such runs."""
-    es = elem_bytes(elem)
-    for nbytes in (16, 8, 4):
-        width = nbytes // es
-        runs = L.vector_runs(layout, layout.rank - 1, width) if width >= 2 else None
-        if runs:
-            return runs
-    return []
+    return L.widest_runs(layout, layout.rank - 1, elem_bytes(elem), (16, 8, 4))
+
+
+def along_rows(ctx: Ctx, tile, elem: str):
+    """A tile to store, in a layout whose runs lie along its rows: itself, or, where its registers run down its
+    columns instead (a transpose's `x.T`), redistributed through shared memory into the blocked layout (a warp's
+    element stores each wrote 32 rows: a 64x64 transpose moved 0.89x torch's bytes per second). Only where the
+    blocked layout has runs and the tile fits `MAX_CONVERTED_BYTES`."""
+    if not applies(ctx, tile.layout) or tile.layout.rank != 2 or row_runs(tile.layout, elem) \
+            or not row_runs(L.transpose(tile.layout), elem):
+        return tile
+    blocked = L.blocked(tile.shape, ctx.num_warps)
+    if not row_runs(blocked, elem) or elem_bytes(elem) * tile.shape[0] * tile.shape[1] > MAX_CONVERTED_BYTES:
+        return tile
+    from .shape import convert
+    return convert(ctx, tile, blocked)
 
 
 def runs_aligned(ctx: Ctx, arg: int, rank: int, offsets: list, lead, elem: str, layout: L.Layout,
