@@ -2,7 +2,8 @@
 
 The GEMM benchmarks measure the examples; these are kernels written the way a Triton or CUDA user writes them
 (epilogues with alpha/beta, masks, residuals of other types, an A scaled in registers, tf32, fp8 in and out, a dual
-GEMM, a batched GEMM, attention with a bias, without a scale, at head dims 96 and 256). Each is launched as a user
+GEMM, a batched GEMM, attention with a bias, without a scale, at head dims 96 and 256, cross attention, a sliding window,
+soft-capped logits). Each is launched as a user
 would, `kernel(*args)`, so the launch defaults pick its tile per shape.
 
 Two steps, so that compilation (which needs MLIR) and execution (which needs a Hopper GPU) may run on different
@@ -39,9 +40,12 @@ GEMMS = ["gemm_at", "gemm_alpha_beta", "geglu", "gemm_tf32", "gemm_f16_residual"
          "gemm_fp8_weight_nk"]
 #: (Z, M, N, K) of the batched GEMM with an epilogue.
 BATCHED = [(8, 2048, 2048, 1024), (16, 1024, 1024, 4096)]
-#: (Z, H, S, D) per attention kernel.
+#: (Z, H, S, D) per attention kernel; attn_cross takes (Z, H, SQ, SK, D), attn_window (Z, H, S, WINDOW, D).
 ATTENTION = {"attn_bias": [(4, 16, 2048, 64)], "attn_noscale": [(4, 16, 4096, 96), (16, 16, 1024, 96)],
-             "attn_causal_scale": [(4, 16, 2048, 256)]}
+             "attn_causal_scale": [(4, 16, 2048, 256)],
+             "attn_cross": [(4, 16, 1024, 4096, 128), (2, 16, 4096, 1024, 128), (8, 16, 512, 2048, 64)],
+             "attn_window": [(2, 16, 8192, 2048, 128), (4, 32, 4096, 1024, 128), (4, 16, 8192, 4096, 64)],
+             "attn_softcap": [(4, 16, 4096, 128), (8, 16, 2048, 64)]}
 
 
 def gemm_arguments(name, m, n, k) -> list:
@@ -65,8 +69,17 @@ def gemm_arguments(name, m, n, k) -> list:
     }[name]
 
 
-def attention_arguments(name, z, h, s, d) -> list:
+def attention_arguments(name, *shape) -> list:
+    if name == "attn_cross":
+        z, h, sq, sk, d = shape
+        return [((z, h, sq, d), 2), ((z, h, sk, d), 2), ((z, h, sk, d), 2), ((z, h, sq, d), 2), 0.088]
+    if name == "attn_window":
+        z, h, s, window, d = shape
+        return [((z, h, s, d), 2)] * 4 + [0.088, window]
+    z, h, s, d = shape
     act = [((z, h, s, d), 2)]
+    if name == "attn_softcap":
+        return act * 4 + [0.088, 20.0]
     if name == "attn_bias":
         return act * 3 + [((s, s), 4), ((z, h, s, d), 2), 0.125]
     if name == "attn_noscale":
@@ -88,12 +101,22 @@ def _cases(only: str) -> list:
     return [c for c in cases if re.search(only, c[0])]
 
 
+def _kernel(tawa, kernels: dict, name: str, shape):
+    """The kernel `name` as a user compiles it: its own defaults, but the head dim of the variants taken from the
+    shape (their `D` is a constant checked against the tensors)."""
+    constants = {"D": shape[-1]} if name in ("attn_cross", "attn_window", "attn_softcap") else {}
+    key = (name, tuple(constants.items()))
+    if key not in kernels:
+        kernels[key] = tawa.compile(os.path.join(USER, name + ".tawa"), **constants)
+    return kernels[key]
+
+
 def build(out: str, only: str) -> None:
     os.environ["TAWA_CACHE_DIR"] = os.path.join(out, "cache")
     import tawa
     kernels = {}
     for name, shape, arguments in _cases(only):
-        kernel = kernels.setdefault(name, tawa.compile(os.path.join(USER, name + ".tawa")))
+        kernel = _kernel(tawa, kernels, name, shape)
         variant = kernel.variant_for(*_shaped(arguments))
         print(f"{name} {'x'.join(map(str, shape))}: "
               f"{'own' if variant is kernel else variant.compiled.constants}", flush=True)
@@ -110,6 +133,8 @@ def _inputs(torch, name, shape):
     def empty(*s, dtype=bf):
         return torch.empty(*s, device=dev, dtype=dtype)
 
+    if name in ("attn_cross", "attn_window", "attn_softcap"):
+        return _attention_variant(torch, name, shape, rnd, empty)
     if name in ATTENTION:
         z, h, s, d = shape
         dt = torch.float16 if name == "attn_causal_scale" else bf
@@ -218,6 +243,50 @@ def _inputs(torch, name, shape):
     raise KeyError(name)
 
 
+def _attention_variant(torch, name, shape, rnd, empty):
+    """_inputs of the attention variants that SDPA has no argument for (a sliding window, soft-capping): their anchor
+    is torch's FlexAttention, compiled (its Triton kernel skips the blocks a block mask leaves out); cross attention
+    takes SDPA's cuDNN and FlashAttention-2 backends."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    flex = torch.compile(flex_attention, dynamic=False)
+    scale = 0.088
+
+    def backend(b, *qkv):
+        def call():
+            with sdpa_kernel([b]):
+                return F.scaled_dot_product_attention(*qkv, scale=scale)
+        return call
+
+    if name == "attn_cross":
+        z, h, sq, sk, d = shape
+        q, k, v, o = rnd(z, h, sq, d), rnd(z, h, sk, d), rnd(z, h, sk, d), empty(z, h, sq, d)
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=scale)
+        return ([q, k, v, o, scale], o, ref, {"cudnn": backend(SDPBackend.CUDNN_ATTENTION, q, k, v),
+                                              "fa2": backend(SDPBackend.FLASH_ATTENTION, q, k, v)},
+                4 * z * h * sq * sk * d, 2e-2)
+    if name == "attn_window":
+        z, h, s, window, d = shape
+    else:
+        z, h, s, d = shape
+    q, k, v, o = rnd(z, h, s, d), rnd(z, h, s, d), rnd(z, h, s, d), empty(z, h, s, d)
+    i = torch.arange(s, device="cuda")
+    if name == "attn_window":
+        keep = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=keep, scale=scale)
+        mask = create_block_mask(lambda b, hh, qi, ki: (ki <= qi) & (ki > qi - window), None, None, s, s)
+        pairs = s * window - window * (window - 1) // 2           # (query, key) pairs inside the window
+        return ([q, k, v, o, scale, window], o, ref, {"flex": lambda: flex(q, k, v, block_mask=mask, scale=scale)},
+                4 * z * h * pairs * d, 2e-2)
+    cap = 20.0
+    scores = torch.tanh((q.float() @ k.float().transpose(-1, -2)) * scale / cap) * cap
+    ref = torch.softmax(scores, -1) @ v.float()
+    return ([q, k, v, o, scale, cap], o, ref,
+            {"flex": lambda: flex(q, k, v, score_mod=lambda x, b, hh, qi, ki: cap * torch.tanh(x / cap), scale=scale),
+             "sdpa_no_cap": lambda: F.scaled_dot_product_attention(q, k, v, scale=scale)}, 4 * z * h * s * s * d, 2e-2)
+
+
 def run(out: str, only: str, json_out=None, plot=None) -> None:
     os.environ["TAWA_CACHE_DIR"] = os.path.join(out, "cache")
     import torch
@@ -229,7 +298,7 @@ def run(out: str, only: str, json_out=None, plot=None) -> None:
     rows, wrong, kernels = [], 0, {}
     print(f"{gpu}\n| kernel | shape | Tawa TFLOP/s | anchors (TFLOP/s) | Tawa / best anchor |\n|---|---|---:|---|---:|")
     for name, shape, _ in _cases(only):
-        kernel = kernels.setdefault(name, tawa.compile(os.path.join(USER, name + ".tawa")))
+        kernel = _kernel(tawa, kernels, name, shape)
         args, output, ref, anchors, flops, tol = _inputs(torch, name, shape)
         if output.dtype == torch.float8_e4m3fn:
             output.view(torch.uint8).fill_(0x7F)

@@ -27,11 +27,10 @@ from tawa.errors import CompilationError, InternalCompilerError, TawaError
 from tawa.ir import kernel_info, verify
 from tawa.ir.location import source_location, where
 from tawa.ir.traversal import walk
-from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, epilogue_prefetch,
-                           launch_order, lazy_rescale, loop_guards, loop_load_prefetch, lower_to_llvm, mask_elision, occupancy,
-                           partition, persistent_tiles,
-                           protocol_check, register_realloc, software_pipeline, split_k, stream_k, to_nvvm,
-                           ws_analysis, ws_ir)
+from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, divide_by_row,
+                           epilogue_prefetch, exp_base2, launch_order, lazy_rescale, loop_guards, loop_load_prefetch,
+                           lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles, protocol_check,
+                           register_realloc, software_pipeline, split_k, stream_k, to_nvvm, ws_analysis, ws_ir)
 from tawa.options import PERSISTENT_SCHEDULES, CompileOptions
 
 
@@ -88,6 +87,11 @@ PIPELINE = [
     # An online softmax keeps a stale row maximum until it grows by 2^8, so its rescale multiplies are by exactly 1.0
     # on most iterations, and the GPU lowering skips them.
     Pass("lazy-rescale", lazy_rescale.run),
+    # exp(s - m[:, None]) becomes exp2(s * log2e - (m * log2e)[:, None]): one FMA before the MUFU instead of a
+    # subtract and a multiply (GPU only: the interpreter keeps exp as written).
+    Pass("exp-base2", exp_base2.run, when=_gpu),
+    # a / b[:, None] and a / scalar become a * (1 / b): one reciprocal per row instead of a division per element.
+    Pass("divide-by-row", divide_by_row.run, when=_gpu),
     # Split-K: small grids split each tile's K loop over several programs; the last to finish sums and stores.
     Pass("split-k", split_k.run, when=_split),
     # Warp specialization (tile level): loads feeding dots become aref puts in a producer warp group.

@@ -2,8 +2,9 @@
 not by the compiler's authors: GEMM epilogues (alpha/beta, a run-time `if` around a load, a bias-initialised
 accumulator, constexpr flags, an i32 mask, a second reduced output, an f16 residual, an f32 residual stored transposed), operand layouts (M-major A,
 nn.Linear's [N, K] W, an A scaled in registers, tf32), fp8 in (e5m2) and out (e4m3), a weight-only fp8 GEMM (its B
-converted in registers; also stored [N, K], as nn.Linear does), a hand-written grouped 1-D grid, a dual GEMM, a batched GEMM on a 3-D grid, three attention
-variants (no scale, Triton-style causal at head dim 256 in f16, an additive bias), and row reductions and norms
+converted in registers; also stored [N, K], as nn.Linear does), a hand-written grouped 1-D grid, a dual GEMM, a batched GEMM on a 3-D grid, six attention
+variants (no scale, Triton-style causal at head dim 256 in f16, an additive bias, cross attention, a causal
+sliding window, logit soft-capping), and row reductions and norms
 (RMSNorm, LayerNorm, softmax, logsumexp), and a tiled transpose.
 
 Each kernel is launched as a user would, `kernel(*args)` in its signature order, compiled with its own defaults
@@ -271,6 +272,32 @@ def attn_bias(rng, shape, D=64, **_):
     return [q, k, v, bias, Out("bf16", ref, ATTENTION), scale]
 
 
+def attn_cross(rng, shape, D=128, **_):
+    z, h, sq, sk = shape
+    q = randn(rng, (z, h, sq, D), "bf16")
+    k, v = randn(rng, (z, h, sk, D), "bf16"), randn(rng, (z, h, sk, D), "bf16")
+    scale = D ** -0.5
+    ref = softmax(f64(q) @ f64(k).swapaxes(-1, -2) * scale) @ f64(v)
+    return [q, k, v, Out("bf16", ref, ATTENTION), scale]
+
+
+def attn_window(rng, shape, D=128, **_):
+    z, h, s, window = shape
+    q, k, v = _qkv(rng, z, h, s, D, "bf16")
+    scale = D ** -0.5
+    i, j = np.arange(s)[:, None], np.arange(s)[None, :]
+    scores = np.where((j <= i) & (j > i - window), f64(q) @ f64(k).swapaxes(-1, -2) * scale, -np.inf)
+    return [q, k, v, Out("bf16", softmax(scores) @ f64(v), ATTENTION), scale, window]
+
+
+def attn_softcap(rng, shape, D=128, **_):
+    z, h, s = shape
+    q, k, v = _qkv(rng, z, h, s, D, "bf16", q_scale=3.0)        # scores well past the cap, so it bites
+    scale, cap = D ** -0.5, 20.0
+    scores = cap * np.tanh(f64(q) @ f64(k).swapaxes(-1, -2) * scale / cap)
+    return [q, k, v, Out("bf16", softmax(scores) @ f64(v), ATTENTION), scale, cap]
+
+
 def rmsnorm(rng, shape, **_):
     m, n = shape
     x, w = randn(rng, (m, n), "bf16", scale=2.0), randn(rng, (n,), "bf16")
@@ -383,6 +410,12 @@ CASES = [
     Case("attn_noscale", ATTN, [{}, {"HEAD_DIM": 128, "BLOCK_N": 128}]),
     Case("attn_causal_scale", ATTN, [{}, {"D": 128, "BLOCK_N": 128}]),
     Case("attn_bias", ATTN_S4, [{}, {"D": 128, "BLOCK_N": 128}]),
+    # (Z, H, SQ, SK): queries shorter and longer than the keys, ragged both ways
+    Case("attn_cross", [(1, 1, 24, 40), (2, 3, 333, 1100), (2, 8, 1100, 200)], [{}, {"D": 64, "BLOCK_N": 64}]),
+    # (Z, H, S, WINDOW): a window inside one block, one not a multiple of the blocks, one past the sequence
+    Case("attn_window", [(1, 1, 24, 8), (2, 3, 1100, 300), (2, 8, 1100, 2000)], [{}, {"D": 64, "BLOCK_N": 64}],
+         interpret_shapes=[(1, 1, 24, 8), (1, 2, 333, 150)]),
+    Case("attn_softcap", ATTN, [{}, {"D": 64, "BLOCK_N": 64}]),
     # (odd row lengths take the element-by-element branch of the vector accesses: these kernels have no TMA)
     Case("rmsnorm", ROWS + [(70, 4096), (5, 1001)], [{}, {"BLOCK_M": 1, "BLOCK_N": 8192}]),
     Case("layernorm", ROWS + [(71, 1024), (6, 1023)]),

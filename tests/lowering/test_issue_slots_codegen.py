@@ -63,3 +63,20 @@ def test_attention_rescale_is_skipped_when_alpha_is_one(constants, per_thread):
     skips = SKIPPED_RESCALE.findall(kernel.compiled.ptx)
     assert skips, "no vote-guarded rescale in the PTX"
     assert all(body.count("mul.rn.f32") == per_thread for _, _, body in skips), [b.count("mul") for *_, b in skips]
+
+
+USER = ROOT / "tests" / "e2e" / "kernels" / "user"
+EX2 = re.compile(r"^\s*ex2\.approx\.ftz\.f32\s+%r\d+, (%r\d+);", re.M)
+
+
+@pytest.mark.parametrize("kernel", ["attn_cross.tawa", "attn_noscale.tawa", "softmax_temp.tawa"])
+def test_exponential_of_a_shifted_score_is_one_fma(kernel):
+    """`exp(s - m[:, None])` as users write it (pass `exp-base2`): each exponential's argument is one FMA of the
+    score and the row's scaled maximum, not a subtract followed by a multiply by log2(e)."""
+    ptx = tawa.compile((USER / kernel).read_text(), cache=False).compiled.ptx
+    defs = dict((m.group(2), m.group(1)) for m in re.finditer(r"^\s*([a-z0-9.]+)\s+(%r\d+),", ptx, re.M))
+    args = EX2.findall(ptx)
+    assert len(args) >= 32
+    kinds = [defs.get(a) for a in args]
+    # all but the per-row exponentials (alpha = exp(m_old - m), the row sums) come straight from an FMA
+    assert kinds.count("fma.rn.f32") >= 0.9 * len(kinds), sorted(set(kinds))

@@ -1,0 +1,64 @@
+"""Tile values that repeat along rows or columns (splats of a scalar, broadcasts of a row or column) and math on
+them at the rank they vary at: `exp-base2` multiplies a softmax's row maximum by log2(e) once per row and
+`divide-by-row` takes one reciprocal per row, where computing on the broadcast tile would cost one instruction per
+element."""
+from __future__ import annotations
+
+from typing import Callable
+
+from mlir import ir
+
+from tawa.ir.ops import BroadcastOp, ExpandDimsOp, SplatOp
+from tawa.ir.traversal import defining_op
+
+
+def is_f32_tile(value) -> bool:
+    t = value.type
+    return isinstance(t, ir.RankedTensorType) and isinstance(t.element_type, ir.F32Type)
+
+
+def repeats(value) -> bool:
+    """Whether `value` is a splat, or a broadcast of a tile with fewer elements (one value per row or column)."""
+    op = defining_op(value)
+    return op is not None and op.name in (SplatOp.NAME, BroadcastOp.NAME)
+
+
+def splat(scalar: ir.Value, t) -> ir.Value:
+    return ir.Operation.create(SplatOp.NAME, results=[t], operands=[scalar]).result
+
+
+def splatted_f32(value):
+    """The f32 scalar that `value` splats, or None."""
+    op = defining_op(value)
+    if op is None or op.name != SplatOp.NAME:
+        return None
+    scalar = SplatOp(op).value
+    return scalar if isinstance(scalar.type, ir.F32Type) else None
+
+
+def map_at_source_rank(value: ir.Value, on_scalar: Callable, on_tile: Callable) -> ir.Value:
+    """`f(value)` for an elementwise f, computed before `value`'s broadcasts and expand_dims: on the splatted scalar
+    (`on_scalar(s)`, then splat) or on the smallest tile (`on_tile(t)`), then reshaped as `value` was. Builds at the
+    current insertion point."""
+    op = defining_op(value)
+    if op is not None and op.name == SplatOp.NAME and splatted_f32(value) is not None:
+        return splat(on_scalar(splatted_f32(value)), value.type)
+    if op is not None and op.name in (BroadcastOp.NAME, ExpandDimsOp.NAME):
+        src = map_at_source_rank(op.operands[0], on_scalar, on_tile)
+        attributes = {op.attributes[i].name: op.attributes[i].attr for i in range(len(op.attributes))}
+        return ir.Operation.create(op.name, results=[value.type], operands=[src], attributes=attributes).result
+    return on_tile(value)
+
+
+def erase_if_unused(value: ir.Value) -> None:
+    """Erase the splat, broadcast, expand_dims or arith op defining `value` when nothing reads it any more, and
+    then its operands' in turn: a rewrite that replaced a reader leaves no dead tiles for the layout pass to place
+    (a dead broadcast would still get a layout, and may need one the backend refuses)."""
+    op = defining_op(value)
+    if op is None or list(value.uses) or not (op.name in (SplatOp.NAME, BroadcastOp.NAME, ExpandDimsOp.NAME)
+                                               or op.name.startswith("arith.")) or len(op.results) != 1:
+        return
+    operands = list(op.operands)
+    op.erase()
+    for operand in operands:
+        erase_if_unused(operand)
