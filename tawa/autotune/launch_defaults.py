@@ -346,6 +346,12 @@ ATTENTION_192_RATE, ATTENTION_192_MIN_WAVES = 1.1, 2
 #: from 3000 to 8192.
 ATTENTION_TILE_MIN_BLOCKS = 20
 ATTENTION_TILE = {"schedule": "tile"}
+#: Key blocks per head dim (up to the key), for an attention kernel whose own BLOCK_N is another: 64 keys up to head
+#: dim 64 (two CTAs per SM, whose four consumer warp groups hide each other's softmax), 128 above, up to 128. The
+#: examples' own choice, measured (docs/performance.md): at head dim 96, 128-key blocks ran 1.20x a user kernel's
+#: 64 (521 against 434 TFLOP/s, 4x16x4096, H200); at head dim 64, 64-key blocks 1.07x a user kernel's 128 (383
+#: against 364 at 8x16x512 queries over 2048 keys). Head dims above 128 keep the kernel's own blocks.
+ATTENTION_KEY_BLOCKS = ((64, 64), (128, 128))
 #: Options given explicitly under which an attention kernel keeps its own configuration.
 _ATTENTION_OPTIONS = _SCHEDULE_OPTIONS + ("cluster", "ctas_per_sm", "consumer_pingpong", "consumer_lookahead")
 
@@ -357,10 +363,23 @@ def is_attention_family(info: dict) -> bool:
     return bool(info.get("has_dot")) and info.get("dots") == 2 and len(tiles) == 1 and tiles[0][0] == "BLOCK_M"
 
 
+def _divides_sequences(info: dict, extents: dict, block: int) -> bool:
+    """Whether `block` divides the extent of every shape symbol that names the rows of a tensor (its second-to-last
+    dim: the sequence lengths of queries and keys, in blocks of rows)."""
+    rows = {dims[-2] for _, dims in info.get("operands", []) if len(dims) >= 2 and isinstance(dims[-2], str)}
+    lengths = [extents.get(name) for name in rows]
+    return bool(lengths) and all(isinstance(e, int) and e % block == 0 for e in lengths)
+
+
 def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: int = 132) -> dict:
     """ATTENTION_TILE for an attention-family kernel whose compiled configuration (`own`) chains its loop's dots,
     has query blocks of ATTENTION_OWN_ROWS and takes dynamic tiles, on sequences of at least
     ATTENTION_TILE_MIN_BLOCKS 128-key blocks.
+
+    With either, or alone, BLOCK_N from ATTENTION_KEY_BLOCKS where the kernel's own key block is another at its head
+    dim (64-key blocks up to head dim 64 are compared against 192 rows at two CTAs per SM). A key block larger than
+    the kernel's own (ATTENTION_192's too) is taken only where it divides every sequence extent: a kernel may rely
+    on its own block dividing the sequence and leave the keys past its end unmasked.
 
     ATTENTION_192 for an attention-family kernel whose compiled configuration (`own`) chains its loop's dots and
     has query blocks of ATTENTION_OWN_ROWS, at head dims up to ATTENTION_192_MAX_HEAD_DIM, on sequences of at least
@@ -381,26 +400,36 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
               for d in dims[-1:] if d is not None]
     if not widths or not all(isinstance(w, int) and not isinstance(w, bool) for w in widths):
         return {}
+    keys = next((block for most, block in ATTENTION_KEY_BLOCKS if max(widths) <= most), None)
+    own_keys = constants.get("BLOCK_N")
+    # the own configuration with the key block its head dim wants (the rules below compare against that one); a
+    # larger block only where every sequence extent is a multiple of it, since a kernel may leave the keys past
+    # the end unmasked where its own block divides the sequence
+    base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and \
+        (keys < own_keys or _divides_sequences(info, extents, keys)) else {}
     length = extents.get(symbol)
     if getattr(own, "dynamic_tiles", False) and length is not None and length >= ATTENTION_TILE_MIN_BLOCKS * 128:
-        return dict(ATTENTION_TILE)
+        return dict(ATTENTION_TILE, **base)
     least = ATTENTION_192_MIN_BLOCKS_UNEVEN if getattr(own, "uneven_programs", True) else ATTENTION_192_MIN_BLOCKS
     if length is None or max(widths) > ATTENTION_192_MAX_HEAD_DIM or length < least * 128:
-        return {}
+        return base
     # the programs along the grid's other axes (heads, batch): each must be a shape symbol alone
     others = 1
     for axis_symbol in (info.get("grid_symbols") or [None])[1:]:
         if axis_symbol is None or axis_symbol not in extents:
-            return {}
+            return base
         others *= max(int(extents[axis_symbol]), 0)
-    per_sm = max(int(getattr(own, "ctas_per_sm", 1) or 1), 1)
+    # (64-key blocks up to head dim 64 run two CTAs per SM, as the examples' own do)
+    per_sm = 2 if base else max(int(getattr(own, "ctas_per_sm", 1) or 1), 1)
     rows = ATTENTION_192["BLOCK_M"]
     programs = tile_plan.cdiv(length, rows) * others
     if sms <= 0 or programs < ATTENTION_192_MIN_WAVES * sms:
-        return {}
+        return base
     waves_own = tile_plan.cdiv(tile_plan.cdiv(length, ATTENTION_OWN_ROWS) * others, sms * per_sm)
     waves_192 = tile_plan.cdiv(programs, sms) * rows / (ATTENTION_OWN_ROWS * per_sm) / ATTENTION_192_RATE
-    return dict(ATTENTION_192) if waves_192 <= waves_own else {}
+    if own_keys != ATTENTION_192["BLOCK_N"] and not _divides_sequences(info, extents, ATTENTION_192["BLOCK_N"]):
+        return base                     # (its 128-key blocks would be larger than the kernel's own)
+    return dict(ATTENTION_192) if waves_192 <= waves_own else base
 
 
 def _cooperative_rates(info: dict, k, misaligned: set) -> tuple:

@@ -453,6 +453,15 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
         if isinstance(node, S.For) and node.var in index:
             if not (is_call(node.iter, "range") and len(node.iter.args) == 1):
                 return False
+            # the loop's block count divides by the constant of the blocks it addresses (`range(cdiv(S, 128))`
+            # over blocks of BLOCK_N = 128 would visit half the keys at BLOCK_N = 64), also through a name
+            # (`num_kv = min(cdiv(S, BLOCK_N), ...)`)
+            bound = node.iter.args[0]
+            exprs = [bound] + [n.value for n in body if isinstance(n, S.Assign) and is_name(bound, n.target)]
+            for n in _walk(exprs):
+                if (is_call(n, "cdiv") and len(n.args) == 2 and not is_name(n.args[1], index[node.var])) or \
+                        (isinstance(n, S.BinOp) and n.op == "//" and not is_name(n.right, index[node.var])):
+                    return False
         kind, axis = axis_call(node)
         if kind == "program_id":
             if not index_ok(node, parents):

@@ -55,10 +55,11 @@ def erase_if_unused(value: ir.Value) -> None:
     then its operands' in turn: a rewrite that replaced a reader leaves no dead tiles for the layout pass to place
     (a dead broadcast would still get a layout, and may need one the backend refuses)."""
     op = defining_op(value)
-    if op is None or list(value.uses) or not (op.name in (SplatOp.NAME, BroadcastOp.NAME, ExpandDimsOp.NAME)
-                                               or op.name.startswith("arith.")) or len(op.results) != 1:
+    if op is None or list(value.uses) or op.regions or len(op.results) != 1 or \
+            not (op.name in (SplatOp.NAME, BroadcastOp.NAME, ExpandDimsOp.NAME, "tawa.arange")
+                 or op.name.startswith("arith.")):
         return
-    operands = list(op.operands)
+    operands = list(dict.fromkeys(op.operands))      # (an op may read one value twice: erase its source once)
     op.erase()
     for operand in operands:
         erase_if_unused(operand)

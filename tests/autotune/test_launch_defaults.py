@@ -408,3 +408,33 @@ def test_dynamic_tiles_asked_for_keep_the_persistent_schedule_and_false_changes_
         assert not {"schedule", "cluster", "split_k"} & set(asked), (m, n, k, asked)
         assert choose(GEMM_INFO, extents, misaligned={0, 1} if m % 16 else (),
                       fixed={"dynamic_tiles": False}) == plain
+
+
+def test_attention_takes_the_key_block_its_head_dim_wants():
+    """A kernel whose own BLOCK_N is not ATTENTION_KEY_BLOCKS' for its head dim launches that one: 64 keys up to head
+    dim 64, 128 up to 128; above 128, and where options were given, the kernel keeps its own."""
+    info = attention_info()
+    short = heads(512)
+    assert choose(info, short, own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {"BLOCK_N": 128}
+    assert choose(info, short, own=own(128, ctas_per_sm=1, BLOCK_N=64)) == {"BLOCK_N": 128}
+    assert choose(info, short, own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}
+    assert choose(info, short, own=own(256, ctas_per_sm=1, BLOCK_N=64)) == {}
+    assert choose(info, short, own=own(96, ctas_per_sm=1)) == {}                   # already 128
+    assert choose(info, short, fixed={"BLOCK_N": 64}, own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {}
+    # with the other rules: one block per CTA on long causal sequences, 192 rows on long ones at head dim 64
+    dyn = own(128, uneven=True, ctas_per_sm=1, dynamic_tiles=True, BLOCK_N=64)
+    assert choose(info, heads(8192), own=dyn) == {"schedule": "tile", "BLOCK_N": 128}
+    assert choose(info, heads(16384, z=2), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == M192
+    # small grids compare 192-row CTAs against the 64-key blocks at two CTAs per SM: those stay
+    assert choose(info, heads(2048, z=1), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}
+
+
+def test_attention_takes_a_larger_key_block_only_where_it_divides_the_sequences():
+    """A kernel may leave the keys past the sequence's end unmasked where its own block divides it: a larger key
+    block (the head dim's, or the 192-row configuration's 128) only where it divides every sequence extent."""
+    info = attention_info()
+    assert choose(info, heads(1088), own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {}       # 1088 = 17 x 64
+    assert choose(info, heads(1152), own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {"BLOCK_N": 128}
+    assert choose(info, heads(1088), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}   # smaller: any
+    assert choose(info, heads(16384 + 64, z=2), own=own()) == {}                    # own 64 keys, 192 rows' 128
+    assert choose(info, heads(16384, z=2), own=own()) == M192

@@ -407,11 +407,14 @@ CASES = [
     Case("gemm_grouped_pid", GEMM, [{}, {"BLOCK_N": 128, "GROUP_M": 3}]),
     Case("geglu", GEMM + [SPLIT], [{}, {"BLOCK_M": 64, "BLOCK_N": 128}]),
     Case("batched_gemm_epi", [(1, 8, 48, 32), (3, 333, 528, 208), (2, 1100, 1504, 720)], [{}, {"BLOCK_N": 256}]),
-    Case("attn_noscale", ATTN, [{}, {"HEAD_DIM": 128, "BLOCK_N": 128}]),
+    # (S = 256 and 1152, multiples of 128: the launch takes 128-key blocks for the kernel's own 64 at head dim 96)
+    Case("attn_noscale", ATTN + [(2, 3, 256), (1, 2, 1152)], [{}, {"HEAD_DIM": 128, "BLOCK_N": 128}]),
     Case("attn_causal_scale", ATTN, [{}, {"D": 128, "BLOCK_N": 128}]),
     Case("attn_bias", ATTN_S4, [{}, {"D": 128, "BLOCK_N": 128}]),
     # (Z, H, SQ, SK): queries shorter and longer than the keys, ragged both ways
-    Case("attn_cross", [(1, 1, 24, 40), (2, 3, 333, 1100), (2, 8, 1100, 200)], [{}, {"D": 64, "BLOCK_N": 64}]),
+    # (D=64 alone: the launch takes 64-key blocks for the kernel's own 128, `launch_defaults.ATTENTION_KEY_BLOCKS`)
+    Case("attn_cross", [(1, 1, 24, 40), (2, 3, 333, 1100), (2, 8, 1100, 200)], [{}, {"D": 64, "BLOCK_N": 64},
+                                                                                 {"D": 64}]),
     # (Z, H, S, WINDOW): a window inside one block, one not a multiple of the blocks, one past the sequence
     Case("attn_window", [(1, 1, 24, 8), (2, 3, 1100, 300), (2, 8, 1100, 2000)], [{}, {"D": 64, "BLOCK_N": 64}],
          interpret_shapes=[(1, 1, 24, 8), (1, 2, 333, 150)]),

@@ -81,9 +81,19 @@ def test_attention_floor_divided_bounds_are_tile_dependent():
     assert floor != source and space_info(floor)["tile_invariant"] is False
 
 
+@pytest.mark.parametrize("bound", ["cdiv(S, 64)", "S // BLOCK_N", "cdiv(S, BLOCK_M)"])
+def test_a_key_loop_counted_in_blocks_of_another_size_is_tile_dependent(bound):
+    """`range(cdiv(S, 64))` over blocks of BLOCK_N = 64 visits half the keys at BLOCK_N = 128 (a launch rule picks
+    the key block per head dim); also through the name the bound is assigned to."""
+    source = (ROOT / "examples" / "flash_attention.tawa").read_text()
+    literal = source.replace("num_kv = cdiv(S, BLOCK_N)", f"num_kv = {bound}")
+    assert literal != source and space_info(literal)["tile_invariant"] is False
+
+
 def test_the_examples_and_the_user_style_kernels():
     for path in sorted((ROOT / "examples").glob("*.tawa")):
         assert space_info(path.read_text(), str(path))["tile_invariant"] is True, path.name
-    dependent = {"gemm_rowmax.tawa", "gemm_grouped_pid.tawa"}
+    # (the sliding window's first key block is `(...) // BLOCK_N`)
+    dependent = {"gemm_rowmax.tawa", "gemm_grouped_pid.tawa", "attn_window.tawa"}
     for path in sorted((ROOT / "tests" / "e2e" / "kernels" / "user").glob("*.tawa")):
         assert space_info(path.read_text(), str(path))["tile_invariant"] is (path.name not in dependent), path.name
