@@ -365,10 +365,14 @@ def is_attention_family(info: dict) -> bool:
 
 def _divides_sequences(info: dict, extents: dict, block: int) -> bool:
     """Whether `block` divides the extent of every shape symbol that names the rows of a tensor (its second-to-last
-    dim: the sequence lengths of queries and keys, in blocks of rows)."""
+    dim: the keys' sequence length) and that the kernel does not compare against (a mask of the keys past the end,
+    `cols < S`, makes any block safe)."""
+    masked = set(info.get("compared_symbols", ()))
     rows = {dims[-2] for _, dims in info.get("operands", []) if len(dims) >= 2 and isinstance(dims[-2], str)}
-    lengths = [extents.get(name) for name in rows]
-    return bool(lengths) and all(isinstance(e, int) and e % block == 0 for e in lengths)
+    # the queries' length, which BLOCK_M tiles, where the keys have a length of their own (cross attention)
+    rows = (rows - {info["tiles"][0][1]}) or rows
+    lengths = [extents.get(name) for name in rows - masked]
+    return all(isinstance(e, int) and e % block == 0 for e in lengths)
 
 
 def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: int = 132) -> dict:
@@ -378,8 +382,9 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
 
     With either, or alone, BLOCK_N from ATTENTION_KEY_BLOCKS where the kernel's own key block is another at its head
     dim (64-key blocks up to head dim 64 are compared against 192 rows at two CTAs per SM). A key block larger than
-    the kernel's own (ATTENTION_192's too) is taken only where it divides every sequence extent: a kernel may rely
-    on its own block dividing the sequence and leave the keys past its end unmasked.
+    the kernel's own (ATTENTION_192's too) is taken only where it divides every sequence extent the kernel does not
+    compare against: a kernel may rely on its own block dividing the sequence and leave the keys past its end
+    unmasked.
 
     ATTENTION_192 for an attention-family kernel whose compiled configuration (`own`) chains its loop's dots and
     has query blocks of ATTENTION_OWN_ROWS, at head dims up to ATTENTION_192_MAX_HEAD_DIM, on sequences of at least

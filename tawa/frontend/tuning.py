@@ -547,6 +547,15 @@ def _walk(roots):
         todo.extend(reversed([c for c in children if isinstance(c, (list, S.Node))]))
 
 
+def compared_symbols(kernel: S.Kernel, symbols) -> list:
+    """The shape symbols a comparison reads directly (`cols[None, :] < S`: a mask of the elements past a tensor's
+    extent), in declaration order. A launch rule reads it: a key block larger than the kernel's own, which may not
+    divide the sequence, is safe where the kernel masks the keys past its end."""
+    compared = {side.id for n in _walk(kernel.body) if isinstance(n, S.BinOp) and n.op in ("<", "<=", ">", ">=")
+                for side in (n.left, n.right) if isinstance(side, S.Name)}
+    return [name for name in symbols if name in compared]
+
+
 def space_info(source: str, filename: str = "<string>") -> dict:
     """What the tuner needs from a kernel source, as JSON (see the module docstring). Parses the file and checks
     the declaration; raises CompilationError as the compiler would for a malformed declaration or file."""
@@ -578,6 +587,7 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "operand_constants": tensor_constant_dims(k, constants),
         "has_dot": has_dot(k),
         "tile_invariant": tile_invariant(k, constants, symbols),
+        "compared_symbols": compared_symbols(k, symbols),
         "dots": dot_count(k),
         "epilogue_loads": loads_after_loop(k),
         "computed_b": computed_b(k),

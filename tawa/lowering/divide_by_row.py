@@ -8,8 +8,9 @@ rows or columns (`acc / l_i[:, None]`, `x / sum(x, axis=1)[:, None]`, `s / cap`)
 Why: the GPU divides f32 with `div.full.f32`, which ptxas expands to a reciprocal and two or three multiplies per
 element (a range check scales large divisors); dividing every element of a tile by the same few values repeats that
 work per element. After the rewrite each element costs one multiply. The result differs from `a / b` by the
-rounding of the reciprocal (about an ulp; `div.full` is itself within two), so the pass runs for the GPU only, and
-the interpreter divides as written.
+rounding of the reciprocal (about an ulp; `div.full` is itself within two), and by more for divisors beyond 2^126
+in magnitude, whose reciprocal is subnormal and flushed to zero (a softmax's row sum, at most the keys times 2^8,
+is far from it), so the pass runs for the GPU only, and the interpreter divides as written.
 """
 from __future__ import annotations
 

@@ -431,10 +431,22 @@ def test_attention_takes_the_key_block_its_head_dim_wants():
 
 def test_attention_takes_a_larger_key_block_only_where_it_divides_the_sequences():
     """A kernel may leave the keys past the sequence's end unmasked where its own block divides it: a larger key
-    block (the head dim's, or the 192-row configuration's 128) only where it divides every sequence extent."""
-    info = attention_info()
-    assert choose(info, heads(1088), own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {}       # 1088 = 17 x 64
-    assert choose(info, heads(1152), own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {"BLOCK_N": 128}
-    assert choose(info, heads(1088), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}   # smaller: any
-    assert choose(info, heads(16384 + 64, z=2), own=own()) == {}                    # own 64 keys, 192 rows' 128
-    assert choose(info, heads(16384, z=2), own=own()) == M192
+    block (the head dim's, or the 192-row configuration's 128) only where it divides every sequence extent that the
+    kernel does not compare against (the example masks `cols < S`: any block)."""
+    masked = attention_info()
+    assert masked["compared_symbols"] == ["S"]
+    unmasked = dict(masked, compared_symbols=[])
+    assert choose(unmasked, heads(1088), own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {}       # 1088 = 17 x 64
+    assert choose(masked, heads(1088), own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {"BLOCK_N": 128}
+    assert choose(unmasked, heads(1152), own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {"BLOCK_N": 128}
+    assert choose(unmasked, heads(1088), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}   # smaller
+    assert choose(unmasked, heads(16384 + 64, z=2), own=own()) == {}              # own 64 keys, 192 rows' 128
+    assert choose(masked, heads(16384 + 64, z=2), own=own()) == M192
+    assert choose(unmasked, heads(16384, z=2), own=own()) == M192
+    # cross attention: the keys' length decides, the queries' (tiled by BLOCK_M, stored masked) does not
+    from tawa.frontend.tuning import space_info
+    cross = EXAMPLES.parent / "tests" / "e2e" / "kernels" / "user" / "attn_cross.tawa"
+    cross_info = dict(space_info(cross.read_text(), str(cross)), compared_symbols=[])
+    keys64 = own(96, ctas_per_sm=1, BLOCK_N=64, D=96)
+    assert choose(cross_info, {"Z": 2, "H": 16, "SQ": 1000, "SK": 4096}, own=keys64) == {"BLOCK_N": 128}
+    assert choose(cross_info, {"Z": 2, "H": 16, "SQ": 1024, "SK": 4000}, own=keys64) == {}
