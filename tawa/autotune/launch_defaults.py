@@ -363,16 +363,25 @@ def is_attention_family(info: dict) -> bool:
     return bool(info.get("has_dot")) and info.get("dots") == 2 and len(tiles) == 1 and tiles[0][0] == "BLOCK_M"
 
 
-def _divides_sequences(info: dict, extents: dict, block: int) -> bool:
-    """Whether `block` divides the extent of every shape symbol that names the rows of a tensor (its second-to-last
-    dim: the keys' sequence length) and that the kernel does not compare against (a mask of the keys past the end,
-    `cols < S`, makes any block safe)."""
+def _larger_keys_safe(info: dict, extents: dict, block: int, masked_or_divided: bool) -> bool:
+    """Whether key blocks of `block`, larger than the kernel's own, visit the same keys: the shape symbols naming
+    the rows of the key tensors (their second-to-last dims; the queries' length, which BLOCK_M tiles, left out
+    where other row symbols exist) are each compared against in the kernel (a mask `cols < S` of the keys past the
+    end) and a multiple of `block`; with `masked_or_divided`, either suffices. A key tensor whose rows are a
+    constant counts as unmasked, undivided: a kernel may rely on its own block dividing the keys and leave those
+    past the end unmasked, or test them in a branch that is dead at its constants (`if EVEN_N == 0:`), which the
+    source's comparisons do not tell apart."""
     masked = set(info.get("compared_symbols", ()))
-    rows = {dims[-2] for _, dims in info.get("operands", []) if len(dims) >= 2 and isinstance(dims[-2], str)}
-    # the queries' length, which BLOCK_M tiles, where the keys have a length of their own (cross attention)
-    rows = (rows - {info["tiles"][0][1]}) or rows
-    lengths = [extents.get(name) for name in rows - masked]
-    return all(isinstance(e, int) and e % block == 0 for e in lengths)
+    dims = [d[-2] for _, d in info.get("operands", []) if len(d) >= 2]
+    if any(not isinstance(d, str) for d in dims):
+        return False
+    rows = (set(dims) - {info["tiles"][0][1]}) or set(dims)
+    for name in rows:
+        extent = extents.get(name)
+        divided = isinstance(extent, int) and extent % block == 0
+        if not ((name in masked or divided) if masked_or_divided else (name in masked and divided)):
+            return False
+    return bool(rows)
 
 
 def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: int = 132) -> dict:
@@ -382,9 +391,8 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
 
     With either, or alone, BLOCK_N from ATTENTION_KEY_BLOCKS where the kernel's own key block is another at its head
     dim (64-key blocks up to head dim 64 are compared against 192 rows at two CTAs per SM). A key block larger than
-    the kernel's own (ATTENTION_192's too) is taken only where it divides every sequence extent the kernel does not
-    compare against: a kernel may rely on its own block dividing the sequence and leave the keys past its end
-    unmasked.
+    the kernel's own is taken only where the kernel masks the keys' length and it divides that length; ATTENTION_192's
+    128 where either holds (as measured on the examples' ragged sequences): `_larger_keys_safe`.
 
     ATTENTION_192 for an attention-family kernel whose compiled configuration (`own`) chains its loop's dots and
     has query blocks of ATTENTION_OWN_ROWS, at head dims up to ATTENTION_192_MAX_HEAD_DIM, on sequences of at least
@@ -411,7 +419,7 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     # larger block only where every sequence extent is a multiple of it, since a kernel may leave the keys past
     # the end unmasked where its own block divides the sequence
     base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and \
-        (keys < own_keys or _divides_sequences(info, extents, keys)) else {}
+        (keys < own_keys or _larger_keys_safe(info, extents, keys, masked_or_divided=False)) else {}
     length = extents.get(symbol)
     if getattr(own, "dynamic_tiles", False) and length is not None and length >= ATTENTION_TILE_MIN_BLOCKS * 128:
         return dict(ATTENTION_TILE, **base)
@@ -432,7 +440,8 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
         return base
     waves_own = tile_plan.cdiv(tile_plan.cdiv(length, ATTENTION_OWN_ROWS) * others, sms * per_sm)
     waves_192 = tile_plan.cdiv(programs, sms) * rows / (ATTENTION_OWN_ROWS * per_sm) / ATTENTION_192_RATE
-    if own_keys != ATTENTION_192["BLOCK_N"] and not _divides_sequences(info, extents, ATTENTION_192["BLOCK_N"]):
+    if isinstance(own_keys, int) and own_keys < ATTENTION_192["BLOCK_N"] and \
+            not _larger_keys_safe(info, extents, ATTENTION_192["BLOCK_N"], masked_or_divided=True):
         return base                     # (its 128-key blocks would be larger than the kernel's own)
     return dict(ATTENTION_192) if waves_192 <= waves_own else base
 

@@ -429,24 +429,32 @@ def test_attention_takes_the_key_block_its_head_dim_wants():
     assert choose(info, heads(2048, z=1), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}
 
 
-def test_attention_takes_a_larger_key_block_only_where_it_divides_the_sequences():
-    """A kernel may leave the keys past the sequence's end unmasked where its own block divides it: a larger key
-    block (the head dim's, or the 192-row configuration's 128) only where it divides every sequence extent that the
-    kernel does not compare against (the example masks `cols < S`: any block)."""
+def test_attention_takes_a_larger_key_block_only_where_it_visits_the_same_keys():
+    """A kernel may leave the keys past the sequence's end unmasked where its own block divides it, or mask them in
+    a branch dead at its constants (Triton's EVEN_N): the head dim's larger key block needs the keys' length both
+    compared against in the kernel and a multiple of the block; the 192-row configuration's 128 either (the
+    examples mask `cols < S` and take it on ragged sequences)."""
     masked = attention_info()
     assert masked["compared_symbols"] == ["S"]
     unmasked = dict(masked, compared_symbols=[])
-    assert choose(unmasked, heads(1088), own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {}       # 1088 = 17 x 64
-    assert choose(masked, heads(1088), own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {"BLOCK_N": 128}
-    assert choose(unmasked, heads(1152), own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {"BLOCK_N": 128}
+    keys64 = own(96, ctas_per_sm=1, BLOCK_N=64)
+    assert choose(masked, heads(1152), own=keys64) == {"BLOCK_N": 128}
+    assert choose(masked, heads(1088), own=keys64) == {}                              # 1088 = 17 x 64
+    assert choose(unmasked, heads(1152), own=keys64) == {}
     assert choose(unmasked, heads(1088), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}   # smaller
-    assert choose(unmasked, heads(16384 + 64, z=2), own=own()) == {}              # own 64 keys, 192 rows' 128
     assert choose(masked, heads(16384 + 64, z=2), own=own()) == M192
     assert choose(unmasked, heads(16384, z=2), own=own()) == M192
+    assert choose(unmasked, heads(16384 + 64, z=2), own=own()) == {}
     # cross attention: the keys' length decides, the queries' (tiled by BLOCK_M, stored masked) does not
     from tawa.frontend.tuning import space_info
     cross = EXAMPLES.parent / "tests" / "e2e" / "kernels" / "user" / "attn_cross.tawa"
-    cross_info = dict(space_info(cross.read_text(), str(cross)), compared_symbols=[])
+    cross_info = space_info(cross.read_text(), str(cross))
+    assert cross_info["compared_symbols"] == ["SK"]
     keys64 = own(96, ctas_per_sm=1, BLOCK_N=64, D=96)
     assert choose(cross_info, {"Z": 2, "H": 16, "SQ": 1000, "SK": 4096}, own=keys64) == {"BLOCK_N": 128}
     assert choose(cross_info, {"Z": 2, "H": 16, "SQ": 1024, "SK": 4000}, own=keys64) == {}
+    # a table of positions beside the keys (rows MAXPOS, not compared) and keys of a constant length: no
+    posemb = dict(masked, operands=masked["operands"] + [[5, ["MAXPOS", None]]])
+    assert choose(posemb, dict(heads(1152), MAXPOS=4096), own=keys64) == {}
+    constant = dict(masked, operands=[[0, ["Z", "H", "S", None]], [1, ["Z", "H", None, None]]])
+    assert choose(constant, heads(1152), own=keys64) == {}
