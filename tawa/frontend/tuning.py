@@ -456,8 +456,14 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
             # the loop's block count divides by the constant of the blocks it addresses (`range(cdiv(S, 128))`
             # over blocks of BLOCK_N = 128 would visit half the keys at BLOCK_N = 64), also through a name
             # (`num_kv = min(cdiv(S, BLOCK_N), ...)`)
-            bound = node.iter.args[0]
-            exprs = [bound] + [n.value for n in body if isinstance(n, S.Assign) and is_name(bound, n.target)]
+            exprs, names, todo_names = [node.iter.args[0]], set(), [node.iter.args[0]]
+            while todo_names:           # through every name the bound reads, and the names those read
+                for n in _walk([todo_names.pop()]):
+                    if is_name(n) and n.id not in names:
+                        names.add(n.id)
+                        values = [a.value for a in body if isinstance(a, S.Assign) and a.target == n.id]
+                        exprs += values
+                        todo_names += values
             for n in _walk(exprs):
                 if (is_call(n, "cdiv") and len(n.args) == 2 and not is_name(n.args[1], index[node.var])) or \
                         (isinstance(n, S.BinOp) and n.op == "//" and not is_name(n.right, index[node.var])):

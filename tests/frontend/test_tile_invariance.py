@@ -81,13 +81,18 @@ def test_attention_floor_divided_bounds_are_tile_dependent():
     assert floor != source and space_info(floor)["tile_invariant"] is False
 
 
-@pytest.mark.parametrize("bound", ["cdiv(S, 64)", "S // BLOCK_N", "cdiv(S, BLOCK_M)"])
+@pytest.mark.parametrize("bound", ["cdiv(S, 64)", "S // BLOCK_N", "cdiv(S, BLOCK_M)",
+                                   "min(cdiv(S, BLOCK_N), nb)", "min(cdiv(S, BLOCK_N), nb2)"])
 def test_a_key_loop_counted_in_blocks_of_another_size_is_tile_dependent(bound):
     """`range(cdiv(S, 64))` over blocks of BLOCK_N = 64 visits half the keys at BLOCK_N = 128 (a launch rule picks
-    the key block per head dim); also through the name the bound is assigned to."""
+    the key block per head dim); also through the name the bound is assigned to, and the names that one reads."""
     source = (ROOT / "examples" / "flash_attention.tawa").read_text()
-    literal = source.replace("num_kv = cdiv(S, BLOCK_N)", f"num_kv = {bound}")
+    names = "nb = cdiv(S, 128)\n        nb2 = nb\n        "
+    literal = source.replace("num_kv = cdiv(S, BLOCK_N)", f"{names}num_kv = {bound}")
     assert literal != source and space_info(literal)["tile_invariant"] is False
+    # the same names beside a bound that does not read them: nothing refused
+    unread = source.replace("num_kv = cdiv(S, BLOCK_N)", f"{names}num_kv = cdiv(S, BLOCK_N)")
+    assert space_info(unread)["tile_invariant"] is True
 
 
 def test_the_examples_and_the_user_style_kernels():
