@@ -17,18 +17,12 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith
 
-from tawa.ir.kernel_info import kernels
-from tawa.ir.traversal import walk
-
-from .row_values import erase_if_unused, is_f32_tile, map_at_source_rank, repeats, splat
+from .row_values import f32_like, is_f32_tile, map_at_source_rank, repeats, replace_op, rewrite_each
 
 
 def _reciprocal(value: ir.Value) -> ir.Value:
     """1.0 / value, of a scalar or a tile."""
-    one = arith.ConstantOp(ir.F32Type.get(), 1.0).result
-    if not isinstance(value.type, ir.F32Type):
-        one = splat(one, value.type)
-    return arith.DivFOp(one, value).result
+    return arith.DivFOp(f32_like(value, 1.0), value).result
 
 
 def _rewrite(div) -> bool:
@@ -37,15 +31,9 @@ def _rewrite(div) -> bool:
         return False
     with ir.InsertionPoint(div), div.location:
         product = arith.MulFOp(a, map_at_source_rank(b, _reciprocal, _reciprocal))
-    div.results[0].replace_all_uses_with(product.result)
-    div.erase()
-    erase_if_unused(b)
+    replace_op(div, product.result, b)
     return True
 
 
 def run(module, options):
-    with module.context:
-        for func in kernels(module):
-            for op in [o for o in walk(func) if o.name == "arith.divf"]:
-                _rewrite(op)
-    return module
+    return rewrite_each(module, "arith.divf", _rewrite)

@@ -25,22 +25,17 @@ import math
 from mlir import ir
 from mlir.dialects import arith
 
-from tawa.ir.kernel_info import kernels
-from tawa.ir.traversal import defining_op, walk
+from tawa.ir.traversal import defining_op
 
-from .row_values import erase_if_unused, is_f32_tile, map_at_source_rank, repeats, splat, splatted_f32
+from .row_values import (f32_like, is_f32_tile, map_at_source_rank, repeats, replace_op, rewrite_each, splat,
+                         splatted_f32)
 
 LOG2E = 1.0 / math.log(2.0)
 
 
-def _log2e() -> ir.Value:
-    return arith.ConstantOp(ir.F32Type.get(), LOG2E).result
-
-
 def _times_log2e(value: ir.Value) -> ir.Value:
     """value * LOG2E, of a scalar or a tile."""
-    factor = _log2e() if isinstance(value.type, ir.F32Type) else splat(_log2e(), value.type)
-    return arith.MulFOp(value, factor).result
+    return arith.MulFOp(value, f32_like(value, LOG2E)).result
 
 
 def _scaled_tile(a: ir.Value) -> ir.Value:
@@ -63,15 +58,9 @@ def _rewrite(exp) -> bool:
         row = map_at_source_rank(sub.operands[1], _times_log2e, _times_log2e)
         shifted = arith.SubFOp(_scaled_tile(sub.operands[0]), row).result
         exp2 = ir.Operation.create("math.exp2", results=[exp.results[0].type], operands=[shifted])
-    exp.results[0].replace_all_uses_with(exp2.results[0])
-    exp.erase()
-    erase_if_unused(x)
+    replace_op(exp, exp2.results[0], x)
     return True
 
 
 def run(module, options):
-    with module.context:
-        for func in kernels(module):
-            for op in [o for o in walk(func) if o.name == "math.exp"]:
-                _rewrite(op)
-    return module
+    return rewrite_each(module, "math.exp", _rewrite)

@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Callable
 
 from mlir import ir
+from mlir.dialects import arith
 
+from tawa.ir.kernel_info import kernels
 from tawa.ir.ops import BroadcastOp, ExpandDimsOp, SplatOp
-from tawa.ir.traversal import defining_op
+from tawa.ir.traversal import defining_op, walk
 
 
 def is_f32_tile(value) -> bool:
@@ -25,6 +27,12 @@ def repeats(value) -> bool:
 
 def splat(scalar: ir.Value, t) -> ir.Value:
     return ir.Operation.create(SplatOp.NAME, results=[t], operands=[scalar]).result
+
+
+def f32_like(value: ir.Value, c: float) -> ir.Value:
+    """The f32 constant `c` as a scalar, or splatted to `value`'s tile type."""
+    scalar = arith.ConstantOp(ir.F32Type.get(), c).result
+    return scalar if isinstance(value.type, ir.F32Type) else splat(scalar, value.type)
 
 
 def splatted_f32(value):
@@ -63,3 +71,19 @@ def erase_if_unused(value: ir.Value) -> None:
     op.erase()
     for operand in operands:
         erase_if_unused(operand)
+
+
+def replace_op(op, value: ir.Value, source: ir.Value) -> None:
+    """Replace `op`'s one result by `value`, erase `op`, then `source` (what `op` read) where nothing else reads it."""
+    op.results[0].replace_all_uses_with(value)
+    op.erase()
+    erase_if_unused(source)
+
+
+def rewrite_each(module, name: str, rewrite: Callable) -> object:
+    """`rewrite(op)` for every op called `name` in the module's kernels (each pass of this kind's `run`)."""
+    with module.context:
+        for func in kernels(module):
+            for op in [o for o in walk(func) if o.name == name]:
+                rewrite(op)
+    return module
