@@ -46,6 +46,9 @@ ATTENTION = {"attn_bias": [(4, 16, 2048, 64)], "attn_noscale": [(4, 16, 4096, 96
              "attn_cross": [(4, 16, 1024, 4096, 128), (2, 16, 4096, 1024, 128), (8, 16, 512, 2048, 64)],
              "attn_window": [(2, 16, 8192, 2048, 128), (4, 32, 4096, 1024, 128), (4, 16, 8192, 4096, 64)],
              "attn_softcap": [(4, 16, 4096, 128), (8, 16, 2048, 64)]}
+#: The attention kernels whose head dim is a constant `D` taken from the shape, and whose anchors are not SDPA alone
+#: (`_attention_variant`); their softmax scale.
+VARIANTS, VARIANT_SCALE = ("attn_cross", "attn_window", "attn_softcap"), 0.088
 
 
 def gemm_arguments(name, m, n, k) -> list:
@@ -72,14 +75,14 @@ def gemm_arguments(name, m, n, k) -> list:
 def attention_arguments(name, *shape) -> list:
     if name == "attn_cross":
         z, h, sq, sk, d = shape
-        return [((z, h, sq, d), 2), ((z, h, sk, d), 2), ((z, h, sk, d), 2), ((z, h, sq, d), 2), 0.088]
+        return [((z, h, sq, d), 2), ((z, h, sk, d), 2), ((z, h, sk, d), 2), ((z, h, sq, d), 2), VARIANT_SCALE]
     if name == "attn_window":
         z, h, s, window, d = shape
-        return [((z, h, s, d), 2)] * 4 + [0.088, window]
+        return [((z, h, s, d), 2)] * 4 + [VARIANT_SCALE, window]
     z, h, s, d = shape
     act = [((z, h, s, d), 2)]
     if name == "attn_softcap":
-        return act * 4 + [0.088, 20.0]
+        return act * 4 + [VARIANT_SCALE, 20.0]
     if name == "attn_bias":
         return act * 3 + [((s, s), 4), ((z, h, s, d), 2), 0.125]
     if name == "attn_noscale":
@@ -104,7 +107,7 @@ def _cases(only: str) -> list:
 def _kernel(tawa, kernels: dict, name: str, shape):
     """The kernel `name` as a user compiles it: its own defaults, but the head dim of the variants taken from the
     shape (their `D` is a constant checked against the tensors)."""
-    constants = {"D": shape[-1]} if name in ("attn_cross", "attn_window", "attn_softcap") else {}
+    constants = {"D": shape[-1]} if name in VARIANTS else {}
     key = (name, tuple(constants.items()))
     if key not in kernels:
         kernels[key] = tawa.compile(os.path.join(USER, name + ".tawa"), **constants)
@@ -133,7 +136,7 @@ def _inputs(torch, name, shape):
     def empty(*s, dtype=bf):
         return torch.empty(*s, device=dev, dtype=dtype)
 
-    if name in ("attn_cross", "attn_window", "attn_softcap"):
+    if name in VARIANTS:
         return _attention_variant(torch, name, shape, rnd, empty)
     if name in ATTENTION:
         z, h, s, d = shape
@@ -251,7 +254,7 @@ def _attention_variant(torch, name, shape, rnd, empty):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     flex = torch.compile(flex_attention, dynamic=False)
-    scale = 0.088
+    scale = VARIANT_SCALE
 
     def backend(b, *qkv):
         def call():

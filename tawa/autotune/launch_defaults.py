@@ -416,8 +416,7 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     keys = next((block for most, block in ATTENTION_KEY_BLOCKS if max(widths) <= most), None)
     own_keys = constants.get("BLOCK_N")
     # the own configuration with the key block its head dim wants (the rules below compare against that one); a
-    # larger block only where every sequence extent is a multiple of it, since a kernel may leave the keys past
-    # the end unmasked where its own block divides the sequence
+    # larger block only where it visits the same keys (`_larger_keys_safe`)
     base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and \
         (keys < own_keys or _larger_keys_safe(info, extents, keys, masked_or_divided=False)) else {}
     length = extents.get(symbol)
