@@ -109,7 +109,11 @@ TILE_SWITCHES = {(128, 256): ({"schedule": "persistent"}, 1.0),
                  # (ping-pong left to the compiler, which shares the tile where a group's epilogue spills)
                  (128, 192): ({}, 1.0),
                  (128, 128): ({"schedule": "persistent"}, 0.93),
-                 (192, 192): ({"schedule": "persistent"}, 0.93)}
+                 (192, 192): ({"schedule": "persistent"}, 0.93),
+                 # cooperative 128x320 (two wgmmas of 192 and 128 columns a k-step; only where `_wide_tile_fits`)
+                 # runs level with 128x256 per slot (0.96-1.07 over 14 shapes, H200); last, so that a fill it only
+                 # ties leaves the choice to the others (against ping-pong 128x192 on equal fills: -1.2% to +3.2%)
+                 (128, 320): ({"schedule": "persistent"}, 1.0)}
 
 
 #: What a tile computes per slot against 128x256 in a kernel whose dot's B is computed in registers (a weight-only
@@ -168,8 +172,15 @@ PINGPONG_CLUSTER_RATE = 0.95
 SECTOR_TILE_RATES = {(192, 192): 1.0}
 #: The tiles measured in clusters there (128x128 pairs along M ran at 0.6-0.7 of 128x256's: too many A rows)
 SECTOR_CLUSTER_TILES = ((128, 256), (128, 192), (192, 192))
-#: Another tile or schedule replaces the kernel's own only where it fills the waves by this factor more.
+#: Another tile or schedule replaces the kernel's own only where it fills the waves by this factor more ...
 SWITCH_MARGIN = 1.05
+#: ... except between cooperative persistent 128-row tiles (`COOPERATIVE_PEERS`), whose measured speeds followed
+#: their fills closely: 128x320 against 128x256 ran -1.3% to +3.1% off the ratio of their fills over 8 shapes of 3
+#: to 27 waves (H200; 4096x14336x4096: fills 0.987 / 0.970, 690 / 679 TFLOP/s, cuBLAS 659 with its own 320-wide
+#: tile). A 128x320 tile computes 5/4 of a 128x256 one from 7% fewer operand bytes per FLOP, so which of the two
+#: a grid of N-heavy tiles (an FFN's 14336 or 28672) takes is settled by the last wave alone.
+PEER_MARGIN = 1.01
+COOPERATIVE_PEERS = ((128, 256), (128, 320))
 #: Options given explicitly under which no other tile or schedule is launched ...
 _SCHEDULE_OPTIONS = ("warp_specialize", "schedule", "split_k", "BLOCK_M", "BLOCK_N", "tma", "num_consumer_groups",
                      # (budgets given fit the kernel's own consumer groups, not a tile of three)
@@ -242,6 +253,8 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
         if switching:
             for tile, (switch, other) in TILE_SWITCHES.items():
                 other = _tile_rate(info, tile, other)
+                if tile[1] > 256 and not (_wide_tile_fits(info) and not off_grid):
+                    continue
                 if tile != own and other is not None:
                     if sector_bound:
                         other = SECTOR_TILE_RATES.get(tile, other)
@@ -279,9 +292,27 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
     own_score = candidates[0][0]
     if own_score <= 0:                      # an empty output: nothing to launch, nothing to compile
         return {}
-    score, config = max(candidates + others, key=lambda candidate: candidate[0])
-    config = config if score >= SWITCH_MARGIN * own_score else {}
+
+    def margin(config: dict) -> float:
+        tile = (config.get("BLOCK_M", own[0]), config.get("BLOCK_N", own[1]))
+        peers = own in COOPERATIVE_PEERS and tile in COOPERATIVE_PEERS and tile != own and \
+            config.get("schedule") == "persistent" and set(config) <= {"BLOCK_N", "schedule"}
+        return PEER_MARGIN if peers else SWITCH_MARGIN
+
+    cleared = [(score, config) for score, config in candidates[1:] + others if score >= margin(config) * own_score]
+    config = max(cleared, key=lambda candidate: candidate[0])[1] if cleared else {}
     return dict(config, cluster=sharing["B"]) if pairs_for_b else config
+
+
+def _wide_tile_fits(info: dict) -> bool:
+    """Whether a one-dot kernel may switch to a tile wider than one wgmma (128x320): B read along its rows of N
+    (stored [K, N]: a K-major B tile of 320 rows is more than one TMA copy moves), nothing converted in the main
+    loop and no tensor loaded in the epilogue (registers: the 64x320 slab of each consumer group takes 160)."""
+    tiles = dict((c, sym) for c, sym in info.get("tiles", []))
+    operands = dict((index, dims) for index, dims in info.get("operands", []))
+    b_operands = tile_row_operands(info)
+    return bool(b_operands) and all(operands[index][-1] == tiles.get("BLOCK_N") for index in b_operands) and \
+        not info.get("computed_b") and not info.get("epilogue_loads")
 
 
 def own_pingpong(tile: tuple) -> bool:

@@ -227,6 +227,40 @@ def test_a_computed_b_takes_wide_tiles_and_never_192_wide_ones():
         assert choose(own_128, extents), extents      # (where the plain kernel switches to a 192-wide tile)
 
 
+WIDE = {"BLOCK_N": 320, "schedule": "persistent"}
+
+
+@pytest.mark.parametrize("extents, expected", [
+    # 1792 tiles of 128x256 fill 0.970 of 14 waves, 1440 of 128x320 0.987 of 11: above the 1% peers need
+    # (H200: 690 against 679 TFLOP/s; cuBLAS runs its own 320-wide tile there)
+    ({"M": 4096, "N": 14336, "K": 4096}, WIDE),
+    ({"M": 8192, "N": 14336, "K": 4096}, WIDE),
+    ({"M": 4096, "N": 28672, "K": 4096}, WIDE),
+    ({"M": 6144, "N": 2560, "K": 5120}, WIDE),          # 3.6 waves of 128x256 (0.91), 2.9 of 128x320 (0.97)
+    ({"M": 16384, "N": 14336, "K": 4096}, {}),          # both fill 0.987: the own tile
+    ({"M": 4096, "N": 4096, "K": 4096}, {}),            # 416 tiles of 128x320 take 3.2 waves
+    ({"M": 2816, "N": 5120, "K": 3072}, PINGPONG),      # 128x320 only ties ping-pong's fill: it stays
+    ({"M": 3328, "N": 3328, "K": 3328}, {}),            # stream-K (fill 0.87 against 0.85) still needs 5%
+])
+def test_n_heavy_grids_take_the_320_wide_cooperative_tile(extents, expected):
+    """128x320 tiles (two wgmmas a k-step) weigh as a peer of the own cooperative 128x256: the two switch for a fill
+    1% better (PEER_MARGIN), any other tile or schedule for 5% (SWITCH_MARGIN)."""
+    assert choose(GEMM_INFO, extents) == expected
+
+
+def test_the_320_wide_tile_needs_b_along_n_and_nothing_else_in_registers():
+    """A K-major B tile of 320 rows is more than one TMA copy moves, a converted B or an epilogue's loaded operands
+    take the registers the wider accumulator needs, and rows off the sector grid were not measured with it: none of
+    these kernels switches to 128x320 where the plain GEMM does."""
+    extents = {"M": 4096, "N": 14336, "K": 4096}
+    b_k_major = dict(GEMM_INFO, operands=[[0, ["M", "K"]], [1, ["N", "K"]], [2, ["M", "N"]]])
+    for info in (b_k_major, dict(GEMM_INFO, epilogue_loads=True), dict(GEMM_INFO, computed_b=True)):
+        assert choose(info, extents).get("BLOCK_N") != 320
+    assert choose(GEMM_INFO, extents, misaligned=(1,)).get("BLOCK_N") != 320
+    assert choose(GEMM_INFO, dict(extents, K=4104), misaligned=(0,)).get("BLOCK_N") != 320
+    assert choose(GEMM_INFO, extents, fixed={"BLOCK_N": 256}) == {}
+
+
 def test_a_fused_epilogue_over_a_short_k_weighs_cooperative_tiles_less():
     """Below K = 2048 a cooperative tile's epilogue is exposed: a kernel whose epilogue loads (bias, residual) does
     not switch to one there for a few percent of fill (GEMM + bias + GELU at 16384x4096x1024 ran 535 cooperative

@@ -119,6 +119,31 @@ def test_dot(consts, options):
     assert rel_err(c, torch.from_numpy(ref).cuda()) < TOLERANCE[consts["DTYPE"]]
 
 
+#: Tiles wider than one wgmma's 256 columns (two wgmmas per k-step, cut at a swizzle box: 192 + 128 columns of a
+#: 320-wide tile, 160 + 128 of a 288-wide one's 32-column boxes, 192 + 192), on an N that covers both wgmmas'
+#: columns of the first tiles and leaves the last one ragged.
+WIDE_CASES = [
+    *_case("bf16", 128, 320, 64),
+    *_case("f16", 128, 288, 64, schedules=(AUTO,)),
+    *_case("bf16", 128, 384, 64, a_t=1, schedules=(AUTO,)),
+    *_case("bf16", 128, 320, 64, a_computed=1, schedules=(AUTO,)),
+]
+WIDE_SHAPE = (200, 712, 88)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("consts,options", WIDE_CASES)
+def test_wide_dot(consts, options):
+    kernel = compiled(GEMM, **consts, **options)
+    import torch
+    a, b, ref = dot_inputs(consts, shape=WIDE_SHAPE)
+    c = torch.full(ref.shape, float("nan"), device="cuda", dtype=torch.float32)
+    kernel(to_device(torch, a), to_device(torch, b), c)
+    torch.cuda.synchronize()
+    assert not c.isnan().any()
+    assert rel_err(c, torch.from_numpy(ref).cuda()) < TOLERANCE[consts["DTYPE"]]
+
+
 INTERPRETED = {"bf16-128x128x64-at-auto", "f32-128x128x32-bt-auto", "bf16-16x128x64-auto", "bf16-128x128x16-uniform",
                "f8e4m3-128x64x128-at-bt-auto", "bf16-128x16x64-uniform"}
 

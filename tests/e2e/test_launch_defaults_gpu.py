@@ -1,5 +1,6 @@
 """The launch-time choices of a kernel compiled without tile constants (`tawa.autotune.launch_defaults`), on the
-GPU: the ping-pong 128x192 tile where 128x256 tiles fill the waves badly, 2x1 clusters where B's rows start
+GPU: the ping-pong 128x192 tile where 128x256 tiles fill the waves badly, the cooperative 128x320 one where it
+fills them better, 2x1 clusters where B's rows start
 off the 32-byte sector grid (an odd tile-row count rounded up to pairs), for the GEMM, FP8 and linear-layer
 examples, and 192-row query blocks for attention at head dim 64 on long sequences. Each case checks the variant
 chosen and the cluster size launched, then the output: fresh random inputs, a NaN-poisoned output, two launches,
@@ -56,6 +57,10 @@ CASES = {
     # the linear layer: 187 tiles of its own 128x192 fill 0.67 of two waves, 121 of 192x192 0.89 of one; W's rows
     # 528 bytes apart (off the sector grid): in pairs
     ("linear_gelu_residual.tawa", 2112, 2048, 264): (192, "persistent", 2),
+    # 480 tiles of 128x256 fill 0.91 of 4 waves, 384 of 128x320 (two wgmmas a k-step) 0.97 of 3
+    ("gemm.tawa", 6144, 2560, 256): (320, "persistent", 1),
+    # ... and 1440 of them at an FFN's N = 14336, ragged by 64 columns (0.987 of 11 waves against 0.970 of 14)
+    ("gemm.tawa", 4096, 14336, 256): (320, "persistent", 1),
     # A's and B's rows both off the sector grid (1040 and 6000 bytes apart): 192x192 in pairs along M
     ("gemm.tawa", 3000, 3000, 520): (192, "persistent", 2),
     # ... where 55 rows of 128x256 tiles would not pair without another wave

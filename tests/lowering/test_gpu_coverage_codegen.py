@@ -186,3 +186,25 @@ def test_tma_off_needs_128_byte_rows():
     with pytest.raises(tawa.CompilationError) as e:
         gemm(BLOCK_K=32, warp_specialize=False, tma=False)
     assert e.value.location is not None and "tma=False" in e.value.note
+
+
+@pytest.mark.parametrize("consts,chunks", [
+    (dict(BLOCK_N=320), {192, 128}),                          # MN-major B in 64-column boxes: cut at a box
+    (dict(BLOCK_N=384, A_T=1), {192}),
+    (dict(DTYPE="f16", BLOCK_N=288), {160, 128}),             # 576-byte rows: 64-byte swizzle, 32-column boxes
+    (dict(BLOCK_N=320, A_COMPUTED=1), {192, 128}),            # A from registers
+], ids=["320", "384-at", "288-f16", "320-computed-a"])
+def test_tiles_wider_than_one_wgmma_take_two(consts, chunks):
+    """N above 256 columns: per 64-row slab and k-step one wgmma per chunk of N, each on its accumulator
+    registers; no serialized wgmma and no spill with the 128-row tile's two consumer groups."""
+    kernel = gemm(**consts)
+    assert {n for n, *_ in wgmmas(kernel)} == chunks
+    assert len(WGMMA.findall(kernel.ptx)) % len(chunks) == 0
+    report = [n for n in kernel.notes if n.startswith("ptxas")]
+    assert report and "0 bytes spill stores" in report[0], kernel.notes
+    assert not any(SERIALIZED.search(n) for n in report), report
+
+
+def test_tile_wider_than_two_wgmmas_fit_is_refused():
+    with pytest.raises(tawa.CompilationError, match="at most 384"):
+        gemm(BLOCK_N=448)

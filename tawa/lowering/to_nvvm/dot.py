@@ -155,12 +155,34 @@ def _operand_a(descs: Descriptors, a: SmemTile, row0, kk: int) -> V:
     return _mn_major(descs, a, row0, kk) if a.transposed else _k_major(descs, a, row0, kk)
 
 
-def _operand_b(descs: Descriptors, bt: SmemTile, kk: int) -> tuple:
-    """(descriptor, transposed-flag) of B's k-step `kk`: stored [N, K] and transposed it is K-major; stored
-    [K, N] (N contiguous) it is MN-major."""
+def _operand_b(descs: Descriptors, bt: SmemTile, kk: int, col0: int = 0) -> tuple:
+    """(descriptor, transposed-flag) of B's k-step `kk` from column `col0` of N (`n_chunks`): stored [N, K] and
+    transposed it is K-major; stored [K, N] (N contiguous) it is MN-major."""
     if bt.transposed:
-        return _k_major(descs, bt, 0, kk), False
-    return _mn_major(descs, bt, 0, kk), True
+        return _k_major(descs, bt, col0, kk), False
+    return _mn_major(descs, bt, col0, kk), True
+
+
+#: Columns one wgmma computes at most ...
+WGMMA_MAX_N = 256
+#: ... and one dot: a warp group holds N / 2 accumulator registers a thread per 64-row slab, and 384 columns' 192 are
+#: what fits beside the addresses and descriptors under the 232-240 registers a consumer group gets.
+MAX_DOT_N = 384
+
+
+def n_chunks(bt: SmemTile) -> list:
+    """(first column, columns) of each wgmma along B's N: one wgmma up to 256 columns; a wider B (a 128x320 tile,
+    whose 1440 tiles fill 132 SMs' waves at 4096x14336 where 128x256 leaves a 58% last wave) as a few of nearly
+    equal width, cut where a descriptor can start: at a column box (MN-major) or a multiple of 8 rows (K-major).
+    The accumulator's registers run along N in 8-column groups (`layouts.mma`), so chunk c owns registers
+    [first / 2, (first + columns) / 2) of each slab."""
+    n = bt.shape[1]
+    if n <= WGMMA_MAX_N:
+        return [(0, n)]
+    unit = 8 if bt.transposed else _width(bt) // elem_bytes(bt.elem)
+    count = -(-n // WGMMA_MAX_N)
+    width = -(-n // (count * unit)) * unit
+    return [(c, min(width, n - c)) for c in range(0, n, width)]
 
 
 def _register_a(a) -> bool:
@@ -256,10 +278,11 @@ def check_operands(op, a, bt) -> None:
                  "before storing A and B, or compile with target='cpu'")
     m, kdim = a.shape
     n = bt.shape[1]
-    if n > 256 or n % 8:
-        raise CompilationError(f"dot tile N={n} must be a multiple of 8 and at most 256", loc,
-                               note="choose BLOCK_N in 8..256, a multiple of 8 (wgmma computes N = 8..256 "
-                                    "columns per instruction)")
+    if n > MAX_DOT_N or n % 8 or any(w > WGMMA_MAX_N for _, w in n_chunks(bt)):
+        raise CompilationError(f"dot tile N={n} must be a multiple of 8 and at most {MAX_DOT_N}", loc,
+                               note=f"choose BLOCK_N in 8..{MAX_DOT_N}, a multiple of 8 (wgmma computes N = 8..256 "
+                                    f"columns per instruction, a wider tile two; every 64-row slab of the "
+                                    f"accumulator takes N / 2 registers a thread)")
     if a.elem not in _TRANSPOSABLE and not bt.transposed:
         kind = "an f32 (tf32)" if a.elem == "f32" else "an fp8"
         raise CompilationError(
@@ -334,12 +357,22 @@ def issue_shared(ctx: Ctx, a: SmemTile, bt: SmemTile, regs: list, scale_d) -> li
         chunk = regs[s * per_slab:(s + 1) * per_slab]
         for kk in range(kdim // ksz):
             da = _operand_a(descs, a, row0, kk)
-            db, trans_b = _operand_b(descs, bt, kk)
-            chunk = wgmma(b, chunk, da, db, scale_d if kk == 0 else b.i32(1), n, ksz, a.elem, trans_b,
-                          a.transposed)
+            chunk = _issue_n_chunks(b, descs, bt, kk, chunk, da, scale_d if kk == 0 else b.i32(1), ksz, a.elem,
+                                    a.transposed)
         regs[s * per_slab:(s + 1) * per_slab] = chunk
     sync.wgmma_commit(b)
     return regs
+
+
+def _issue_n_chunks(b: Builder, descs: Descriptors, bt: SmemTile, kk: int, acc: list, da, scale_d: V, ksz: int,
+                    elem: str, trans_a: bool = False) -> list:
+    """The wgmmas of one 64-row slab's k-step `kk`: one per chunk of N (`n_chunks`), each on its registers."""
+    acc = list(acc)
+    for col0, width in n_chunks(bt):
+        db, trans_b = _operand_b(descs, bt, kk, col0)
+        acc[col0 // 2:(col0 + width) // 2] = wgmma(b, acc[col0 // 2:(col0 + width) // 2], da, db, scale_d, width,
+                                                   ksz, elem, trans_b, trans_a)
+    return acc
 
 
 def _finish(ctx: Ctx, op, regs: list, layout, register_a: bool = False, staged_b: bool = False) -> None:
@@ -420,8 +453,8 @@ def issue_register_a(ctx: Ctx, frags: dict, bt: SmemTile, regs: list, scale_d, m
     for s in range(slabs):
         chunk = regs[s * per_slab:(s + 1) * per_slab]
         for kk in range(kdim // ksz):
-            db, trans_b = _operand_b(descs, bt, kk)
-            chunk = wgmma(b, chunk, frags[(s, kk)], db, scale_d if kk == 0 else b.i32(1), n, ksz, elem, trans_b)
+            chunk = _issue_n_chunks(b, descs, bt, kk, chunk, frags[(s, kk)], scale_d if kk == 0 else b.i32(1), ksz,
+                                    elem)
         regs[s * per_slab:(s + 1) * per_slab] = chunk
     sync.wgmma_commit(b)
     return regs
