@@ -81,10 +81,23 @@ def swizzle_width(row_bytes: int) -> int | None:
     return next((w for w in reversed(SWIZZLES) if row_bytes % w == 0), None)
 
 
+#: Rows one TMA copy moves at most ...
+COPY_ROWS = 256
+#: ... and a tile read by a dot: a taller one (a K-major B of a 128x320 tile) is copied in equal row blocks.
+MAX_DOT_TILE_ROWS = 384
+
+
+def copy_blocks(rows: int) -> int:
+    """In how many copies of equal rows (each at most COPY_ROWS, a multiple of the swizzle's 8-row atom, which the
+    swizzle's address bits then keep in step) a tile of `rows` is copied; 0 where it cannot be."""
+    blocks = -(-rows // COPY_ROWS)
+    return blocks if rows % blocks == 0 and (rows // blocks) % 8 == 0 or blocks == 1 else 0
+
+
 def check_dot_tile(t, location) -> None:
     """Refuse a 2-D tile of type `t` that TMA cannot copy into shared memory for a dot: rows are written as
-    swizzled boxes of 32, 64 or 128 bytes, one copy moves at most 256 rows, and the tile must fit in shared
-    memory. Called here for every load feeding dots (both schedules) and by the NVVM conversion for every TMA
+    swizzled boxes of 32, 64 or 128 bytes, one copy moves at most 256 rows (a taller tile, up to 384 rows, is
+    copied in equal blocks of a multiple of 8 rows), and the tile must fit in shared memory. Called here for every load feeding dots (both schedules) and by the NVVM conversion for every TMA
     load it emits (an aref ring's slots hold tiles in the same swizzled form)."""
     rows, cols = tile_shape(t)
     elem = elem_type(t)
@@ -97,11 +110,13 @@ def check_dot_tile(t, location) -> None:
             note=f"make the loaded tile's last dimension a multiple of {32 // elem_bytes(elem)} ({box_cols} or more "
                  f"for the widest swizzle): the copy engine writes swizzled boxes of 32, 64 or 128 bytes (a B tile "
                  f"narrower than that can be loaded as [BLOCK_N, BLOCK_K] from a K-major tensor and used as b.T)")
-    if rows > 256:
+    if rows > MAX_DOT_TILE_ROWS or not copy_blocks(rows):
         raise CompilationError(
-            f"a tile read by a dot may have at most 256 rows, got {rows}", location,
-            note="one copy moves at most 256 rows: make the tile's first dimension at most 256 (BLOCK_M for "
-                 "A, BLOCK_K for a [BLOCK_K, BLOCK_N] B tile)")
+            f"a tile read by a dot may have at most {MAX_DOT_TILE_ROWS} rows, copied in equal blocks of at most "
+            f"{COPY_ROWS} rows and a multiple of 8, got {rows}", location,
+            note=f"one copy moves at most {COPY_ROWS} rows: make the tile's first dimension at most {COPY_ROWS} "
+                 f"(BLOCK_M for A, BLOCK_K for a [BLOCK_K, BLOCK_N] B tile), or up to {MAX_DOT_TILE_ROWS} as two "
+                 f"equal blocks of a multiple of 8 (BLOCK_N = 320 for a [BLOCK_N, BLOCK_K] B tile)")
     if tile_bytes(t) > hopper.SMEM_FOR_TILES:
         raise CompilationError(
             f"a tile read by a dot takes {tile_bytes(t) // 1024} KiB of shared memory, more than the "

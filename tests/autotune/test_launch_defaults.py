@@ -248,13 +248,14 @@ def test_n_heavy_grids_take_the_320_wide_cooperative_tile(extents, expected):
     assert choose(GEMM_INFO, extents) == expected
 
 
-def test_the_320_wide_tile_needs_b_along_n_and_nothing_else_in_registers():
-    """A K-major B tile of 320 rows is more than one TMA copy moves, a converted B or an epilogue's loaded operands
-    take the registers the wider accumulator needs, and rows off the sector grid were not measured with it: none of
-    these kernels switches to 128x320 where the plain GEMM does."""
+def test_the_320_wide_tile_is_for_kernels_without_a_converted_b_or_epilogue_operands():
+    """A converted B is a register tile as wide as the tile, an epilogue's loaded operands did not gain from it, and
+    rows off the sector grid were not measured with it: none of these kernels switches to 128x320 where the plain
+    GEMM does. A B stored [N, K] (nn.Linear's weight, copied in two blocks of 160 rows) does."""
     extents = {"M": 4096, "N": 14336, "K": 4096}
     b_k_major = dict(GEMM_INFO, operands=[[0, ["M", "K"]], [1, ["N", "K"]], [2, ["M", "N"]]])
-    for info in (b_k_major, dict(GEMM_INFO, epilogue_loads=True), dict(GEMM_INFO, computed_b=True)):
+    assert choose(b_k_major, extents) == WIDE
+    for info in (dict(GEMM_INFO, epilogue_loads=True), dict(GEMM_INFO, computed_b=True)):
         assert choose(info, extents).get("BLOCK_N") != 320
     assert choose(GEMM_INFO, extents, misaligned=(1,)).get("BLOCK_N") != 320
     assert choose(GEMM_INFO, dict(extents, K=4104), misaligned=(0,)).get("BLOCK_N") != 320

@@ -193,7 +193,9 @@ def test_tma_off_needs_128_byte_rows():
     (dict(BLOCK_N=384, A_T=1), {192}),
     (dict(DTYPE="f16", BLOCK_N=288), {160, 128}),             # 576-byte rows: 64-byte swizzle, 32-column boxes
     (dict(BLOCK_N=320, A_COMPUTED=1), {192, 128}),            # A from registers
-], ids=["320", "384-at", "288-f16", "320-computed-a"])
+    (dict(BLOCK_N=320, B_T=1), {160}),                        # K-major B: cut at 8 rows, copied in 2 x 160 rows
+    (dict(DTYPE="f16", BLOCK_N=384, B_T=1, A_T=1), {192}),
+], ids=["320", "384-at", "288-f16", "320-computed-a", "320-bt", "384-at-bt"])
 def test_tiles_wider_than_one_wgmma_take_two(consts, chunks):
     """N above 256 columns: per 64-row slab and k-step one wgmma per chunk of N, each on its accumulator
     registers; no serialized wgmma and no spill with the 128-row tile's two consumer groups."""
@@ -203,6 +205,22 @@ def test_tiles_wider_than_one_wgmma_take_two(consts, chunks):
     report = [n for n in kernel.notes if n.startswith("ptxas")]
     assert report and "0 bytes spill stores" in report[0], kernel.notes
     assert not any(SERIALIZED.search(n) for n in report), report
+
+
+@pytest.mark.parametrize("consts, copies", [
+    (dict(BLOCK_N=320, B_T=1), {(160, 64)}),                  # B [320, 64]: two copies of 160 rows
+    (dict(BLOCK_M=384, BLOCK_N=128), {(192, 64)}),            # A [384, 64] on three consumer groups
+], ids=["b-320-rows", "a-384-rows"])
+def test_tiles_taller_than_one_copy_are_copied_in_equal_row_blocks(consts, copies):
+    """One TMA copy moves at most 256 rows: a taller tile's tensor map has boxes of half its rows, copied twice
+    into the slot (tests/e2e/test_gpu_coverage.py runs both on the GPU)."""
+    assert copies <= set(swizzles(gemm(**consts)))
+
+
+@pytest.mark.parametrize("rows", [400, 512])
+def test_tiles_that_do_not_split_into_equal_copies_are_refused(rows):
+    with pytest.raises(tawa.CompilationError, match="copied in equal blocks"):
+        gemm(BLOCK_N=rows, B_T=1)
 
 
 def test_tile_wider_than_two_wgmmas_fit_is_refused():

@@ -17,7 +17,7 @@ from tawa.ir.ops import DimOp, LoadOp, PrefetchOp, StoreOp
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
-from ..assign_layouts import check_dot_tile, smem_swizzle, swizzle_width
+from ..assign_layouts import copy_blocks, check_dot_tile, smem_swizzle, swizzle_width
 from . import broadcast_operand, staged_operand, sync, vector_access
 from .chunk_loads import ChunkLoads, chunk_loads
 from .builder import V
@@ -56,22 +56,27 @@ class TmaLoad:
         self.nbox = self.cols // self.box_cols
         self.box_bytes = self.rows * width
         self.bytes = self.nbox * self.box_bytes
-        # A tile the CTAs of a cluster share (`tawa.multicast`) is copied in `parts` row blocks, one per CTA.
+        # A tile the CTAs of a cluster share (`tawa.multicast`) is copied in `parts` row blocks, one per CTA; a
+        # part taller than one copy moves (a K-major B of 320 rows) in `blocks` copies of equal rows.
         self.part_rows = self.rows // parts
-        self.tmap = ctx.params.tile_map(LoadOp(op).src, self.part_rows, self.box_cols, width)
+        self.blocks = copy_blocks(self.part_rows)
+        self.copy_rows = self.part_rows // self.blocks
+        self.width = width
+        self.tmap = ctx.params.tile_map(LoadOp(op).src, self.copy_rows, self.box_cols, width)
 
     def issue(self, ctx: Ctx, offsets: list, dst_offset: V, bar: V, part: int = 0, multicast: V | None = None) \
             -> None:
         """Issue the copies (caller: one elected thread). `offsets`: i32 element offsets, outermost first. A
         tile cut into parts: the copies of row block `part`, to the CTAs of the `multicast` mask."""
         b = ctx.b
-        skip = part * self.part_rows
-        row = b.add(offsets[-2], skip) if skip else offsets[-2]
         for j in range(self.nbox):
-            coords = sync.box_coords(b, offsets, j, self.box_cols, row)
-            into = j * self.box_bytes + skip * (self.box_bytes // self.rows)
-            dst = ctx.smem_ptr(b.add(dst_offset, into) if into else dst_offset)
-            sync.tma_load(b, self.tmap, dst, bar, coords, multicast)
+            for block in range(self.blocks):
+                skip = part * self.part_rows + block * self.copy_rows
+                row = b.add(offsets[-2], skip) if skip else offsets[-2]
+                coords = sync.box_coords(b, offsets, j, self.box_cols, row)
+                into = j * self.box_bytes + skip * self.width
+                dst = ctx.smem_ptr(b.add(dst_offset, into) if into else dst_offset)
+                sync.tma_load(b, self.tmap, dst, bar, coords, multicast)
 
 
 def issue_elected(ctx: Ctx, pred: V | None, body) -> None:
