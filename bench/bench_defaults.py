@@ -10,9 +10,9 @@ machines:
 
 `build` fills DIR/cache (the kernel cache: `TAWA_CACHE_DIR`) by asking each example's kernel which variant it
 launches for each shape; `run` launches through the same API (`kernel(*args)`) with that cache. SET is `all`
-(default), `gemm`, `few` (grids of fewer tiles than SMs), `fp8`, `linear`, `bias_act`, `batched` or `sweep` (the
-GEMM sweep of `bench_gemm.py` and its two linear-layer shapes; not part of `all`). DIR defaults to
-`.carry/defaults`.
+(default), `gemm`, `few` (grids of fewer tiles than SMs), `fp8`, `linear`, `bias_act`, `batched`, `sweep` (the
+GEMM sweep of `bench_gemm.py` and its two linear-layer shapes) or `ffn` (LLM feed-forward GEMMs); the last two are
+not part of `all`. DIR defaults to `.carry/defaults`.
 
 For each shape, in one process and alternating over rounds: "default" is `kernel(*args)` (the variant the shape
 picks), "own" the kernel's own tile (`kernel[grid](*args)` with the grid of its own constants, which keeps the
@@ -67,6 +67,10 @@ SETS = {"gemm": [("gemm", s) for s in GEMM], "few": [("gemm", s) for s in FEW],
 SWEEP_GEMM = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 2048), (16384, 8192, 1024), (4096, 14336, 4096),
               (512, 8192, 8192), (2048, 2048, 8192), (3000, 5000, 2000)]
 SETS["sweep"] = [("gemm", s) for s in SWEEP_GEMM] + [("linear", s) for s in ((4096, 14336, 4096), (8192, 8192, 4096))]
+#: LLM feed-forward GEMMs (Llama-3 8B and 70B up and down projections at 2048 to 16384 tokens; not part of `all`).
+FFN = [(2048, 14336, 4096), (4096, 14336, 4096), (8192, 14336, 4096), (16384, 14336, 4096), (4096, 4096, 14336),
+       (8192, 4096, 14336), (4096, 28672, 8192), (4096, 8192, 28672)]
+SETS["ffn"] = [("gemm", s) for s in FFN]
 SETS["all"] = SETS["gemm"] + SETS["few"] + SETS["fp8"] + SETS["linear"] + SETS["bias_act"] + SETS["batched"]
 SOURCES = {"gemm": "gemm.tawa", "fp8": "gemm_fp8.tawa", "linear": "linear_gelu_residual.tawa",
            "bias_act": "gemm_bias_act.tawa", "batched": "batched_gemm.tawa"}

@@ -209,12 +209,20 @@ def test_tiles_wider_than_one_wgmma_take_two(consts, chunks):
 
 @pytest.mark.parametrize("consts, copies", [
     (dict(BLOCK_N=320, B_T=1), {(160, 64)}),                  # B [320, 64]: two copies of 160 rows
-    (dict(BLOCK_M=384, BLOCK_N=128), {(192, 64)}),            # A [384, 64] on three consumer groups
-], ids=["b-320-rows", "a-384-rows"])
+    (dict(DTYPE="f16", BLOCK_N=384, B_T=1), {(192, 64)}),
+], ids=["b-320-rows", "b-384-rows"])
 def test_tiles_taller_than_one_copy_are_copied_in_equal_row_blocks(consts, copies):
     """One TMA copy moves at most 256 rows: a taller tile's tensor map has boxes of half its rows, copied twice
     into the slot (tests/e2e/test_gpu_coverage.py runs both on the GPU)."""
     assert copies <= set(swizzles(gemm(**consts)))
+
+
+@pytest.mark.parametrize("ws", [None, False], ids=["auto", "uniform"])
+def test_dot_tiles_of_more_than_256_rows_are_refused(ws):
+    """An A of 384 rows loads in two copies, but the output tile is stored in copies of at most 256 rows: refused
+    when compiled, not when the runtime builds the output's tensor map."""
+    with pytest.raises(tawa.CompilationError, match="dot tile M=384 (must be at most 256|is not supported)"):
+        gemm(BLOCK_M=384, warp_specialize=ws)
 
 
 @pytest.mark.parametrize("rows", [400, 512])

@@ -168,6 +168,8 @@ WGMMA_MAX_N = 256
 #: ... and one dot: a warp group holds N / 2 accumulator registers a thread per 64-row slab, and 384 columns' 192 are
 #: what fits beside the addresses and descriptors under the 232-240 registers a consumer group gets.
 MAX_DOT_N = 384
+#: Rows of a dot tile: one TMA copy of the output tile (or an epilogue operand) moves at most 256.
+MAX_DOT_M = 256
 
 
 def n_chunks(bt: SmemTile) -> list:
@@ -278,6 +280,10 @@ def check_operands(op, a, bt) -> None:
                  "before storing A and B, or compile with target='cpu'")
     m, kdim = a.shape
     n = bt.shape[1]
+    if m > MAX_DOT_M:
+        raise CompilationError(f"dot tile M={m} must be at most {MAX_DOT_M}", loc,
+                               note=f"choose BLOCK_M of at most {MAX_DOT_M}: the output tile is stored, and an "
+                                    f"epilogue's operands loaded, by copies of at most {MAX_DOT_M} rows")
     if n > MAX_DOT_N or n % 8 or any(w > WGMMA_MAX_N for _, w in n_chunks(bt)):
         raise CompilationError(f"dot tile N={n} must be a multiple of 8 and at most {MAX_DOT_N}", loc,
                                note=f"choose BLOCK_N in 8..{MAX_DOT_N}, a multiple of 8 (wgmma computes N = 8..256 "
