@@ -253,7 +253,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
         if switching:
             for tile, (switch, other) in TILE_SWITCHES.items():
                 other = _tile_rate(info, tile, other)
-                if tile[1] > 256 and not (_wide_tile_fits(info) and not off_grid):
+                if tile[1] > 256 and not (_wide_tile_fits(info, fixed) and not off_grid):
                     continue
                 if tile != own and other is not None:
                     if sector_bound:
@@ -299,19 +299,45 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
             config.get("schedule") == "persistent" and set(config) <= {"BLOCK_N", "schedule"}
         return PEER_MARGIN if peers else SWITCH_MARGIN
 
-    cleared = [(score, config) for score, config in candidates[1:] + others if score >= margin(config) * own_score]
-    config = max(cleared, key=lambda candidate: candidate[0])[1] if cleared else {}
+    # the best of all, taken where it clears its margin (a peer that clears its 1% does not win over a tile the
+    # rule scores higher that misses its 5%: then the own tile stays)
+    score, config = max(candidates + others, key=lambda candidate: candidate[0])
+    config = config if score >= margin(config) * own_score else {}
     return dict(config, cluster=sharing["B"]) if pairs_for_b else config
 
 
-def _wide_tile_fits(info: dict) -> bool:
+#: Bytes of one ring slot of a 128x320 tile at most: three of them and the epilogue's staging fill shared memory
+#: (bf16 with BLOCK_K = 64, fp8 with 128, tf32 with 32: 56 KiB).
+WIDE_SLOT_BYTES = 64 * 1024
+_DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1}
+
+
+def _wide_slot_bytes(info: dict, fixed: dict):
+    """Bytes of one K step's A and B tiles at 128x320 (BLOCK_K and the operands' dtypes, as compiled: the constants
+    given at compile time over the source's), or None where unknown."""
+    consts = dict(info.get("constants", {}))
+    consts.update((name, value if isinstance(value, (int, float)) else str(value))
+                  for name, value in fixed.items() if name in consts)
+    block_k = consts.get("BLOCK_K")
+    dtypes = dict((index, name) for index, name in info.get("operand_dtypes", []))
+    operands = tile_row_operands(info) + tile_column_operands(info)
+    sizes = [_DTYPE_BYTES.get(consts.get(dtypes.get(index), dtypes.get(index))) for index in operands]
+    if not isinstance(block_k, int) or isinstance(block_k, bool) or not operands or None in sizes:
+        return None
+    return block_k * (128 + 320) * max(sizes)
+
+
+def _wide_tile_fits(info: dict, fixed: dict) -> bool:
     """Whether a one-dot kernel may switch to a tile wider than one wgmma (128x320): nothing converted in its main
     loop (a converted B is a register tile 320 wide) and no tensor loaded in its epilogue, where it did not pay
     (H200, six FFN shapes: the linear layer's bias + GELU + residual ran 0.96-1.05x 128x256 and mostly below its own
-    ping-pong 128x192; FP8 with row and column scales 1.00-1.06x 128x256, 0.98-1.00x ping-pong). B may be stored
-    either way ([N, K] is copied in two blocks of 160 rows): on four FFN shapes a plain x @ W.T ran 1.01-1.04x
-    128x256, tf32 1.02-1.07x, fp8 e5m2 1.01-1.05x."""
-    return not info.get("computed_b") and not info.get("epilogue_loads")
+    ping-pong 128x192; FP8 with row and column scales 1.00-1.06x 128x256, 0.98-1.00x ping-pong); and a K step whose
+    tiles fit three ring slots (`WIDE_SLOT_BYTES`; BLOCK_K = 128 of bf16 would leave two). B may be stored either
+    way ([N, K] is copied in two blocks of 160 rows): on four FFN shapes a plain x @ W.T ran 1.01-1.04x 128x256,
+    tf32 1.02-1.07x, fp8 e5m2 1.01-1.05x."""
+    slot = _wide_slot_bytes(info, fixed)
+    return not info.get("computed_b") and not info.get("epilogue_loads") and slot is not None and \
+        slot <= WIDE_SLOT_BYTES
 
 
 def own_pingpong(tile: tuple) -> bool:

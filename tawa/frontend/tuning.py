@@ -232,13 +232,8 @@ def shape_symbols(kernel: S.Kernel, constants: dict) -> dict:
 def _tensor_params(kernel: S.Kernel):
     """(argument index, dim names) of each tensor parameter of two or more dims, counting the arguments a launch
     passes (const parameters are not among them)."""
-    index = 0
-    for p in kernel.params:
-        if p.type is not None and p.type.name == "const":
-            continue
-        if p.type is not None and p.type.dims and len(p.type.dims) >= 2:
-            yield index, [name for name, _line, _col in p.type.dims]
-        index += 1
+    for index, p in _tensor_param_types(kernel):
+        yield index, [name for name, _line, _col in p.type.dims]
 
 
 def tensor_dims(kernel: S.Kernel, constants: dict) -> list:
@@ -246,6 +241,23 @@ def tensor_dims(kernel: S.Kernel, constants: dict) -> list:
     literal or constant extent), so that a launch can tell which operand a tensor is (`shape_defaults`)."""
     return [[index, [name if isinstance(name, str) and name not in constants else None for name in dims]]
             for index, dims in _tensor_params(kernel)]
+
+
+def tensor_dtypes(kernel: S.Kernel) -> list:
+    """[[argument index, dtype name or the constant holding it]] for each tensor parameter of two or more dims, so
+    that a launch rule can size a tile's shared-memory copies (`launch_defaults._wide_tile_fits`)."""
+    return [[index, p.type.name] for index, p in _tensor_param_types(kernel)]
+
+
+def _tensor_param_types(kernel: S.Kernel):
+    """(argument index, parameter) of each tensor parameter of two or more dims, as `_tensor_params` counts them."""
+    index = 0
+    for p in kernel.params:
+        if p.type is not None and p.type.name == "const":
+            continue
+        if p.type is not None and p.type.dims and len(p.type.dims) >= 2:
+            yield index, p
+        index += 1
 
 
 def tensor_constant_dims(kernel: S.Kernel, constants: dict) -> list:
@@ -591,6 +603,7 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "grid_symbols": grid_symbols(k, symbols),
         "operands": tensor_dims(k, constants),
         "operand_constants": tensor_constant_dims(k, constants),
+        "operand_dtypes": tensor_dtypes(k),
         "has_dot": has_dot(k),
         "tile_invariant": tile_invariant(k, constants, symbols),
         "compared_symbols": compared_symbols(k, symbols),

@@ -124,6 +124,39 @@ def check_dot_tile(t, location) -> None:
             note="use smaller tiles (BLOCK_M, BLOCK_N or BLOCK_K)")
 
 
+#: Columns of a dot tile above which it takes two wgmmas a k-step (`to_nvvm.dot.n_chunks`) ...
+ONE_WGMMA_N = 256
+#: ... and the widest such tile whose A a group feeds from registers: 384 columns' 192 accumulator registers and
+#: the A fragments beside them serialize the wgmmas (ptxas C7512).
+WIDE_REGISTER_A_N = 320
+
+
+def _check_wide_dot(op, m: int, n: int, warps: int, smem: set) -> None:
+    """Refuse a dot tile wider than one wgmma that cannot keep its accumulator in registers: each consumer warp
+    group holds N / 2 registers a thread per 64-row slab, so a tile over 256 columns needs one slab per group of at
+    most two groups (a 128x320 tile on two groups: 160 registers each; 256x320 spilled 2256 bytes, 192x320 on
+    three groups of 160 registers 3332), and an A fed from registers at most 320 columns."""
+    if n <= ONE_WGMMA_N:
+        return
+    groups = max(warps // 4, 1)
+    if groups > 2 or m > L.WGMMA_M * groups:
+        raise CompilationError(
+            f"a dot tile {n} columns wide needs one 64-row slab per consumer warp group, of at most two groups "
+            f"(got {m} rows on {groups})",
+            note=f"each warp group holds N / 2 = {n // 2} accumulator registers a thread per 64-row slab: use "
+                 f"BLOCK_M = 128 with two consumer groups (or 64), or BLOCK_N of at most {ONE_WGMMA_N}")
+    a = op.operands[0]
+    src = owner_op(a)
+    register_a = a not in smem or (src is not None and src.name == TransOp.NAME and
+                                   elem_bytes(elem_type(a.type)) != 2)
+    if register_a and n > WIDE_REGISTER_A_N:
+        raise CompilationError(
+            f"a dot tile {n} columns wide cannot take its A from registers (computed, or a transposed f32 or fp8 "
+            f"tile): at most {WIDE_REGISTER_A_N}",
+            note=f"the {n // 2} accumulator registers and A's fragments beside them do not fit: choose BLOCK_N of "
+                 f"at most {WIDE_REGISTER_A_N}")
+
+
 def _check_smem_uses(ops: list, smem: set) -> None:
     """Shared-memory tiles feed dot operands, directly or through `tawa.trans`; any other use reads the tile into
     registers where it happens (only warp-specialized consumers have such uses: every tile an aref delivers lives
@@ -244,6 +277,7 @@ def _assign(ops: list, W: int, ctx) -> None:
     def mma_for(op):
         m, n = _shape(op.results[0])
         with _at(op):
+            _check_wide_dot(op, m, n, W, smem)
             return L.mma(m, n, W)
 
     # Forward: layouts forced by dots, carried through loops, elementwise ops, reductions and expansions.

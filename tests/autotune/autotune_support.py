@@ -23,6 +23,7 @@ GEMM_INFO = {"name": "gemm", "params": ["A", "B", "C"],
              "symbols": [["M", 0, 0], ["K", 0, 1], ["N", 1, 1]],
              "tiles": [["BLOCK_M", "M"], ["BLOCK_N", "N"]],
              "operands": [[0, ["M", "K"]], [1, ["K", "N"]], [2, ["M", "N"]]], "has_dot": True, "dots": 1,
+             "operand_dtypes": [[0, "DTYPE"], [1, "DTYPE"], [2, "DTYPE"]],
              "grid_symbols": [None, None], "epilogue_loads": False, "computed_b": False, "declared": None}
 
 #: Candidate configurations of SCALE used by several tests.

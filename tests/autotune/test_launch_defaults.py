@@ -262,6 +262,30 @@ def test_the_320_wide_tile_is_for_kernels_without_a_converted_b_or_epilogue_oper
     assert choose(GEMM_INFO, extents, fixed={"BLOCK_N": 256}) == {}
 
 
+def test_the_320_wide_tile_needs_three_ring_slots_of_its_k_step():
+    """128 + 320 rows of a K step's tiles in three slots beside the epilogue's staging: bf16 with BLOCK_K = 64, tf32
+    with 32, fp8 with 128; BLOCK_K = 128 of bf16 (given at compile time or in the source) would leave two slots and
+    failed to compile. A kernel whose operands' dtypes are not known (a record from before they were) keeps off it."""
+    extents = {"M": 4096, "N": 14336, "K": 4096}
+    assert choose(GEMM_INFO, extents, fixed={"BLOCK_K": 128}).get("BLOCK_N") != 320
+    wide_k = dict(GEMM_INFO, constants=dict(GEMM_INFO["constants"], BLOCK_K=128))
+    assert choose(wide_k, extents).get("BLOCK_N") != 320
+    tf32 = dict(GEMM_INFO, operand_dtypes=[[0, "f32"], [1, "f32"], [2, "f32"]])
+    assert choose(dict(tf32, constants=dict(GEMM_INFO["constants"], BLOCK_K=32)), extents) == WIDE
+    assert choose(tf32, extents).get("BLOCK_N") != 320
+    fp8 = dict(GEMM_INFO, operand_dtypes=[[0, "f8e4m3"], [1, "f8e4m3"], [2, "bf16"]])
+    assert choose(dict(fp8, constants=dict(GEMM_INFO["constants"], BLOCK_K=128)), extents) == WIDE
+    unknown = {k: v for k, v in GEMM_INFO.items() if k != "operand_dtypes"}
+    assert choose(unknown, extents).get("BLOCK_N") != 320
+
+
+@pytest.mark.parametrize("extents", [{"M": 5120, "N": 11008, "K": 4096}, {"M": 4096, "N": 14336, "K": 1024}])
+def test_a_peer_that_clears_its_margin_does_not_win_over_a_tile_scored_higher(extents):
+    """Ping-pong 128x192 scores highest here but misses its 5%; 128x320 clears its 1% with a lower score: the rule
+    keeps the own tile rather than take the tile it scores lower."""
+    assert choose(GEMM_INFO, extents) == {}
+
+
 def test_a_fused_epilogue_over_a_short_k_weighs_cooperative_tiles_less():
     """Below K = 2048 a cooperative tile's epilogue is exposed: a kernel whose epilogue loads (bias, residual) does
     not switch to one there for a few percent of fill (GEMM + bias + GELU at 16384x4096x1024 ran 535 cooperative

@@ -131,8 +131,11 @@ WIDE_CASES = [
     # K-major B tiles of 320 and 384 rows: two TMA copies of 160 (192) rows each, wgmmas of 160 (192) columns
     *_case("bf16", 128, 320, 64, b_t=1, schedules=(AUTO,)),
     *_case("f16", 128, 384, 64, a_t=1, b_t=1, schedules=(AUTO,)),
+    # tf32 and fp8 read B K-major only: 160 + 160 columns
+    *_case("f32", 128, 320, 32, b_t=1, schedules=(AUTO,)),
+    *_case("f8e4m3", 128, 320, 128, b_t=1, schedules=(AUTO,)),
 ]
-WIDE_SHAPE = (200, 712, 88)
+WIDE_SHAPES = {"bf16": (200, 712, 88), "f16": (200, 712, 88), "f32": (200, 712, 76), "f8e4m3": (200, 712, 176)}
 
 
 @pytest.mark.gpu
@@ -140,7 +143,7 @@ WIDE_SHAPE = (200, 712, 88)
 def test_wide_dot(consts, options):
     kernel = compiled(GEMM, **consts, **options)
     import torch
-    a, b, ref = dot_inputs(consts, shape=WIDE_SHAPE)
+    a, b, ref = dot_inputs(consts, shape=WIDE_SHAPES[consts["DTYPE"]])
     c = torch.full(ref.shape, float("nan"), device="cuda", dtype=torch.float32)
     kernel(to_device(torch, a), to_device(torch, b), c)
     torch.cuda.synchronize()

@@ -231,6 +231,21 @@ def test_tiles_that_do_not_split_into_equal_copies_are_refused(rows):
         gemm(BLOCK_N=rows, B_T=1)
 
 
+@pytest.mark.parametrize("consts, message", [
+    (dict(BLOCK_M=256, BLOCK_N=320), "one 64-row slab per consumer warp group"),      # 2 slabs: 320 registers
+    (dict(BLOCK_M=192, BLOCK_N=320), "one 64-row slab per consumer warp group"),      # three groups of 160
+    (dict(BLOCK_N=320, num_consumer_groups=1), "one 64-row slab per consumer warp group"),
+    (dict(BLOCK_N=384, A_COMPUTED=1), "cannot take its A from registers"),            # wgmmas serialized
+    (dict(DTYPE="f32", BLOCK_N=384, BLOCK_K=32, A_T=1, B_T=1), "cannot take its A from registers"),
+], ids=["256x320", "192x320", "one-group", "384-computed-a", "384-tf32-at"])
+def test_wide_tiles_whose_accumulator_cannot_stay_in_registers_are_refused(consts, message):
+    """Each 64-row slab of a warp group holds N / 2 accumulator registers a thread: these spilled kilobytes or
+    serialized the wgmmas (ptxas C7512) before they were refused, with the dot's location."""
+    with pytest.raises(tawa.CompilationError, match=message) as error:
+        gemm(**consts)
+    assert "gemm_layouts.tawa:" in str(error.value)
+
+
 def test_tile_wider_than_two_wgmmas_fit_is_refused():
     with pytest.raises(tawa.CompilationError, match="at most 384"):
         gemm(BLOCK_N=448)
