@@ -60,7 +60,7 @@ CASES = {
     # 480 tiles of 128x256 fill 0.91 of 4 waves, 384 of 128x320 (two wgmmas a k-step) 0.97 of 3
     ("gemm.tawa", 6144, 2560, 256): (320, "persistent", 1),
     # ... and 1440 of them at an FFN's N = 14336, ragged by 64 columns (0.987 of 11 waves against 0.970 of 14)
-    ("gemm.tawa", 4096, 14336, 256): (320, "persistent", 1),
+    ("gemm.tawa", 4096, 14336, 2048): (320, "persistent", 1),
     # A's and B's rows both off the sector grid (1040 and 6000 bytes apart): 192x192 in pairs along M
     ("gemm.tawa", 3000, 3000, 520): (192, "persistent", 2),
     # ... where 55 rows of 128x256 tiles would not pair without another wave
