@@ -91,14 +91,17 @@ def copy_blocks(rows: int) -> int:
     """In how many copies of equal rows (each at most COPY_ROWS, a multiple of the swizzle's 8-row atom, which the
     swizzle's address bits then keep in step) a tile of `rows` is copied; 0 where it cannot be."""
     blocks = -(-rows // COPY_ROWS)
-    return blocks if rows % blocks == 0 and (rows // blocks) % 8 == 0 or blocks == 1 else 0
+    if blocks == 1 or (rows % blocks == 0 and (rows // blocks) % 8 == 0):
+        return blocks
+    return 0
 
 
 def check_dot_tile(t, location) -> None:
     """Refuse a 2-D tile of type `t` that TMA cannot copy into shared memory for a dot: rows are written as
     swizzled boxes of 32, 64 or 128 bytes, one copy moves at most 256 rows (a taller tile, up to 384 rows, is
-    copied in equal blocks of a multiple of 8 rows), and the tile must fit in shared memory. Called here for every load feeding dots (both schedules) and by the NVVM conversion for every TMA
-    load it emits (an aref ring's slots hold tiles in the same swizzled form)."""
+    copied in equal blocks of a multiple of 8 rows), and the tile must fit in shared memory. Called here for every
+    load feeding dots (both schedules) and by the NVVM conversion for every TMA load it emits (an aref ring's slots
+    hold tiles in the same swizzled form)."""
     rows, cols = tile_shape(t)
     elem = elem_type(t)
     box_cols = hopper.SWIZZLE_BYTES // elem_bytes(elem)

@@ -17,7 +17,7 @@ from tawa.ir.ops import DimOp, LoadOp, PrefetchOp, StoreOp
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
-from ..assign_layouts import copy_blocks, check_dot_tile, smem_swizzle, swizzle_width
+from ..assign_layouts import check_dot_tile, copy_blocks, smem_swizzle, swizzle_width
 from . import broadcast_operand, staged_operand, sync, vector_access
 from .chunk_loads import ChunkLoads, chunk_loads
 from .builder import V
