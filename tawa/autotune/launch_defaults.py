@@ -309,7 +309,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
 #: Bytes of one ring slot of a 128x320 tile at most: three of them and the epilogue's staging fill shared memory
 #: (bf16 with BLOCK_K = 64, fp8 with 128, tf32 with 32: 56 KiB).
 WIDE_SLOT_BYTES = 64 * 1024
-_DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1}
+_DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1, "f8E4M3FN": 1, "f8E5M2": 1}
 
 
 def _wide_slot_bytes(info: dict, fixed: dict):
@@ -318,10 +318,15 @@ def _wide_slot_bytes(info: dict, fixed: dict):
     consts = dict(info.get("constants", {}))
     consts.update((name, value if isinstance(value, (int, float)) else str(value))
                   for name, value in fixed.items() if name in consts)
-    block_k = consts.get("BLOCK_K")
     dtypes = dict((index, name) for index, name in info.get("operand_dtypes", []))
     operands = tile_row_operands(info) + tile_column_operands(info)
-    sizes = [_DTYPE_BYTES.get(consts.get(dtypes.get(index), dtypes.get(index))) for index in operands]
+    names = {dtypes.get(index) for index in operands}
+    # (a constant computed from others holds its source value only while they keep theirs)
+    derived = set(info.get("derived_constants", [])) & ({"BLOCK_K"} | names)
+    if derived and any(name in consts for name in fixed):
+        return None
+    block_k = consts.get("BLOCK_K")
+    sizes = [_DTYPE_BYTES.get(name) or _DTYPE_BYTES.get(consts.get(name)) for name in names]
     if not isinstance(block_k, int) or isinstance(block_k, bool) or not operands or None in sizes:
         return None
     return block_k * (128 + 320) * max(sizes)

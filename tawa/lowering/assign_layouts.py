@@ -148,14 +148,13 @@ def _check_wide_dot(op, m: int, n: int, warps: int, smem: set) -> None:
             f"(got {m} rows on {groups})",
             note=f"each warp group holds N / 2 = {n // 2} accumulator registers a thread per 64-row slab: use "
                  f"BLOCK_M = 128 with two consumer groups (or 64), or BLOCK_N of at most {ONE_WGMMA_N}")
+    # (as `to_nvvm.dot._register_a` decides: computed, fewer rows than one wgmma, or a transposed f32 / fp8 tile)
     a = op.operands[0]
-    src = owner_op(a)
-    register_a = a not in smem or (src is not None and src.name == TransOp.NAME and
-                                   elem_bytes(elem_type(a.type)) != 2)
+    register_a = a not in smem or m < L.WGMMA_M or (_transposed(a) and elem_bytes(elem_type(a.type)) != 2)
     if register_a and n > WIDE_REGISTER_A_N:
         raise CompilationError(
-            f"a dot tile {n} columns wide cannot take its A from registers (computed, or a transposed f32 or fp8 "
-            f"tile): at most {WIDE_REGISTER_A_N}",
+            f"a dot tile {n} columns wide cannot take its A from registers (computed, of fewer than 64 rows, or a "
+            f"transposed f32 or fp8 tile): at most {WIDE_REGISTER_A_N}",
             note=f"the {n // 2} accumulator registers and A's fragments beside them do not fit: choose BLOCK_N of "
                  f"at most {WIDE_REGISTER_A_N}")
 

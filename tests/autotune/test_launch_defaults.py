@@ -277,6 +277,13 @@ def test_the_320_wide_tile_needs_three_ring_slots_of_its_k_step():
     assert choose(dict(fp8, constants=dict(GEMM_INFO["constants"], BLOCK_K=128)), extents) == WIDE
     unknown = {k: v for k, v in GEMM_INFO.items() if k != "operand_dtypes"}
     assert choose(unknown, extents).get("BLOCK_N") != 320
+    # BLOCK_K = 64 * KS: its source value no longer holds once KS is given
+    derived = dict(GEMM_INFO, constants=dict(GEMM_INFO["constants"], KS=1), derived_constants=["BLOCK_K"])
+    assert choose(derived, extents) == WIDE
+    assert choose(derived, extents, fixed={"KS": 2}).get("BLOCK_N") != 320
+    ir_spelling = dict(fp8, operand_dtypes=[[0, "DTYPE"], [1, "DTYPE"], [2, "bf16"]],
+                       constants=dict(GEMM_INFO["constants"], BLOCK_K=128, DTYPE="f8E4M3FN"))
+    assert choose(ir_spelling, extents) == WIDE
 
 
 @pytest.mark.parametrize("extents", [{"M": 5120, "N": 11008, "K": 4096}, {"M": 4096, "N": 14336, "K": 1024}])

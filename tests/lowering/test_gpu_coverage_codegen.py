@@ -237,7 +237,8 @@ def test_tiles_that_do_not_split_into_equal_copies_are_refused(rows):
     (dict(BLOCK_N=320, num_consumer_groups=1), "one 64-row slab per consumer warp group"),
     (dict(BLOCK_N=384, A_COMPUTED=1), "cannot take its A from registers"),            # wgmmas serialized
     (dict(DTYPE="f32", BLOCK_N=384, BLOCK_K=32, A_T=1, B_T=1), "cannot take its A from registers"),
-], ids=["256x320", "192x320", "one-group", "384-computed-a", "384-tf32-at"])
+    (dict(BLOCK_M=32, BLOCK_N=384), "cannot take its A from registers"),                # 32 rows: A in registers
+], ids=["256x320", "192x320", "one-group", "384-computed-a", "384-tf32-at", "384-32-rows"])
 def test_wide_tiles_whose_accumulator_cannot_stay_in_registers_are_refused(consts, message):
     """Each 64-row slab of a warp group holds N / 2 accumulator registers a thread: these spilled kilobytes or
     serialized the wgmmas (ptxas C7512) before they were refused, with the dot's location."""
