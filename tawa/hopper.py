@@ -36,6 +36,11 @@ SETMAXNREG_STEP = 8
 #: Named barriers per block (id 0 is the one `bar.sync 0` / `__syncthreads` uses).
 NAMED_BARRIERS = 16
 
+#: Columns (N) one wgmma computes at most; a wider dot tile takes several (`to_nvvm.dot.n_chunks`).
+WGMMA_MAX_N = 256
+#: Elements along each dimension of one TMA box at most (rows of one copy, of a tile stored through TMA).
+TMA_BOX_MAX = 256
+
 #: TMA: global strides and the base address must be multiples of this many bytes; the swizzle atom TMA writes.
 TMA_ALIGN_BYTES = 16
 SWIZZLE_BYTES = 128

@@ -20,7 +20,8 @@ slower than not tuning. Pure Python: the runtime asks it on machines without the
 from __future__ import annotations
 
 from tawa import tile_plan
-from tawa.hopper import SECTOR_BYTES, THREADS_PER_WARP_GROUP, TMA_ALIGN_BYTES
+from tawa.elements import ELEMENT_BYTES, IR_NAMES
+from tawa.hopper import SECTOR_BYTES, THREADS_PER_WARP_GROUP, TMA_ALIGN_BYTES, WGMMA_MAX_N
 from tawa.options import cluster_axis, cluster_dims, cluster_name
 
 from tawa.runtime.grid import walked_tiles
@@ -253,7 +254,7 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
         if switching:
             for tile, (switch, other) in TILE_SWITCHES.items():
                 other = _tile_rate(info, tile, other)
-                if tile[1] > 256 and not (_wide_tile_fits(info, fixed) and not off_grid):
+                if tile[1] > WGMMA_MAX_N and not (_wide_tile_fits(info, fixed) and not off_grid):
                     continue
                 if tile != own and other is not None:
                     if sector_bound:
@@ -309,7 +310,11 @@ def _large_m_defaults(info: dict, extents: dict, m: int, n: int, k, batch, sms: 
 #: Bytes of one ring slot of a 128x320 tile at most: three of them and the epilogue's staging fill shared memory
 #: (bf16 with BLOCK_K = 64, fp8 with 128, tf32 with 32: 56 KiB).
 WIDE_SLOT_BYTES = 64 * 1024
-_DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1, "f8E4M3FN": 1, "f8E5M2": 1}
+
+
+def _dtype_bytes(name):
+    """Bytes of a dtype named in the language's or the IR's spelling (`tawa.elements`), else None."""
+    return ELEMENT_BYTES.get(IR_NAMES.get(name, name)) if isinstance(name, str) else None
 
 
 def _wide_slot_bytes(info: dict, fixed: dict):
@@ -326,7 +331,7 @@ def _wide_slot_bytes(info: dict, fixed: dict):
     if derived and any(name in consts for name in fixed):
         return None
     block_k = consts.get("BLOCK_K")
-    sizes = [_DTYPE_BYTES.get(name) or _DTYPE_BYTES.get(consts.get(name)) for name in names]
+    sizes = [_dtype_bytes(name) or _dtype_bytes(consts.get(name)) for name in names]
     if not isinstance(block_k, int) or isinstance(block_k, bool) or not operands or None in sizes:
         return None
     return block_k * (128 + 320) * max(sizes)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from mlir import ir
 
+from tawa.elements import IR_NAMES
+
 
 @dataclass(frozen=True)
 class DType:
@@ -45,7 +47,7 @@ _MLIR = {
 }
 _BITS = {"f32": 32, "f16": 16, "bf16": 16, "f8e4m3": 8, "f8e5m2": 8, "i32": 32, "bool": 1}
 
-_IR_NAMES = {"f8e4m3": "f8E4M3FN", "f8e5m2": "f8E5M2", "bool": "i1"}
+_IR_NAMES = IR_NAMES     # (the one table, tawa/elements.py: the runtime reads it without MLIR)
 
 DTYPES = {name: DType(name) for name in _MLIR}
 #: IR spellings accepted where a dtype name is given from Python (`constants={"DTYPE": "f8E4M3FN"}`).

@@ -82,7 +82,7 @@ def swizzle_width(row_bytes: int) -> int | None:
 
 
 #: Rows one TMA copy moves at most ...
-COPY_ROWS = 256
+COPY_ROWS = hopper.TMA_BOX_MAX
 #: ... and a tile read by a dot: a taller one (a K-major B of a 128x320 tile) is copied in equal row blocks.
 MAX_DOT_TILE_ROWS = 384
 
@@ -127,10 +127,8 @@ def check_dot_tile(t, location) -> None:
             note="use smaller tiles (BLOCK_M, BLOCK_N or BLOCK_K)")
 
 
-#: Columns of a dot tile above which it takes two wgmmas a k-step (`to_nvvm.dot.n_chunks`) ...
-ONE_WGMMA_N = 256
-#: ... and the widest such tile whose A a group feeds from registers: 384 columns' 192 accumulator registers and
-#: the A fragments beside them serialize the wgmmas (ptxas C7512).
+#: The widest dot tile over one wgmma (`hopper.WGMMA_MAX_N`) whose A a group feeds from registers: 384 columns'
+#: 192 accumulator registers and the A fragments beside them serialize the wgmmas (ptxas C7512).
 WIDE_REGISTER_A_N = 320
 
 
@@ -139,7 +137,7 @@ def _check_wide_dot(op, m: int, n: int, warps: int, smem: set) -> None:
     group holds N / 2 registers a thread per 64-row slab, so a tile over 256 columns needs one slab per group of at
     most two groups (a 128x320 tile on two groups: 160 registers each; 256x320 spilled 2256 bytes, 192x320 on
     three groups of 160 registers 3332), and an A fed from registers at most 320 columns."""
-    if n <= ONE_WGMMA_N:
+    if n <= hopper.WGMMA_MAX_N:
         return
     groups = max(warps // 4, 1)
     if groups > 2 or m > L.WGMMA_M * groups:
@@ -147,7 +145,7 @@ def _check_wide_dot(op, m: int, n: int, warps: int, smem: set) -> None:
             f"a dot tile {n} columns wide needs one 64-row slab per consumer warp group, of at most two groups "
             f"(got {m} rows on {groups})",
             note=f"each warp group holds N / 2 = {n // 2} accumulator registers a thread per 64-row slab: use "
-                 f"BLOCK_M = 128 with two consumer groups (or 64), or BLOCK_N of at most {ONE_WGMMA_N}")
+                 f"BLOCK_M = 128 with two consumer groups (or 64), or BLOCK_N of at most {hopper.WGMMA_MAX_N}")
     # (as `to_nvvm.dot._register_a` decides: computed, fewer rows than one wgmma, or a transposed f32 / fp8 tile)
     a = op.operands[0]
     register_a = a not in smem or m < L.WGMMA_M or (_transposed(a) and elem_bytes(elem_type(a.type)) != 2)

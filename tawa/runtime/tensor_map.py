@@ -65,8 +65,8 @@ def tensor_map_args(dtype: str, ptr: int, shape, strides, box, swizzle: int, nam
                                 "needs",
                           note="pass a tensor whose storage offset keeps it 16-byte aligned (or copy it)")
     for axis, b in enumerate(box):
-        if not 1 <= b <= 256:
-            raise LaunchError(f"argument '{name}': tile box extent {b} (dim {axis}) is outside 1..256")
+        if not 1 <= b <= hopper.TMA_BOX_MAX:
+            raise LaunchError(f"argument '{name}': tile box extent {b} (dim {axis}) is outside 1..{hopper.TMA_BOX_MAX}")
     inner_bytes = box[-1] * esize
     if inner_bytes % hopper.TMA_ALIGN_BYTES:
         raise LaunchError(f"argument '{name}': the tile's innermost extent is {inner_bytes} bytes; TMA needs a "

@@ -26,6 +26,7 @@ f32 A (which wgmma cannot read from shared memory) are given to wgmma in registe
 """
 from __future__ import annotations
 
+from tawa import hopper
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
@@ -163,13 +164,11 @@ def _operand_b(descs: Descriptors, bt: SmemTile, kk: int, col0: int = 0) -> tupl
     return _mn_major(descs, bt, col0, kk), True
 
 
-#: Columns one wgmma computes at most ...
-WGMMA_MAX_N = 256
-#: ... and one dot: a warp group holds N / 2 accumulator registers a thread per 64-row slab, and 384 columns' 192 are
-#: what fits beside the addresses and descriptors under the 232-240 registers a consumer group gets.
+#: Columns of one dot at most: a warp group holds N / 2 accumulator registers a thread per 64-row slab, and 384
+#: columns' 192 are what fits beside the addresses and descriptors under the 232-240 registers a consumer group gets.
 MAX_DOT_N = 384
-#: Rows of a dot tile: one TMA copy of the output tile (or an epilogue operand) moves at most 256.
-MAX_DOT_M = 256
+#: Rows of a dot tile: one TMA copy of the output tile (or an epilogue operand) moves at most TMA_BOX_MAX.
+MAX_DOT_M = hopper.TMA_BOX_MAX
 
 
 def n_chunks(bt: SmemTile) -> list:
@@ -179,10 +178,10 @@ def n_chunks(bt: SmemTile) -> list:
     The accumulator's registers run along N in 8-column groups (`layouts.mma`), so chunk c owns registers
     [first / 2, (first + columns) / 2) of each slab."""
     n = bt.shape[1]
-    if n <= WGMMA_MAX_N:
+    if n <= hopper.WGMMA_MAX_N:
         return [(0, n)]
     unit = 8 if bt.transposed else _width(bt) // elem_bytes(bt.elem)
-    count = -(-n // WGMMA_MAX_N)
+    count = -(-n // hopper.WGMMA_MAX_N)
     width = -(-n // (count * unit)) * unit
     return [(c, min(width, n - c)) for c in range(0, n, width)]
 
@@ -284,7 +283,7 @@ def check_operands(op, a, bt) -> None:
         raise CompilationError(f"dot tile M={m} must be at most {MAX_DOT_M}", loc,
                                note=f"choose BLOCK_M of at most {MAX_DOT_M}: the output tile is stored, and an "
                                     f"epilogue's operands loaded, by copies of at most {MAX_DOT_M} rows")
-    if n > MAX_DOT_N or n % 8 or any(w > WGMMA_MAX_N for _, w in n_chunks(bt)):
+    if n > MAX_DOT_N or n % 8 or any(w > hopper.WGMMA_MAX_N for _, w in n_chunks(bt)):
         raise CompilationError(f"dot tile N={n} must be a multiple of 8 and at most {MAX_DOT_N}", loc,
                                note=f"choose BLOCK_N in 8..{MAX_DOT_N}, a multiple of 8 (wgmma computes N = 8..256 "
                                     f"columns per instruction, a wider tile two; every 64-row slab of the "
