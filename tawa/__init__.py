@@ -53,6 +53,12 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
         # tiles; a kernel compiled with schedule="persistent" once failed here on an unaligned view)
         plain = {k: v for k, v in kwargs.items() if k not in ("cluster", "dynamic_tiles", "schedule")}
         without_tma = lambda: compile(path_or_source, target=target, cache=cache, **plain, tma=False)  # noqa: E731
+    # With positive_scales left automatic, a scalar the code assumes positive that is not gets the variant without
+    # the assumption.
+    general = None
+    if target == "cuda" and options.positive_scales is None:
+        general = lambda: compile(path_or_source, target=target, cache=cache, **kwargs,  # noqa: E731
+                                  positive_scales=False)
     # Without tile constants, a GEMM-family kernel launches the tile (and split-K) that suits small-M shapes.
     shapes = None
     if target == "cuda" and not SHAPE_CHOICES & set(kwargs):
@@ -69,14 +75,14 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
         key = disk_cache.cache_key(source, options)
         hit = disk_cache.load(key)
         if hit is not None:
-            return Kernel(hit, from_cache=True, without_tma=without_tma, shape_variants=shapes)
+            return Kernel(hit, from_cache=True, without_tma=without_tma, shape_variants=shapes, general=general)
     from tawa.compiler import compile_source
     t0 = time.perf_counter()
     compiled = compile_source(source, filename, options)
     compiled.compile_seconds = time.perf_counter() - t0
     if key is not None:
         disk_cache.store(key, compiled)
-    return Kernel(compiled, without_tma=without_tma, shape_variants=shapes)
+    return Kernel(compiled, without_tma=without_tma, shape_variants=shapes, general=general)
 
 
 def interpret(path_or_source: str, **kwargs):

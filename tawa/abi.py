@@ -27,6 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, asdict
 from typing import Optional
 
+#: The magnitudes a scalar argument assumed positive may take (`CompiledKernel.positive_params`): within them, the
+#: products the compiler forms from such arguments and constants stay normal floats (`scale-after-max`).
+POSITIVE_ARG_RANGE = (2.0 ** -60, 2.0 ** 60)
+
 #: Workspace bytes of a kernel with dynamic tiles: one counter, padded to a 128-byte line.
 TILE_COUNTER_BYTES = 128
 
@@ -77,6 +81,9 @@ class CompiledKernel:
     #: A loop's dot takes, as its A operand, math on another dot's result of the same iteration (attention's P V
     #: on the softmax of Q K^T); the launch defaults' attention rule applies only to such kernels.
     chained_dots: bool = False
+    #: Indices of the scalar arguments the code assumes positive (compile option `positive_scales`): the launcher
+    #: checks each lies within POSITIVE_ARG_RANGE at every launch (`PositiveScaleError` otherwise).
+    positive_params: list = field(default_factory=list)
     #: Bytes of registers ptxas spilled (stores + loads), from its report; None where ptxas did not run (no ptxas
     #: where the kernel was compiled, or the CPU target).
     spill_bytes: Optional[int] = None

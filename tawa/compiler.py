@@ -30,7 +30,8 @@ from tawa.ir.traversal import walk
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, divide_by_row,
                            epilogue_prefetch, exp_base2, launch_order, lazy_rescale, loop_guards, loop_load_prefetch,
                            lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles, protocol_check,
-                           register_realloc, software_pipeline, split_k, stream_k, to_nvvm, ws_analysis, ws_ir)
+                           register_realloc, scale_after_max, software_pipeline, split_k, stream_k, to_nvvm,
+                           ws_analysis, ws_ir)
 from tawa.options import PERSISTENT_SCHEDULES, CompileOptions
 
 
@@ -87,6 +88,9 @@ PIPELINE = [
     # An online softmax keeps a stale row maximum until it grows by 2^8, so its rescale multiplies are by exactly 1.0
     # on most iterations, and the GPU lowering skips them.
     Pass("lazy-rescale", lazy_rescale.run),
+    # max(s * c) over a row becomes max(s) * c for a positive scalar c (an argument so assumed is checked at
+    # launch): the scores are not multiplied before their maximum (GPU only).
+    Pass("scale-after-max", scale_after_max.run, when=_gpu),
     # exp(s - m[:, None]) becomes exp2(s * log2e - (m * log2e)[:, None]): one FMA before the MUFU instead of a
     # subtract and a multiply (GPU only: the interpreter keeps exp as written).
     Pass("exp-base2", exp_base2.run, when=_gpu),

@@ -55,6 +55,12 @@ class TmaAlignmentError(LaunchError):
     A kernel from `tawa.compile` or `tawa.autotune` then switches to its variant compiled with `tma=False`."""
 
 
+class PositiveScaleError(LaunchError):
+    """A scalar argument the kernel was compiled to assume positive (`positive_scales`) is not, or lies outside
+    `tawa.abi.POSITIVE_ARG_RANGE`. A kernel from `tawa.compile` or `tawa.autotune` then switches to its variant
+    compiled with `positive_scales=False`."""
+
+
 class InternalCompilerError(TawaError):
     """A bug in the compiler, not in the user's program: a pass met IR it should never see, or broke an
     invariant. The message names the pass and the op; the program may still be fine under other options."""

@@ -111,6 +111,12 @@ class CompileOptions:
                    "for tensors whose rows or base address are not 16-byte aligned (slower; implies the "
                    "uniform-warp schedule). With auto, a JIT-compiled kernel launched on such tensors switches "
                    "to the off variant by itself")
+    positive_scales: Optional[bool] = _opt(
+        None, help="a kernel's f32 scalar argument that scales scores before their row maximum (attention's "
+                   "sm_scale in `s = dot(q, k.T) * sm_scale`) is assumed positive, so the maximum is taken on the "
+                   "unscaled scores, saving a multiply per score (auto and on); the launcher checks the value "
+                   "(within 2^-60 to 2^60) at every launch, and with auto a JIT-compiled kernel launched with "
+                   "another value switches to the off variant by itself; off: no assumption")
     schedule: Optional[str] = _opt(
         None, choices=SCHEDULES,
         help="tile schedule of a warp-specialized kernel: 'tile' runs one program per output tile as the grid "

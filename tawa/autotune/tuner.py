@@ -179,8 +179,16 @@ class Autotuner:
             if variant.kernel is None:
                 raise CompilationError(str(variant.error))
             return Kernel(variant.kernel, variant.from_cache)
+        def general():
+            variant = compiling.compile_one(self.source, self.filename,
+                                            Config(dict(config, positive_scales=False)), self.target, self._defaults)
+            if variant.kernel is None:
+                raise CompilationError(str(variant.error))
+            return Kernel(variant.kernel, variant.from_cache, without_tma=without_tma if automatic else None)
         automatic = self.target == "cuda" and config.get("tma") is None
-        return Kernel(outcome.kernel, outcome.from_cache, without_tma=without_tma if automatic else None)
+        assumes = self.target == "cuda" and config.get("positive_scales") is None
+        return Kernel(outcome.kernel, outcome.from_cache, without_tma=without_tma if automatic else None,
+                      general=general if assumes else None)
 
     # -- choosing ------------------------------------------------------------------------------------------
     def _choose(self, args, key: tuple, grid, stream) -> Choice:

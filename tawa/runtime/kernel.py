@@ -18,7 +18,7 @@ import contextlib
 import threading
 
 from tawa.abi import CompiledKernel
-from tawa.errors import TawaPerformanceWarning, TmaAlignmentError
+from tawa.errors import PositiveScaleError, TawaPerformanceWarning, TmaAlignmentError
 
 
 class _DryRun(threading.local):
@@ -128,7 +128,7 @@ class ShapeVariants:
 
 class Kernel:
     def __init__(self, compiled: CompiledKernel, from_cache: bool = False, without_tma=None,
-                 shape_variants: ShapeVariants | None = None):
+                 shape_variants: ShapeVariants | None = None, general=None):
         self.compiled = compiled
         self.from_cache = from_cache
         self._launcher = None
@@ -137,6 +137,10 @@ class Kernel:
         #: (set by `tawa.compile` with tma left automatic); built on the first such launch.
         self._without_tma = without_tma
         self._fallback = None
+        #: () -> Kernel: the same kernel compiled with positive_scales=False, for a scalar argument the code
+        #: assumes positive that is not (set by `tawa.compile` with the option left automatic); built on need.
+        self._general = general
+        self._general_kernel = None
         #: Per-shape variants (`ShapeVariants`) of a kernel compiled without tile constants, or None.
         self._shapes = shape_variants
 
@@ -181,13 +185,30 @@ class Kernel:
                     return launcher.launch(args, grid=grid)
                 except TmaAlignmentError as error:
                     return self._unaligned(error)[grid](*args)
+                except PositiveScaleError as error:
+                    return self._without_assumption(error)[grid](*args)
             return self._launch(args, grid, **kw)
         return launch
 
     def variant_for(self, *args) -> "Kernel":
-        """The kernel a call with these arguments launches: this one, or the variant its shapes choose."""
+        """The kernel a call with these arguments launches: this one, the variant its shapes choose, or either's
+        variant without the assumption of a positive scale where a scalar argument breaks it."""
         variant = self._shapes.pick(args, self.target, self.compiled) if self._shapes is not None else None
-        return variant if variant is not None else self
+        variant = variant if variant is not None else self
+        return variant._assumption_kept(args)
+
+    def _assumption_kept(self, args) -> "Kernel":
+        """This kernel, or its variant compiled with positive_scales=False where one of `args` it assumes positive
+        is not (built now, as the launch would)."""
+        from tawa.abi import POSITIVE_ARG_RANGE
+        positive = getattr(self.compiled, "positive_params", None) or []
+        try:
+            kept = all(POSITIVE_ARG_RANGE[0] <= float(args[i]) <= POSITIVE_ARG_RANGE[1] for i in positive)
+        except (IndexError, TypeError, ValueError):
+            return self                     # (the launch says what is wrong with the arguments)
+        if kept or self._general is None:
+            return self
+        return self._without_assumption(PositiveScaleError(f"kernel '{self.name}' assumes a positive scale"))
 
     def __call__(self, *args, **kw):
         if self._shapes is not None and not _dry.depth:
@@ -203,6 +224,8 @@ class Kernel:
                 return launcher.launch(args)     # the steady state: the launcher checks the argument count
             except TmaAlignmentError as error:
                 return self._unaligned(error)(*args)
+            except PositiveScaleError as error:
+                return self._without_assumption(error)(*args)
         return self._launch(args, None, **kw)
 
     def _unaligned(self, error) -> "Kernel":
@@ -230,6 +253,23 @@ class Kernel:
                           f"(tma=False, slower) for such arguments", TawaPerformanceWarning, stacklevel=3)
         return self._fallback
 
+    def _without_assumption(self, error) -> "Kernel":
+        """The variant compiled with positive_scales=False, for a launch whose scalar argument the code assumes
+        positive is not; or the error, when this kernel has none (loaded ahead of time, or compiled with the
+        option given)."""
+        if self._general_kernel is None:
+            from tawa.errors import CompilationError
+            if self._general is None:
+                raise error
+            try:
+                self._general_kernel = self._general()
+            except (CompilationError, ImportError) as why:
+                self._general = None        # (not tried again on every launch)
+                error.note = (f"its variant with positive_scales=False could not be built here ({why}); compile "
+                              f"it where the compiler is and copy the kernel cache")
+                raise error from None
+        return self._general_kernel
+
     def _launch(self, args, grid, **kw):
         from tawa.errors import LaunchError
         unknown = sorted(set(kw) - {"stream", "seed"})
@@ -255,6 +295,8 @@ class Kernel:
         except TmaAlignmentError as error:
             fallback = self._unaligned(error)
             return fallback._launch(args, grid, **kw)
+        except PositiveScaleError as error:
+            return self._without_assumption(error)._launch(args, grid, **kw)
 
     def _launch_cpu(self, args, grid, seed):
         from tawa.errors import LaunchError

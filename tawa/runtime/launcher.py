@@ -18,8 +18,8 @@ import threading
 from typing import Any, Optional, Sequence
 
 from tawa import hopper
-from tawa.errors import LaunchError, TmaAlignmentError
-from tawa.abi import TILE_COUNTER_BYTES, AbiParam, CompiledKernel
+from tawa.errors import LaunchError, PositiveScaleError, TmaAlignmentError
+from tawa.abi import POSITIVE_ARG_RANGE, TILE_COUNTER_BYTES, AbiParam, CompiledKernel
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
 from tawa.runtime import driver as drv
 from tawa.runtime import tensor_map as tm
@@ -206,6 +206,8 @@ class GpuLauncher:
         self._resident_clusters: dict = {}  # (context key, CTAs per cluster) -> clusters resident at once
         self._streams: set = set()         # (stream, context key) pairs checked to belong together
         self._block = (kernel.num_threads, 1, 1)
+        #: (argument index, name) of the scalars the code assumes positive, checked at every launch
+        self._positive = [(i, self._names[i]) for i in kernel.positive_params]
 
     # Checks come first and touch no GPU state, so every argument error is raised before anything is launched. A
     # launch whose argument signature (array types, dtypes, shapes, strides, devices; scalar types; the grid)
@@ -273,6 +275,9 @@ class GpuLauncher:
             values[j] = ptrs[i]
         for j, i, dtype, where in plan.scalar_slots:
             values[j] = _scalar_value(args[i], dtype, where)
+        for i, name in self._positive:
+            if not POSITIVE_ARG_RANGE[0] <= float(args[i]) <= POSITIVE_ARG_RANGE[1]:     # (NaN fails too)
+                raise _not_positive(self.kernel.name, name, args[i])
         if plan.grid is None:                         # an empty grid: checked, nothing to launch
             return
         ordinal = plan.ordinal
@@ -574,6 +579,14 @@ def _misaligned(name: str, ptr: int) -> LaunchError:
     return TmaAlignmentError(f"argument '{name}': its data address 0x{ptr:x} is not 16-byte aligned, as the "
                              "kernel's TMA copies need",
                              note="slice so that the start stays 16-byte aligned, or pass a copy")
+
+
+def _not_positive(kernel: str, name: str, value) -> PositiveScaleError:
+    return PositiveScaleError(
+        f"kernel '{kernel}' was compiled assuming its argument '{name}' is positive (it scales scores before their "
+        f"row maximum), and it is {value!r}; the assumption needs {POSITIVE_ARG_RANGE[0]:g} <= {name} <= "
+        f"{POSITIVE_ARG_RANGE[1]:g}",
+        note="compile the kernel with positive_scales=False for such values")
 
 
 def _scalar_value(value, dtype: str, where: str):

@@ -272,11 +272,12 @@ def attn_bias(rng, shape, D=64, **_):
     return [q, k, v, bias, Out("bf16", ref, ATTENTION), scale]
 
 
-def attn_cross(rng, shape, D=128, **_):
+def attn_cross(rng, shape, D=128, scale_factor=1.0, **_):
     z, h, sq, sk = shape
     q = randn(rng, (z, h, sq, D), "bf16")
     k, v = randn(rng, (z, h, sk, D), "bf16"), randn(rng, (z, h, sk, D), "bf16")
-    scale = D ** -0.5
+    # (a scale that is not positive launches the kernel's variant compiled with positive_scales=False)
+    scale = scale_factor * D ** -0.5
     ref = softmax(f64(q) @ f64(k).swapaxes(-1, -2) * scale) @ f64(v)
     return [q, k, v, Out("bf16", ref, ATTENTION), scale]
 
@@ -415,6 +416,8 @@ CASES = [
     # (D=64 alone: the launch takes 64-key blocks for the kernel's own 128, `launch_defaults.ATTENTION_KEY_BLOCKS`)
     Case("attn_cross", [(1, 1, 24, 40), (2, 3, 333, 1100), (2, 8, 1100, 200)], [{}, {"D": 64, "BLOCK_N": 64},
                                                                                  {"D": 64}]),
+    Case("attn_cross", [(2, 3, 333, 1100)], [{}, {"D": 64}], name="attn_cross-negative-scale", scale_factor=-1.0),
+    Case("attn_cross", [(2, 3, 333, 1100)], [{}], name="attn_cross-zero-scale", scale_factor=0.0),
     # (Z, H, S, WINDOW): a window inside one block, one not a multiple of the blocks, one past the sequence
     Case("attn_window", [(1, 1, 24, 8), (2, 3, 1100, 300), (2, 8, 1100, 2000)], [{}, {"D": 64, "BLOCK_N": 64}],
          interpret_shapes=[(1, 1, 24, 8), (1, 2, 333, 150)]),

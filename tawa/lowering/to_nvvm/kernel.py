@@ -188,6 +188,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         "workspace_per_tile": ctx.params.workspace_per_tile,
         "dynamic_tiles": dynamic,
         "register_overlaps": sorted(ctx.overlaps),
+        "positive_params": list(attrs.POSITIVE_PARAMS.get(func)),
     }
     try:
         out = ir.Module.parse(text, module.context)
