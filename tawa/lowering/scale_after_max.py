@@ -37,10 +37,10 @@ from mlir.dialects import arith
 from tawa.abi import POSITIVE_ARG_RANGE
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
-from tawa.ir.ops import ReduceOp
+from tawa.ir.ops import BroadcastOp, ExpandDimsOp, ReduceOp, SplatOp
 from tawa.ir.traversal import as_op, defining_op, is_ancestor, walk
 
-from .row_values import erase_if_unused, is_f32_tile, splat, splatted_f32
+from .row_values import is_f32_tile, splat, splatted_f32
 
 #: log2 of the magnitudes a scale may take and stay a normal f32 (smallest normal 2^-126; largest below 2^128).
 NORMAL_LOG2 = (-126.0, 127.0)
@@ -146,26 +146,53 @@ def _scale_of(value: ir.Value, assume: bool):
     return None
 
 
-def _unscaled(value: ir.Value, scale: _Scale) -> ir.Value:
+def _unscaled(value: ir.Value, scale: _Scale, dead: list) -> ir.Value:
     """The tile that `value` is `scale` times (`_scale_of` said so): the product's other factor, a new mask of
     the unscaled tile (built before the old one), or the `scf.if` itself, changed to yield the unscaled tiles.
-    Readers of `value` are left to the caller."""
+    Readers of `value` are left to the caller; values no longer yielded go to `dead`, to be erased once the scale
+    has its new readers (erased now, they could take the scale's own definition with them)."""
     op = defining_op(value)
     if op.name == "arith.mulf":
         factor = splatted_f32(op.operands[1])
         return op.operands[0] if factor is not None and factor == scale.scalar else op.operands[1]
     if op.name == "arith.select":
         cond, a, b = op.operands
-        a = a if _invariant_fill(a) else _unscaled(a, scale)
-        b = b if _invariant_fill(b) else _unscaled(b, scale)
+        a = a if _invariant_fill(a) else _unscaled(a, scale, dead)
+        b = b if _invariant_fill(b) else _unscaled(b, scale, dead)
         with ir.InsertionPoint(op), op.location:
             return arith.SelectOp(cond, a, b).result
     index = ir.OpResult(value).result_number
     for y in _yields(op):
         old = y.operands[index]
-        y.operands[index] = _unscaled(old, scale)
-        erase_if_unused(old)
+        y.operands[index] = _unscaled(old, scale, dead)
+        dead.append(old)
     return value
+
+
+def _erase_unused(values: list) -> None:
+    """Erase the ops defining `values` that nothing reads any more, then their operands' in turn (splats,
+    broadcasts, arith: what `erase_if_unused` erases), each op once whatever the order or repeats in `values`."""
+    pending = []
+
+    def add(value):
+        op = defining_op(value)
+        if op is not None and not op.regions and len(op.results) == 1 and \
+                (op.name in (SplatOp.NAME, BroadcastOp.NAME, ExpandDimsOp.NAME) or op.name.startswith("arith.")) \
+                and not any(op == p for p in pending):
+            pending.append(op)
+    for value in values:
+        add(value)
+    progress = True
+    while progress:
+        progress = False
+        for op in list(pending):
+            if not list(op.results[0].uses):
+                pending.remove(op)
+                operands = list(op.operands)
+                op.erase()
+                for operand in operands:
+                    add(operand)
+                progress = True
 
 
 def _rewrite(reduce, assume: bool, assumed: set) -> bool:
@@ -178,7 +205,8 @@ def _rewrite(reduce, assume: bool, assumed: set) -> bool:
         return False
     op = defining_op(scores)
     others = [(as_op(u.owner), u.operand_number) for u in scores.uses if as_op(u.owner) != reduce]
-    unscaled = _unscaled(scores, scale)
+    dead: list = []
+    unscaled = _unscaled(scores, scale, dead)
     if op.name != "arith.mulf" and others:
         # the tile's other readers (the exponentials) read the unscaled tile times the scale, which `exp-base2`
         # folds into its log2(e) product (a product read as it is keeps its one multiply for them)
@@ -196,8 +224,7 @@ def _rewrite(reduce, assume: bool, assumed: set) -> bool:
         result = arith.MulFOp(plain, factor).result
     reduce.results[0].replace_all_uses_with(result)
     reduce.erase()
-    if op.name != "scf.if":
-        erase_if_unused(scores)
+    _erase_unused(dead + ([scores] if op.name != "scf.if" else []))
     assumed |= scale.assumed
     return True
 
