@@ -52,13 +52,14 @@ def compile(path_or_source: str, *, target: str = "cuda", cache: bool = True, **
         # (the copies by threads run on the uniform-warp path: no warp-specialized schedule, clusters or dynamic
         # tiles; a kernel compiled with schedule="persistent" once failed here on an unaligned view)
         plain = {k: v for k, v in kwargs.items() if k not in ("cluster", "dynamic_tiles", "schedule")}
-        without_tma = lambda: compile(path_or_source, target=target, cache=cache, **plain, tma=False)  # noqa: E731
+        without_tma = lambda: compile(path_or_source, target=target, cache=cache,  # noqa: E731
+                                      **dict(plain, tma=False))
     # With positive_scales left automatic, a scalar the code assumes positive that is not gets the variant without
     # the assumption.
     general = None
     if target == "cuda" and options.positive_scales is None:
-        general = lambda: compile(path_or_source, target=target, cache=cache, **kwargs,  # noqa: E731
-                                  positive_scales=False)
+        general = lambda: compile(path_or_source, target=target, cache=cache,  # noqa: E731
+                                  **dict(kwargs, positive_scales=False))
     # Without tile constants, a GEMM-family kernel launches the tile (and split-K) that suits small-M shapes.
     shapes = None
     if target == "cuda" and not SHAPE_CHOICES & set(kwargs):

@@ -209,6 +209,8 @@ class CompileOptions:
             bad("register_overlap", self.register_overlap, "True, False or None (auto)")
         if self.tma is not None and not is_bool(self.tma):
             bad("tma", self.tma, "True, False or None (auto)")
+        if self.positive_scales is not None and not is_bool(self.positive_scales):
+            bad("positive_scales", self.positive_scales, "True, False or None (auto)")
         if self.tma is False and self.warp_specialize is True:
             raise InvalidOptionError("warp_specialize", True, "False or None with tma=False (the producer warp "
                                      "group loads through TMA)")

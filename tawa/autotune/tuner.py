@@ -168,27 +168,30 @@ class Autotuner:
         return dict(self.tune(*args).config)
 
     def _kernel(self, outcome, config: dict):
-        """The launchable kernel of a compiled candidate. With `tma` left automatic, it launches the candidate
-        compiled with tma=False for arguments that break TMA's 16-byte rules, as `tawa.compile`'s kernels do."""
+        """The launchable kernel of a compiled candidate, with the variants `tawa.compile`'s kernels launch by
+        themselves: with `tma` left automatic, the candidate compiled with tma=False for arguments that break TMA's
+        16-byte rules; with `positive_scales` left automatic, the candidate compiled with positive_scales=False for
+        a scale the code assumes positive that is not. Each variant has the other's fallback in turn."""
         from tawa.runtime.kernel import Kernel
-        def without_tma():
-            # (the schedules and clusters that need TMA's rings are left to the compiler's choice without TMA)
-            plain = {k: v for k, v in config.items() if k not in ("schedule", "cluster")}
-            variant = compiling.compile_one(self.source, self.filename, Config(dict(plain, tma=False)),
-                                            self.target, self._defaults)
+
+        def launchable(kernel, from_cache: bool, config: dict):
+            def without_tma():
+                # (the schedules and clusters that need TMA's rings are left to the compiler's choice without TMA)
+                plain = {k: v for k, v in config.items() if k not in ("schedule", "cluster")}
+                return compiled(dict(plain, tma=False))
+
+            def general():
+                return compiled(dict(config, positive_scales=False))
+            cuda = self.target == "cuda"
+            return Kernel(kernel, from_cache, without_tma=without_tma if cuda and config.get("tma") is None else None,
+                          general=general if cuda and config.get("positive_scales") is None else None)
+
+        def compiled(config: dict):
+            variant = compiling.compile_one(self.source, self.filename, Config(config), self.target, self._defaults)
             if variant.kernel is None:
                 raise CompilationError(str(variant.error))
-            return Kernel(variant.kernel, variant.from_cache)
-        def general():
-            variant = compiling.compile_one(self.source, self.filename,
-                                            Config(dict(config, positive_scales=False)), self.target, self._defaults)
-            if variant.kernel is None:
-                raise CompilationError(str(variant.error))
-            return Kernel(variant.kernel, variant.from_cache, without_tma=without_tma if automatic else None)
-        automatic = self.target == "cuda" and config.get("tma") is None
-        assumes = self.target == "cuda" and config.get("positive_scales") is None
-        return Kernel(outcome.kernel, outcome.from_cache, without_tma=without_tma if automatic else None,
-                      general=general if assumes else None)
+            return launchable(variant.kernel, variant.from_cache, config)
+        return launchable(outcome.kernel, outcome.from_cache, dict(config))
 
     # -- choosing ------------------------------------------------------------------------------------------
     def _choose(self, args, key: tuple, grid, stream) -> Choice:

@@ -2,17 +2,21 @@
 
 Takes: tile IR after `lazy-rescale`. Gives: every `tawa.reduce` of kind max or min whose tile is `t * c` -- `c` a
 splatted f32 scalar that is positive (below) -- directly or through masks that keep their fill value under the
-scaling (`where(mask, t * c, -inf)`, and `mask-elision`'s `scf.if` choosing between masked and unmasked scores),
-reads the unscaled tile instead (masked alike), and its row result is multiplied by `c`, once per row:
+scaling (`where(mask, t * c, -inf)`, and `mask-elision`'s `scf.if` choosing between masked and unmasked scores,
+nested ones included), reads the unscaled tile instead (masked alike), and its row result is multiplied by `c`,
+once per row:
 
     %s = arith.mulf %t, splat(%c)            %u = <masks of %t>
     %w = <masks of %s>                 ->    %w = arith.mulf %u, splat(%c)          (the tile's other readers)
     %m = tawa.reduce max %w                  %m = arith.mulf (tawa.reduce max %u), splat(%c)
 
-`exp-base2`, next, folds the remaining `%u * c` of the softmax's `exp(s - m)` into its log2(e) product, so each
-score costs one FMA before its exponential, and `%s` is gone. For `c > 0`, `max(t * c) = max(t) * c` holds
-exactly, rounding included (multiplying by a positive number preserves order, and rounding is monotonic), and
-`-inf * c = -inf` keeps masked scores masked.
+A mask-elision `scf.if` on the way is changed to yield unscaled tiles, and all its readers then read its result
+times `c`. The pass applies only where the reduced tile's other readers are exponentials of it minus a row
+(`exp(s - m)`, `exp2(s - m)`): `exp-base2`, next, folds the remaining `%u * c` into its log2(e) product (an exp2's
+multiply and subtraction contract into one FMA), so each score costs one FMA before its exponential and `%s` is
+gone. A tile also stored or summed keeps its multiply anyway, and its scale (a GEMM's alpha) is not assumed.
+For `c > 0`, `max(t * c) = max(t) * c` holds exactly, rounding included (multiplying by a positive number
+preserves order, and rounding is monotonic), and `-inf * c = -inf` keeps masked scores masked.
 
 Why: written as users write attention (`s = dot(q, k.T) * sm_scale`, `m = max(s, axis=1)`, `exp(s - m)`), every
 score is multiplied before its maximum is taken: one more instruction per score than in FlashAttention's kernels
@@ -21,10 +25,11 @@ form ran 4% slower than the same kernel written the example's way, at head dims 
 
 Positive: `c` is built by `arith.mulf` and `arith.divf` from positive f32 constants and the kernel's f32 scalar
 arguments, whose magnitudes the launch keeps within [2^-60, 2^60] (`tawa.abi.POSITIVE_ARG_RANGE`); the pass
-takes it only where those bounds keep `c` a normal float (a product flushed to zero would turn masked scores
-into NaN). An argument counts as positive only with `positive_scales` left on (the default): the pass records it
-in `tawa.positive_params`, the launcher checks its value at every launch, and a kernel from `tawa.compile` (or
-the autotuner) launches its variant compiled with `positive_scales=False` for other values. GPU only: the
+takes it only where those bounds keep `c` and every product on the way to it a normal float (a product flushed
+to zero would turn masked scores into NaN). An argument counts as positive only with `positive_scales` left on
+(the default): the pass records it in `tawa.positive_params`, the launcher checks its value at every launch, and
+a kernel from `tawa.compile` (or the autotuner) launches its variant compiled with `positive_scales=False` for
+other values. GPU only: the
 interpreter runs the program as written.
 """
 from __future__ import annotations
@@ -71,15 +76,18 @@ def _log2_bounds(scalar: ir.Value, assume: bool, assumed: set):
         if not isinstance(attr, ir.FloatAttr):
             return None
         v = ir.FloatAttr(attr).value
-        return (math.log2(v),) * 2 if 0.0 < v < math.inf else None
+        return (math.log2(v),) * 2 if 0.0 < v < math.inf and _normal((math.log2(v),) * 2) else None
     if op.name in ("arith.mulf", "arith.divf"):
         a, b = (_log2_bounds(x, assume, assumed) for x in op.operands)
         if a is None or b is None:
             return None
-        if op.name == "arith.mulf":
-            return (a[0] + b[0], a[1] + b[1])
-        return (a[0] - b[1], a[1] - b[0])
+        bounds = (a[0] + b[0], a[1] + b[1]) if op.name == "arith.mulf" else (a[0] - b[1], a[1] - b[0])
+        return bounds if _normal(bounds) else None      # (every product on the way, not only the last)
     return None
+
+
+def _normal(bounds) -> bool:
+    return NORMAL_LOG2[0] <= bounds[0] and bounds[1] <= NORMAL_LOG2[1]
 
 
 def _positive_scale(value: ir.Value, assume: bool):
@@ -89,7 +97,7 @@ def _positive_scale(value: ir.Value, assume: bool):
         return None
     assumed: set = set()
     bounds = _log2_bounds(scalar, assume, assumed)
-    if bounds is None or not (NORMAL_LOG2[0] <= bounds[0] and bounds[1] <= NORMAL_LOG2[1]):
+    if bounds is None or not _normal(bounds):
         return None
     return _Scale(scalar, frozenset(assumed))
 
@@ -146,27 +154,47 @@ def _scale_of(value: ir.Value, assume: bool):
     return None
 
 
-def _unscaled(value: ir.Value, scale: _Scale, dead: list) -> ir.Value:
-    """The tile that `value` is `scale` times (`_scale_of` said so): the product's other factor, a new mask of
-    the unscaled tile (built before the old one), or the `scf.if` itself, changed to yield the unscaled tiles.
-    Readers of `value` are left to the caller; values no longer yielded go to `dead`, to be erased once the scale
-    has its new readers (erased now, they could take the scale's own definition with them)."""
-    op = defining_op(value)
-    if op.name == "arith.mulf":
-        factor = splatted_f32(op.operands[1])
-        return op.operands[0] if factor is not None and factor == scale.scalar else op.operands[1]
-    if op.name == "arith.select":
-        cond, a, b = op.operands
-        a = a if _invariant_fill(a) else _unscaled(a, scale, dead)
-        b = b if _invariant_fill(b) else _unscaled(b, scale, dead)
-        with ir.InsertionPoint(op), op.location:
-            return arith.SelectOp(cond, a, b).result
-    index = ir.OpResult(value).result_number
-    for y in _yields(op):
-        old = y.operands[index]
-        y.operands[index] = _unscaled(old, scale, dead)
-        dead.append(old)
-    return value
+class _Strip:
+    """One rewrite's state: the values no longer read once the rewrite is done (erased only after the scale has
+    its new readers: erased earlier, they could take the scale's own definition with them), and the `scf.if`s
+    already changed (a tile reached twice, through two masks, is unscaled once)."""
+
+    def __init__(self, scale: _Scale):
+        self.scale, self.dead, self.ifs = scale, [], []
+
+    def unscaled(self, value: ir.Value) -> ir.Value:
+        """The tile that `value` is the scale times (`_scale_of` said so): the product's other factor, a new mask
+        of the unscaled tile (built before the old one), or the `scf.if` itself, changed to yield the unscaled
+        tiles, its readers then reading its result times the scale (built after it). Other readers of a product
+        or a mask are left as they are."""
+        op = defining_op(value)
+        if op.name == "arith.mulf":
+            for i in (0, 1):
+                factor = splatted_f32(op.operands[i])
+                if factor is not None and factor == self.scale.scalar:
+                    return op.operands[1 - i]
+            raise AssertionError("scale-after-max: a product without the scale")
+        if op.name == "arith.select":
+            cond, a, b = op.operands
+            a = a if _invariant_fill(a) else self.unscaled(a)
+            b = b if _invariant_fill(b) else self.unscaled(b)
+            with ir.InsertionPoint(op), op.location:
+                return arith.SelectOp(cond, a, b).result
+        if any(op == done for done in self.ifs):
+            return value                # (changed already: it yields the unscaled tiles)
+        self.ifs.append(op)
+        index = ir.OpResult(value).result_number
+        readers = [(as_op(u.owner), u.operand_number) for u in value.uses]
+        for y in _yields(op):
+            old = y.operands[index]
+            y.operands[index] = self.unscaled(old)
+            self.dead.append(old)
+        with ir.InsertionPoint.after(op), op.location:
+            scaled = arith.MulFOp(value, splat(self.scale.scalar, value.type)).result
+        for owner, number in readers:
+            owner.operands[number] = scaled
+        self.dead.append(scaled)
+        return value
 
 
 def _erase_unused(values: list) -> None:
@@ -195,23 +223,39 @@ def _erase_unused(values: list) -> None:
                 progress = True
 
 
+def _exponent_only(value: ir.Value, reduce) -> bool:
+    """Whether every reader of `value` but `reduce` is another max/min reduction or the minuend of a subtraction
+    that only exponentials read (`exp(s - m)`, `exp2(s - m)`): there the scaled tile costs nothing after the
+    rewrite (exp-base2 folds the scale into its log2(e) product; an exp2's multiply and subtraction contract into
+    one FMA). A scaled tile stored or summed keeps its multiply whatever the maximum reads, and its scale is not
+    worth assuming positive (a GEMM's alpha may be negative)."""
+    for use in value.uses:
+        owner = as_op(use.owner)
+        if owner == reduce or (owner.name == ReduceOp.NAME and ReduceOp(owner).kind in ("max", "min")):
+            continue
+        if owner.name != "arith.subf" or use.operand_number != 0 or \
+                not all(as_op(u.owner).name in ("math.exp", "math.exp2") for u in owner.results[0].uses):
+            return False
+    return True
+
+
 def _rewrite(reduce, assume: bool, assumed: set) -> bool:
     red = ReduceOp(reduce)
     if red.kind not in ("max", "min"):
         return False
     scores = red.src
     scale = _scale_of(scores, assume)
-    if scale is None:
+    if scale is None or not _exponent_only(scores, reduce):
         return False
     op = defining_op(scores)
     others = [(as_op(u.owner), u.operand_number) for u in scores.uses if as_op(u.owner) != reduce]
-    dead: list = []
-    unscaled = _unscaled(scores, scale, dead)
-    if op.name != "arith.mulf" and others:
-        # the tile's other readers (the exponentials) read the unscaled tile times the scale, which `exp-base2`
-        # folds into its log2(e) product (a product read as it is keeps its one multiply for them)
-        where = ir.InsertionPoint.after(op) if op.name == "scf.if" else ir.InsertionPoint(op)
-        with where, op.location:
+    strip = _Strip(scale)
+    unscaled = strip.unscaled(scores)
+    if op.name == "arith.select" and others:
+        # the masked tile's other readers (the exponentials) read the unscaled one times the scale, which
+        # `exp-base2` folds into its log2(e) product (a product read as it is keeps its one multiply for them; an
+        # `scf.if`'s readers were given that product by `unscaled`)
+        with ir.InsertionPoint(op), op.location:
             scaled = arith.MulFOp(unscaled, splat(scale.scalar, scores.type)).result
         for owner, number in others:
             owner.operands[number] = scaled
@@ -222,9 +266,10 @@ def _rewrite(reduce, assume: bool, assumed: set) -> bool:
                                     attributes=attributes).result
         factor = scale.scalar if isinstance(row_type, ir.F32Type) else splat(scale.scalar, row_type)
         result = arith.MulFOp(plain, factor).result
+    read = reduce.operands[0]
     reduce.results[0].replace_all_uses_with(result)
     reduce.erase()
-    _erase_unused(dead + ([scores] if op.name != "scf.if" else []))
+    _erase_unused(strip.dead + [read] + ([scores] if op.name != "scf.if" else []))
     assumed |= scale.assumed
     return True
 

@@ -208,7 +208,10 @@ class Kernel:
             return self                     # (the launch says what is wrong with the arguments)
         if kept or self._general is None:
             return self
-        return self._without_assumption(PositiveScaleError(f"kernel '{self.name}' assumes a positive scale"))
+        try:
+            return self._without_assumption(PositiveScaleError(f"kernel '{self.name}' assumes a positive scale"))
+        except PositiveScaleError:
+            return self                     # (no variant to be had: the launch raises, saying why)
 
     def __call__(self, *args, **kw):
         if self._shapes is not None and not _dry.depth:
@@ -268,6 +271,10 @@ class Kernel:
                 error.note = (f"its variant with positive_scales=False could not be built here ({why}); compile "
                               f"it where the compiler is and copy the kernel cache")
                 raise error from None
+            import warnings
+            warnings.warn(f"kernel '{self.name}': {error.message} -- launching its variant compiled with "
+                          f"positive_scales=False (a multiply more per scaled element) for such values",
+                          TawaPerformanceWarning, stacklevel=3)
         return self._general_kernel
 
     def _launch(self, args, grid, **kw):

@@ -11,6 +11,7 @@ Nothing here needs MLIR, so a kernel loaded from the disk cache launches on a ma
 from __future__ import annotations
 
 import ctypes
+import math
 import hashlib
 import struct
 import sys
@@ -582,10 +583,11 @@ def _misaligned(name: str, ptr: int) -> LaunchError:
 
 
 def _not_positive(kernel: str, name: str, value) -> PositiveScaleError:
+    low, high = (math.log2(v) for v in POSITIVE_ARG_RANGE)
     return PositiveScaleError(
-        f"kernel '{kernel}' was compiled assuming its argument '{name}' is positive (it scales scores before their "
-        f"row maximum), and it is {value!r}; the assumption needs {POSITIVE_ARG_RANGE[0]:g} <= {name} <= "
-        f"{POSITIVE_ARG_RANGE[1]:g}",
+        f"kernel '{kernel}' was compiled assuming its argument '{name}' is positive (it scales a tile whose row "
+        f"maximum the kernel takes, which is then taken before scaling), and it is {value!r}; the assumption "
+        f"needs 2^{low:.0f} <= {name} <= 2^{high:.0f}",
         note="compile the kernel with positive_scales=False for such values")
 
 
