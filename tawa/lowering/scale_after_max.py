@@ -156,8 +156,9 @@ def _scale_of(value: ir.Value, assume: bool):
 
 class _Strip:
     """One rewrite's state: the values no longer read once the rewrite is done (erased only after the scale has
-    its new readers: erased earlier, they could take the scale's own definition with them), and the `scf.if`s
-    already changed (a tile reached twice, through two masks, is unscaled once)."""
+    its new readers: erased earlier, they could take the scale's own definition with them), and the `scf.if`
+    results already changed (a tile reached twice, through two masks, is unscaled once; each result of an
+    `scf.if` on its own)."""
 
     def __init__(self, scale: _Scale):
         self.scale, self.dead, self.ifs = scale, [], []
@@ -180,10 +181,10 @@ class _Strip:
             b = b if _invariant_fill(b) else self.unscaled(b)
             with ir.InsertionPoint(op), op.location:
                 return arith.SelectOp(cond, a, b).result
-        if any(op == done for done in self.ifs):
-            return value                # (changed already: it yields the unscaled tiles)
-        self.ifs.append(op)
         index = ir.OpResult(value).result_number
+        if any(op == done and index == i for done, i in self.ifs):
+            return value                # (changed already: it yields the unscaled tiles there)
+        self.ifs.append((op, index))
         readers = [(as_op(u.owner), u.operand_number) for u in value.uses]
         for y in _yields(op):
             old = y.operands[index]

@@ -137,3 +137,30 @@ def k(X: f32[M, N], R: f32[M], c: f32, BLOCK: const = 16):
         assert _assumed(module) == [[]]
         reduces = [op for f in kernels(module) for op in walk(f) if op.name == "tawa.reduce"]
         assert [defining_op(op.operands[0]).name for op in reduces] == ["arith.mulf"]      # (as written)
+
+
+def test_two_results_of_one_branch():
+    """A mask choosing between two scaled results of one `scf.if` changes each result (a branch reached twice
+    through different results once kept the scale in the second)."""
+    source = """
+def k(X: f32[M, N], Y: f32[M, N], O: f32[M], P: f32[M, N], c: f32, BLOCK: const = 16):
+    x = load(X, (program_id(0), 0), (BLOCK, BLOCK))
+    y = load(Y, (program_id(0), 0), (BLOCK, BLOCK))
+    if program_id(0) == 0:
+        a = x * c
+        b = y * c
+    else:
+        a = where(x > 0.0, x * c, -inf)
+        b = y * c
+    s = where(x > y, a, b)
+    m = max(s, axis=1)
+    store(O, (program_id(0),), m)
+    store(P, (program_id(0), 0), exp(s - m[:, None]))
+"""
+    rng = np.random.default_rng(5)
+    x, y = (rng.standard_normal((32, 16)).astype(np.float32) for _ in range(2))
+    x[:, 0] = 1.0
+    for c in (0.3, 2.0):
+        new = _same_outputs(source, [x, y, np.full(32, np.nan, np.float32), np.full((32, 16), np.nan, np.float32),
+                                     np.float32(c)], (2,), [2, 3])
+        assert _assumed(new) == [[4]]
