@@ -11,8 +11,8 @@ machines:
 `build` fills DIR/cache (the kernel cache: `TAWA_CACHE_DIR`) by asking each example's kernel which variant it
 launches for each shape; `run` launches through the same API (`kernel(*args)`) with that cache. SET is `all`
 (default), `gemm`, `few` (grids of fewer tiles than SMs), `fp8`, `linear`, `bias_act`, `batched`, `sweep` (the
-GEMM sweep of `bench_gemm.py` and its two linear-layer shapes) or `ffn` (LLM feed-forward GEMMs); the last two are
-not part of `all`. DIR defaults to `.carry/defaults`.
+GEMM sweep of `bench_gemm.py` and its two linear-layer shapes), `ffn` (LLM feed-forward GEMMs) or `random` (32
+shapes drawn at random, seeded); the last three are not part of `all`. DIR defaults to `.carry/defaults`.
 
 For each shape, in one process and alternating over rounds: "default" is `kernel(*args)` (the variant the shape
 picks), "own" the kernel's own tile (`kernel[grid](*args)` with the grid of its own constants, which keeps the
@@ -71,6 +71,23 @@ SETS["sweep"] = [("gemm", s) for s in SWEEP_GEMM] + [("linear", s) for s in ((40
 FFN = [(2048, 14336, 4096), (4096, 14336, 4096), (8192, 14336, 4096), (16384, 14336, 4096), (4096, 4096, 14336),
        (8192, 4096, 14336), (4096, 28672, 8192), (4096, 8192, 28672)]
 SETS["ffn"] = [("gemm", s) for s in FFN]
+
+
+def random_shapes(count: int, seed: int = 2026, lo: int = 256, hi: int = 16384, max_flop: float = 2 * 8192 ** 3):
+    """`count` bf16 GEMM shapes drawn log-uniformly from [lo, hi] per extent, each a multiple of 8 (TMA's 16-byte
+    row rule; half of them then put A's or B's rows off the 32-byte sector grid, as sizes chosen by a model's
+    dimensions often do), redrawn above `max_flop`: shapes no rule of the launch defaults was fitted to."""
+    import random
+    rng, shapes = random.Random(seed), []
+    while len(shapes) < count:
+        m, n, k = (8 * round(math.exp(rng.uniform(math.log(lo), math.log(hi))) / 8) for _ in range(3))
+        if 2 * m * n * k <= max_flop:
+            shapes.append((m, n, k))
+    return shapes
+
+
+#: Shapes outside every set above (`random_shapes`; not part of `all`).
+SETS["random"] = [("gemm", s) for s in random_shapes(32)]
 SETS["all"] = SETS["gemm"] + SETS["few"] + SETS["fp8"] + SETS["linear"] + SETS["bias_act"] + SETS["batched"]
 SOURCES = {"gemm": "gemm.tawa", "fp8": "gemm_fp8.tawa", "linear": "linear_gelu_residual.tawa",
            "bias_act": "gemm_bias_act.tawa", "batched": "batched_gemm.tawa"}

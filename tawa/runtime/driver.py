@@ -337,7 +337,22 @@ def launch(fn: Function, grid: tuple, block: tuple, shared_bytes: int, stream: i
           "cuLaunchKernel")
 
 
+#: Launch configurations of clustered launches by (grid, block, shared bytes, stream, cluster): building one through
+#: cuda-python costs about as much as the launch itself, and a kernel launched in a loop asks for the same one.
+_configs: dict = {}
+
+
 def _launch_config(grid: tuple, block: tuple, shared_bytes: int, stream: int, cluster: int):
+    key = (grid, block, shared_bytes, stream, cluster)
+    config = _configs.get(key)
+    if config is None:
+        if len(_configs) >= 256:
+            _configs.clear()
+        config = _configs[key] = _new_launch_config(grid, block, shared_bytes, stream, cluster)
+    return config
+
+
+def _new_launch_config(grid: tuple, block: tuple, shared_bytes: int, stream: int, cluster: int):
     cu = driver()
     attr = cu.CUlaunchAttribute()
     attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION

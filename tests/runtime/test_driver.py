@@ -55,3 +55,35 @@ def test_missing_device(monkeypatch):
     monkeypatch.setattr(driver, "_cu", fake_cu())
     with pytest.raises(DriverError, match="device 3 does not exist"):
         driver._open_context(3)
+
+
+def test_a_clustered_launch_reuses_its_launch_configuration(monkeypatch):
+    """Building a CUlaunchConfig through cuda-python costs about as much as the launch: a loop of launches of one
+    kernel builds it once per grid, block, shared size, stream and cluster size."""
+    built = []
+
+    class Config(types.SimpleNamespace):
+        pass
+
+    def config():
+        built.append(Config())
+        return built[-1]
+    cu = fake_cu()
+    cu.CUlaunchAttribute = lambda: types.SimpleNamespace(
+        value=types.SimpleNamespace(clusterDim=types.SimpleNamespace()))
+    cu.CUlaunchAttributeID = types.SimpleNamespace(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION=4)
+    cu.CUlaunchConfig = config
+    cu.CUstream = lambda s: ("stream", s)
+    launched = []
+    cu.cuLaunchKernelEx = lambda cfg, fn, params, extra: launched.append(cfg) or (_Err(0),)
+    monkeypatch.setattr(driver, "_cu", cu)
+    monkeypatch.setattr(driver, "_configs", {})
+    fn = types.SimpleNamespace(handle=7)
+    for _ in range(3):
+        driver.launch(fn, (132, 1, 1), (384, 1, 1), 200000, 0, 1234, cluster=2)
+    driver.launch(fn, (132, 1, 1), (384, 1, 1), 200000, 99, 1234, cluster=2)     # another stream
+    driver.launch(fn, (66, 1, 1), (384, 1, 1), 200000, 0, 1234, cluster=2)       # another grid
+    assert len(built) == 3 and launched[0] is launched[1] is launched[2] is built[0]
+    assert built[1].hStream == ("stream", 99) and built[2].gridDimX == 66
+    assert (built[0].gridDimX, built[0].blockDimX, built[0].sharedMemBytes) == (132, 384, 200000)
+    assert built[0].attrs[0].value.clusterDim.x == 2

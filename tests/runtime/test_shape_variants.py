@@ -141,6 +141,29 @@ def test_b_rows_off_the_sector_grid_launch_the_clustered_variant(gemm, made):
     assert made == [{"cluster": "2x1"}] and gemm._launcher.calls == [None, None]
 
 
+class Typed(TorchLike):
+    """A torch-like tensor with a dtype: its layout (shape, strides, dtype) keys the choice of the next calls."""
+    dtype = "bf16"
+
+
+def test_a_repeated_layout_reuses_the_choice_without_reading_the_rows_again(gemm, made):
+    off = (Typed(8192, 4096), Typed(4096, 5000), Typed(8192, 5000))           # B's rows off the sector grid
+    gemm(*off)
+    real = gemm._shapes._misaligned
+    calls = []
+    gemm._shapes._misaligned = lambda indices, args: calls.append(1) or real(indices, args)
+    gemm(*off)
+    gemm(Typed(8192, 4096), Typed(4096, 5000), Typed(8192, 5000))              # other tensors, same layout
+    assert calls == [] and made == [{"cluster": "2x1"}]
+    variant = gemm.variant_for(*off)
+    assert variant is not gemm and len(variant._launcher.calls) == 3
+    padded = (Typed(8192, 4096), Typed(4096, 5000, row=5008), Typed(8192, 5000))  # B padded: another layout
+    gemm(*padded)
+    assert calls == [1] and gemm._launcher.calls == [None]
+    gemm(*padded)
+    assert calls == [1] and gemm._launcher.calls == [None, None]
+
+
 def test_arguments_without_shapes_launch_the_kernel(gemm):
     gemm(object(), object(), object())                # the launcher's own checks report these
     assert gemm._launcher.calls == [None]
