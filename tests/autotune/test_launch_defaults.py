@@ -21,6 +21,15 @@ THREE_GROUPS = {"BLOCK_M": 192, "BLOCK_N": 192, "schedule": "persistent"}
     ({"M": 8, "N": 4096, "K": 4096}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 4}),   # 32 tiles: 4 splits
     ({"M": 1, "N": 8192, "K": 8192}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 2}),   # 64 tiles: 2 splits
     ({"M": 64, "N": 14336, "K": 4096}, {"BLOCK_M": 64, "BLOCK_N": 128}),               # 112 tiles: no split
+    ({"M": 16, "N": 1024, "K": 8192}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 8}),  # 8 tiles: 8 splits
+    ({"M": 64, "N": 2048, "K": 4096}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 8}),  # 16 tiles, 512 deep each
+    ({"M": 64, "N": 2048, "K": 4000}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 4}),  # 8 splits too shallow
+    # a few hundred rows and columns over a long K: 64-row tiles split while four splits fit a wave
+    ({"M": 440, "N": 312, "K": 4800}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 4}),  # 21 tiles: 84 programs
+    ({"M": 512, "N": 512, "K": 8192}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 4}),  # 32 tiles: 128
+    ({"M": 200, "N": 1000, "K": 3000}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 4}),
+    ({"M": 128, "N": 512, "K": 8192}, {"BLOCK_M": 64, "BLOCK_N": 128, "split_k": 8}),  # 8 tiles: 64 programs
+    ({"M": 440, "N": 312, "K": 1024}, NARROW),                  # K too short for 4 splits: the rules below
     ({"M": 8, "N": 4096, "K": 512}, {"BLOCK_M": 64, "BLOCK_N": 128}),                  # K too short to split
     ({"M": 65, "N": 4096, "K": 4096}, SPLIT),       # not small M: 16 tiles of 128 x 256, 64 programs split in two
     ({"M": 4096, "N": 4096, "K": 4096}, {}),                                           # 3.9 waves of tiles
@@ -524,3 +533,10 @@ def test_attention_takes_a_larger_key_block_only_where_it_visits_the_same_keys()
     assert choose(posemb, dict(heads(1152), MAXPOS=4096), own=keys64) == {}
     constant = dict(masked, operands=[[0, ["Z", "H", "S", None]], [1, ["Z", "H", None, None]]])
     assert choose(constant, heads(1152), own=keys64) == {}
+
+
+@pytest.mark.parametrize("fixed", [{"schedule": "persistent"}, {"split_k": 2}, {"cluster": "2x1"},
+                                   {"BLOCK_N": 256}, {"dynamic_tiles": True}])
+def test_few_rows_split_never_overrides_a_given_option(fixed):
+    got = choose(GEMM_INFO, {"M": 512, "N": 512, "K": 8192}, fixed=fixed)
+    assert got.get("BLOCK_M") != 64 and not (set(got) & set(fixed)), got
