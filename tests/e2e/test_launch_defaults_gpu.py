@@ -67,6 +67,12 @@ CASES = {
     ("gemm.tawa", 7000, 3000, 1000): (192, "persistent", 2),
     # A's rows alone off the grid (2000 bytes apart): 192x192 in pairs along N, which share A
     ("gemm.tawa", 3072, 3072, 1000): (192, "persistent", 2),
+    # a few hundred rows and columns over a long K: 21 tiles of 64x128 split 4 ways (B's rows 624 bytes apart)
+    ("gemm.tawa", 440, 312, 4800): (128, "persistent", 1),
+    ("gemm_fp8.tawa", 256, 1024, 8192): (128, "persistent", 1),
+    ("linear_gelu_residual.tawa", 300, 600, 6000): (128, "persistent", 1),
+    # 8 tiles of 64x128 split 8 ways
+    ("gemm.tawa", 16, 1024, 8192): (128, "persistent", 1),
 }
 #: The cases whose variant has 192-row tiles.
 BLOCK_M = {("gemm.tawa", 1100, 4096, 520): 192, ("gemm_fp8.tawa", 1100, 4096, 512): 192,
@@ -75,7 +81,11 @@ BLOCK_M = {("gemm.tawa", 1100, 4096, 520): 192, ("gemm_fp8.tawa", 1100, 4096, 51
            ("gemm.tawa", 6504, 2696, 264): 192}
 
 
-SPLITS = {("gemm.tawa", 1000, 1024, 4104): 2, ("gemm_fp8.tawa", 512, 1024, 4096): 2}
+SPLITS = {("gemm.tawa", 1000, 1024, 4104): 2, ("gemm_fp8.tawa", 512, 1024, 4096): 2, ("gemm.tawa", 440, 312, 4800): 4,
+          ("gemm_fp8.tawa", 256, 1024, 8192): 4, ("linear_gelu_residual.tawa", 300, 600, 6000): 4,
+          ("gemm.tawa", 16, 1024, 8192): 8}
+for _case in list(SPLITS)[2:]:
+    BLOCK_M[_case] = 64
 
 
 def _arguments(example, m, n, k):
