@@ -144,9 +144,36 @@ def _index(block, op) -> int:
     return -1
 
 
+def _loaded(value) -> bool:
+    """Whether a tile is a load's result as it is (or transposed)."""
+    op = defining_op(value)
+    while op is not None and op.name == "tawa.trans":
+        op = defining_op(op.operands[0])
+    return op is not None and op.name == "tawa.load"
+
+
+def _reaches_dot_operand(value, depth: int = 6) -> bool:
+    """Whether a tile flows, through elementwise ops and transposes, into the A or B operand of a dot."""
+    for use in value.uses:
+        owner = use.owner.opview if hasattr(use.owner, "opview") else use.owner
+        name = owner.operation.name if hasattr(owner, "operation") else owner.name
+        if name == "tawa.dot" and use.operand_number in (0, 1):
+            return True
+        if depth and (name.startswith(("arith.", "math.")) or name == "tawa.trans") and \
+                len(owner.results) == 1 and _reaches_dot_operand(owner.results[0], depth - 1):
+            return True
+    return False
+
+
 def elide(select_op) -> bool:
     mask, x, _ = select_op.operands
     if not isinstance(mask.type, ir.RankedTensorType) or enclosing(select_op, (ForOp.NAME,)) is None:
+        return False
+    # A dot operand loaded and masked (`where(mask, a, 0.0)` before `dot(a, b)`) stays one select: the unmasked
+    # branch would hand the loaded tile itself to the dot from inside an scf.if, which the warp-specialized ring
+    # (a slot released within its iteration) cannot deliver. As a select it is a dot operand computed in
+    # registers, as any other.
+    if _loaded(x) and _reaches_dot_operand(select_op.results[0]):
         return False
     with ir.InsertionPoint(select_op), select_op.location:
         cond = _Bounds().all_true(mask)

@@ -126,6 +126,19 @@ def gemm_mask(rng, shape, **_):
     return [a, b, mask, Out("bf16", np.where(mask != 0, f64(a) @ f64(b), 0.0), BF16)]
 
 
+def gemm_tril_a(rng, shape, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    return [a, b, Out("bf16", np.tril(f64(a)) @ f64(b), BF16)]
+
+
+def gemm_mask_b(rng, shape, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    kv = (2 * k) // 3 + 1                          # not a multiple of BLOCK_K: one K block is partly kept
+    return [a, b, Out("bf16", f64(a)[:, :kv] @ f64(b)[:kv], BF16), kv]
+
+
 def gemm_rowmax(rng, shape, BLOCK_N=128, **_):
     m, n, k = shape
     a, b = _ab(rng, m, n, k)
@@ -380,6 +393,8 @@ CASES = [
     Case("gemm_bias_init", GEMM + [SPLIT], [{}, {"BLOCK_N": 256}]),
     Case("gemm_hasbias", GEMM, [{}, {"ACT": 1, "BLOCK_N": 192}], interpret_options=[{}, {"ACT": 1}]),
     Case("gemm_mask", GEMM, [{}, {"BLOCK_N": 256}, {"BLOCK_N": 128, "schedule": "pingpong"}]),
+    Case("gemm_tril_a", GEMM, [{}, {"BLOCK_N": 256}, {"warp_specialize": False}]),
+    Case("gemm_mask_b", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}]),
     # partial's rows are per BLOCK_N tile: the tile is part of the program's meaning, so the launch keeps the
     # kernel's own on every shape (`tuning.tile_invariant`; it used to switch tiles on some shapes)
     Case("gemm_rowmax", GEMM_M8, [{}, {"BLOCK_M": 64, "BLOCK_N": 256}],
