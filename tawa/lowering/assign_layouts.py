@@ -366,7 +366,25 @@ def _assign(ops: list, W: int, ctx) -> None:
     def lay_of(v):
         if v in smem:     # read into registers by the op that uses it (`shape.register_tile`)
             return L.shared_read(_shape(v), _transposed(v), W)
-        return layout.get(v)
+        lay = layout.get(v)
+        if lay is None:
+            lay = branch_result(v)
+        return lay
+
+    def branch_result(v):
+        """The layout of an `scf.if` result that its visit left open (both branches compute it: a run-time
+        `if act == 1: y = relu(acc) else: ...`), once a branch's value has one; kept, so that the ops after the
+        `if` read it in that layout instead of converting it from the generic one."""
+        op = owner_op(v)
+        if op is None or op.name != "scf.if":
+            return None
+        for res, then_v, else_v in _branch_values(op):
+            if res == v:
+                lay = layout.get(then_v) or lay_of(else_v) or lay_of(then_v)
+                if lay is not None:
+                    layout[v] = lay
+                return lay
+        return None
 
     def default(v):
         return want.get(v) or anchor.get(v) or L.blocked(_shape(v), W)

@@ -139,6 +139,14 @@ def gemm_mask_b(rng, shape, **_):
     return [a, b, Out("bf16", f64(a)[:, :kv] @ f64(b)[:kv], BF16), kv]
 
 
+def gemm_act_if(rng, shape, act=2, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    h = f64(a) @ f64(b)
+    ref = {0: h, 1: np.maximum(h, 0.0), 2: 1.0 / (1.0 + np.exp(-h))}[act]
+    return [a, b, Out("bf16", ref, BF16), act]
+
+
 def gemm_rowmax(rng, shape, BLOCK_N=128, **_):
     m, n, k = shape
     a, b = _ab(rng, m, n, k)
@@ -394,6 +402,9 @@ CASES = [
     Case("gemm_hasbias", GEMM, [{}, {"ACT": 1, "BLOCK_N": 192}], interpret_options=[{}, {"ACT": 1}]),
     Case("gemm_mask", GEMM, [{}, {"BLOCK_N": 256}, {"BLOCK_N": 128, "schedule": "pingpong"}]),
     Case("gemm_tril_a", GEMM, [{}, {"BLOCK_N": 256}, {"warp_specialize": False}]),
+    Case("gemm_act_if", GEMM, [{}, {"BLOCK_N": 256}], name="gemm_act_if-sigmoid", act=2),
+    Case("gemm_act_if", GEMM[1:], [{}], name="gemm_act_if-relu", act=1),
+    Case("gemm_act_if", GEMM[1:], [{}], name="gemm_act_if-identity", act=0),
     Case("gemm_mask_b", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}]),
     # partial's rows are per BLOCK_N tile: the tile is part of the program's meaning, so the launch keeps the
     # kernel's own on every shape (`tuning.tile_invariant`; it used to switch tiles on some shapes)
