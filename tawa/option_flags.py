@@ -17,7 +17,9 @@ TRISTATE = {"auto": None, "on": True, "off": False}
 
 
 def constant_value(text: str):
-    """A -D value: an int, a float, else the text (a dtype name such as bf16)."""
+    """A -D value: True or False (any case), an int, a float, else the text (a dtype name such as bf16)."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for conv in (int, float):
         try:
             return conv(text)

@@ -54,6 +54,11 @@ def cluster_axis(dims) -> tuple:
 
 #: Most programs one output tile's K loop may be split over (`split_k`).
 MAX_SPLIT_K = 16
+#: Most ring slots (num_buffers) or pipeline stages (num_stages) a kernel may ask for: far above what fits in
+#: shared memory beside one tile, and small enough that the depth searches stay short.
+MAX_PIPELINE_DEPTH = 64
+#: Longest run of tiles along M in the grouped tile order (group_m): the index arithmetic stays within i32.
+MAX_GROUP_M = 1 << 16
 #: Warps per program on the uniform-warp path: one or two warp groups.
 NUM_WARPS = (4, 8)
 #: Other names accepted for an option (by `from_kwargs` and as extra `tawac` flags).
@@ -246,14 +251,15 @@ class CompileOptions:
                     "dynamic_tiles", True, f"a persistent warp-specialized schedule without clusters or split-K, "
                     f"not {name}={value!r}" + (" (the cpu target specializes only with warp_specialize=True)"
                                                if name == "warp_specialize" and value is None else ""))
-        if self.group_m is not None and (not is_int(self.group_m) or self.group_m < 1):
-            bad("group_m", self.group_m, "a positive integer (or None: chosen by the compiler)")
+        if self.group_m is not None and (not is_int(self.group_m) or not 1 <= self.group_m <= MAX_GROUP_M):
+            bad("group_m", self.group_m, f"an integer from 1 to {MAX_GROUP_M} (or None: chosen by the compiler)")
         if not is_int(self.split_k) or not 1 <= self.split_k <= MAX_SPLIT_K:
             bad("split_k", self.split_k, f"an integer from 1 (no split) to {MAX_SPLIT_K}")
-        if self.num_buffers is not None and (not is_int(self.num_buffers) or self.num_buffers < 1):
-            bad("num_buffers", self.num_buffers, "a positive integer (or None: as many as fit)")
-        if not is_int(self.num_stages) or self.num_stages < 1:
-            bad("num_stages", self.num_stages, "a positive integer")
+        if self.num_buffers is not None and (not is_int(self.num_buffers) or
+                                             not 1 <= self.num_buffers <= MAX_PIPELINE_DEPTH):
+            bad("num_buffers", self.num_buffers, f"an integer from 1 to {MAX_PIPELINE_DEPTH} (or None: as many as fit)")
+        if not is_int(self.num_stages) or not 1 <= self.num_stages <= MAX_PIPELINE_DEPTH:
+            bad("num_stages", self.num_stages, f"an integer from 1 to {MAX_PIPELINE_DEPTH}")
         if self.num_warps is not None and (not is_int(self.num_warps) or self.num_warps not in NUM_WARPS):
             bad("num_warps", self.num_warps, "4 or 8 (one or two warp groups)")
         for name in ("producer_registers", "consumer_registers"):

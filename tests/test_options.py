@@ -27,7 +27,8 @@ BAD = [
     ("num_consumer_groups", 4), ("num_consumer_groups", 0), ("num_consumer_groups", True),
     ("num_warps", 2), ("num_warps", 16), ("num_warps", 4.0),
     ("target", "rocm"), ("target", None), ("tma", "off"), ("tma", 0),
-    ("group_m", 0), ("group_m", -2), ("group_m", 2.0), ("group_m", True),
+    ("group_m", 0), ("group_m", -2), ("group_m", 2.0), ("group_m", True), ("group_m", 10 ** 12),
+    ("num_stages", 10 ** 9), ("num_buffers", 65),
 ]
 
 
@@ -168,3 +169,15 @@ def test_dynamic_tiles_accepted_where_they_can_apply():
     CompileOptions(dynamic_tiles=True).validate()
     CompileOptions(dynamic_tiles=True, schedule="persistent", cluster="1x1").validate()
     CompileOptions(dynamic_tiles=True, target="cpu", warp_specialize=True).validate()
+
+
+def test_cli_constants_read_booleans_ints_floats_and_names():
+    from tawa.option_flags import constant_value
+    assert [constant_value(t) for t in ("True", "false", "3", "-2", "0.5", "bf16")] == [True, False, 3, -2, 0.5, "bf16"]
+    assert constant_value("TRUE") is True and constant_value("1") == 1 and constant_value("1") is not True
+
+
+def test_the_interpreter_walks_a_huge_grid_one_program_at_a_time():
+    from tawa.runtime.interpreter import _grid_points
+    points = _grid_points((2 ** 40, 3, 2))
+    assert [next(points) for _ in range(3)] == [(0, 0, 0), (0, 0, 1), (0, 0, 2)]

@@ -163,6 +163,9 @@ class Emitter:
             if isinstance(v, float) and not dtype.is_float:
                 if dtype.name == "bool":
                     return self.constant(v != 0.0, dtype)
+                if v != v or v in (float("inf"), float("-inf")):
+                    raise self.diag.error(node, f"{v} has no {dtype.name} value",
+                                         note="convert a finite number, or build the value with where()")
                 v = int(v)
             return self.checked_constant(v, dtype, node)
         src = dtype_of_value(v)
@@ -269,6 +272,9 @@ class Emitter:
         else:
             table = {"+": arith.AddIOp, "-": arith.SubIOp, "*": arith.MulIOp, "//": arith.DivSIOp,
                      "%": arith.RemSIOp, "max": arith.MaxSIOp, "min": arith.MinSIOp}
+            if op in ("//", "%") and is_static(b) and b == 0:
+                # (a GPU divides by zero silently: an integer division's result is then undefined)
+                self.fail(node, f"integer '{op}' by zero")
         return table[op](x, y).result
 
     def compare(self, op: str, x, y, node) -> ir.Value:

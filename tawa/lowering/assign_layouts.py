@@ -42,6 +42,11 @@ from . import layouts as L
 
 NAME = "assign-layouts"
 
+#: Most values one thread may hold of a register tile. A 256x256 f32 accumulator over one warp group holds 512; a
+#: LayerNorm's f32[128, 1024] row block over 4 warps (1024 a thread) took 23 s to compile and spilled 17 KiB, and
+#: f32[512, 1024] did not finish in minutes.
+MAX_TILE_REGISTERS = 512
+
 #: A tile in shared memory carried out of its iteration or branch (only warp-specialized kernels have such tiles,
 #: from arefs): the message, and what to do instead.
 SMEM_TILE_MESSAGE = ("a tile loaded for a dot in a warp-specialized kernel cannot leave its loop iteration or "
@@ -390,6 +395,12 @@ def _assign(ops: list, W: int, ctx) -> None:
         return want.get(v) or anchor.get(v) or L.blocked(_shape(v), W)
 
     def put(op, lay):
+        if len(lay.regs) > MAX_TILE_REGISTERS:
+            raise CompilationError(
+                f"a register tile of {'x'.join(map(str, _shape(op.results[0])))} holds {len(lay.regs)} values per "
+                f"thread over {W} warps, more than {MAX_TILE_REGISTERS}: a thread has 255 registers, and code this "
+                f"size would take minutes to compile and spill most of it",
+                note="use smaller tiles (fewer rows per program, or a loop over column blocks)")
         layout[op.results[0]] = lay
         attrs.LAYOUT.set(op, lay.desc)
 

@@ -108,8 +108,21 @@ def _check_scalar(where: str, dtype: str, value: Any) -> None:
             raise LaunchError(f"{where}: {int(value)} does not fit in i32")
     else:
         ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if ok and dtype == "f32":
+            check_f32(where, value)
     if not ok:
         raise LaunchError(f"{where} must be a {dtype} scalar, got {type(value).__name__}")
+
+
+#: The largest finite f32.
+F32_MAX = 3.4028234663852886e38
+
+
+def check_f32(where: str, value) -> None:
+    """A finite value beyond f32's range would reach the kernel as infinity: refused (inf and NaN pass as given)."""
+    v = float(value)
+    if v == v and abs(v) != float("inf") and abs(v) > F32_MAX:
+        raise LaunchError(f"{where}: {v!r} does not fit in f32 (it would arrive as infinity)")
 
 
 def bind_numpy_args(params: list, args: list) -> dict:

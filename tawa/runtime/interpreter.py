@@ -11,7 +11,6 @@ Entry points: `run_kernel`, `run_with_interleavings` (tests), `compile_kernel` (
 """
 from __future__ import annotations
 
-import itertools
 import random
 from typing import Callable, Iterable, Optional
 
@@ -111,7 +110,7 @@ class CompiledProgram:
             grid3, rt.cluster_size = persistent_launch(self.cluster, grid3, ctas)
         rt.grid, rt.rng, rt.trace = grid3, random.Random(0 if seed is None else seed), trace
         with np.errstate(all="ignore"):
-            for z, y, x in itertools.product(range(grid3[2]), range(grid3[1]), range(grid3[0])):
+            for z, y, x in _grid_points(grid3):
                 env = [None] * self.num_slots
                 for s, v in zip(slots, values):
                     env[s] = v
@@ -166,3 +165,12 @@ def run_with_interleavings(module: ir.Module, make_args: Callable[[], list], gri
             raise AssertionError(f"interleaving seed {seed}: {error}") from error
         runs.append(args)
     return runs
+
+
+def _grid_points(grid3):
+    """(z, y, x) of every program, x fastest, one at a time (`itertools.product` would build the ranges as tuples
+    first: a grid of 2**40 programs ran out of memory before the first one ran)."""
+    for z in range(grid3[2]):
+        for y in range(grid3[1]):
+            for x in range(grid3[0]):
+                yield z, y, x

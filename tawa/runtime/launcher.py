@@ -24,7 +24,7 @@ from tawa.abi import POSITIVE_ARG_RANGE, TILE_COUNTER_BYTES, AbiParam, CompiledK
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
 from tawa.runtime import driver as drv
 from tawa.runtime import tensor_map as tm
-from tawa.runtime.grid import persistent_launch
+from tawa.runtime.grid import F32_MAX, check_f32, persistent_launch
 
 #: Grid limits of compute capability 9.0.
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -595,7 +595,10 @@ def _scalar_value(value, dtype: str, where: str):
     """A checked scalar's value as packed: float for f32, a range-checked int for i32, bool for i1. `where`
     names the argument as `grid.bind_shapes` does, so the error reads the same on either path."""
     if dtype == "f32":
-        return float(value)
+        value = float(value)
+        if value == value and abs(value) > F32_MAX and abs(value) != float("inf"):
+            check_f32(where, value)
+        return value
     value = int(value)
     if dtype == "i32" and not -2**31 <= value < 2**31:
         raise LaunchError(f"{where}: {value} does not fit in i32")

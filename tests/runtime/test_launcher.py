@@ -180,6 +180,8 @@ def no_driver(monkeypatch):
     (dict(alpha="x"), r"argument 'alpha'.*must be a f32 scalar, got str"),
     (dict(steps=2.5), r"argument 'steps'.*must be a i32 scalar, got float"),
     (dict(steps=2**31), r"argument 'steps'.*does not fit in i32"),
+    (dict(alpha=1e300), r"argument 'alpha'.*does not fit in f32"),
+    (dict(alpha=-2.0 ** 200), r"argument 'alpha'.*does not fit in f32"),
 ])
 def test_argument_errors(no_driver, change, message):
     launcher = GpuLauncher(gemm_kernel(), tensor_maps=TensorMapCache())
@@ -230,6 +232,11 @@ def test_repeated_launch_skips_rechecking_but_not_scalars(fake, monkeypatch):
     a[4] = 2**31                                     # same type, out of range: still an error
     with pytest.raises(LaunchError, match="does not fit in i32"):
         launcher.launch(a)
+    a[4], a[3] = 11, 1e39                             # likewise a float beyond f32 (infinity passes as given)
+    with pytest.raises(LaunchError, match="does not fit in f32"):
+        launcher.launch(a)
+    a[3] = float("inf")
+    launcher.launch(a)
     monkeypatch.undo()
     fake.install(monkeypatch, fake.sizes)
     a[4] = "7"                                       # another type: a new signature, checked again
