@@ -356,8 +356,15 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
                         "shares each tile between its consumer warp groups: under ping-pong, {why}")
     # (with its locations: an error of the second compile points into the source as the first's would)
     retry = module.operation.get_asm(enable_debug_info=True) if fallback else None
-    module = run_pipeline(module, _decided(options, plan), plan, stop_after=stop_after,
-                          tile_level_only=tile_level_only)
+    try:
+        module = run_pipeline(module, _decided(options, plan), plan, stop_after=stop_after,
+                              tile_level_only=tile_level_only)
+    except CompilationError as e:
+        # The choice's shared memory, estimated before the passes, may fall short of what the backend lays out
+        # (a layout conversion's scratch): compile again without the choice rather than refuse the kernel.
+        if retry is None or "shared memory" not in e.message:
+            raise
+        return _compile_fallback(retry, module.context, fallback, e.message)
     if tile_level_only or stop_after:
         return module
     if plan.target == "cpu":
@@ -376,17 +383,22 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         why = e.message
     if retry is not None and why:
         # Half the register file, or a ping-pong group's share, was too little after all: compile again without.
-        from mlir import ir
-        retry_options, note = fallback
-        kernel = compile_module(ir.Module.parse(retry, module.context), retry_options)
-        kernel.notes = list(kernel.notes) + [f"kernel '{kernel.name}' " + note.format(why=why)]
-        return kernel
+        return _compile_fallback(retry, module.context, fallback, why)
     overlaps = _register_overlaps(module)
     if overlaps:
         notes = notes + [f"kernel '{kernel.name}' holds registers to overlap work with the tensor cores: "
                          f"{', '.join(overlaps)} (register_overlap=False leaves them out)"]
     kernel.notes = notes + list(kernel.notes)
     kernel.uneven_programs, kernel.chained_dots = traits["uneven_programs"], traits["chained_dots"]
+    return kernel
+
+
+def _compile_fallback(retry: str, context, fallback: tuple, why: str):
+    """Compile the tile-level module `retry` (its text) again with the fallback's options, noting why."""
+    from mlir import ir
+    retry_options, note = fallback
+    kernel = compile_module(ir.Module.parse(retry, context), retry_options)
+    kernel.notes = list(kernel.notes) + [f"kernel '{kernel.name}' " + note.format(why=why)]
     return kernel
 
 

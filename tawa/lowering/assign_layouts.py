@@ -35,7 +35,7 @@ from tawa.ir.kernel_info import body_block, kernel_function, kernel_num_warps
 from tawa.ir.location import source_location
 from tawa.ir.ops import (BroadcastOp, DotOp, ExpandDimsOp, ForOp, ReduceOp, SplatOp, SplitKSumOp, TransOp,
                          warp_group_role, warp_groups)
-from tawa.ir.traversal import defining_op as owner_op, feeds_dots_only, ops_of, walk, walk_block
+from tawa.ir.traversal import defining_op as owner_op, feeds_dots_only, ops_of, parent_op, walk, walk_block
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 
 from . import layouts as L
@@ -350,6 +350,15 @@ def _assign(ops: list, W: int, ctx) -> None:
             w = want.get(op.results[0])
             if w is not None:
                 want.setdefault(ExpandDimsOp(op).src, L.slice_(w, ExpandDimsOp(op).axis))
+        elif name == "scf.yield":
+            # (met before the rest of its branch, walking backwards) an `scf.if`'s branch yields what its result
+            # is wanted in: an elided mask's select, else converted at the yield through shared memory
+            parent = parent_op(op)
+            if parent is not None and parent.name == "scf.if":
+                for res, v in zip(parent.results, op.operands):
+                    w = want.get(res)
+                    if w is not None and _is_tile(v) and _shape(v) == w.shape:
+                        want.setdefault(v, w)
         elif name == "scf.for":
             body = op.regions[0].blocks[0]
             yield_op = ops_of(body)[-1]

@@ -293,6 +293,14 @@ def attn_bias(rng, shape, D=64, **_):
     return [q, k, v, bias, Out("bf16", ref, ATTENTION), scale]
 
 
+def attn_additive_mask(rng, shape, D=64, **_):
+    z, h, s = shape
+    q, k, v = _qkv(rng, z, h, s, D, "bf16")
+    scale = D ** -0.5
+    ref = softmax(f64(q) @ f64(k).swapaxes(-1, -2) * scale) @ f64(v)
+    return [q, k, v, Out("bf16", ref, ATTENTION), scale]
+
+
 def attn_cross(rng, shape, D=128, scale_factor=1.0, **_):
     z, h, sq, sk = shape
     q = randn(rng, (z, h, sq, D), "bf16")
@@ -438,6 +446,7 @@ CASES = [
     Case("attn_noscale", ATTN + [(2, 3, 256), (1, 2, 1152)], [{}, {"HEAD_DIM": 128, "BLOCK_N": 128}]),
     Case("attn_causal_scale", ATTN, [{}, {"D": 128, "BLOCK_N": 128}]),
     Case("attn_bias", ATTN_S4, [{}, {"D": 128, "BLOCK_N": 128}]),
+    Case("attn_additive_mask", ATTN, [{}, {"D": 128, "BLOCK_N": 128}]),
     # (Z, H, SQ, SK): queries shorter and longer than the keys, ragged both ways
     # (D=64 alone: the launch takes 64-key blocks for the kernel's own 128, `launch_defaults.ATTENTION_KEY_BLOCKS`)
     Case("attn_cross", [(1, 1, 24, 40), (2, 3, 333, 1100), (2, 8, 1100, 200)], [{}, {"D": 64, "BLOCK_N": 64},

@@ -112,3 +112,26 @@ def test_explicit_two_that_cannot_fit_is_a_located_error():
 def test_option_values(value):
     with pytest.raises(CompilationError, match="ctas_per_sm"):
         CompileOptions(ctas_per_sm=value).validate()
+
+
+def test_shared_memory_short_at_two_falls_back_to_one(monkeypatch):
+    # The choice's shared memory is estimated before the passes; where the backend then lays out more than half
+    # the SM's (a conversion's scratch the estimate missed), the compiler keeps one CTA per SM instead of refusing.
+    import tawa.compiler as compiler
+    from tawa.errors import CompilationError
+    real = compiler.run_pipeline
+
+    def short_at_two(module, options, plan, **kw):
+        if options.ctas_per_sm == 2:
+            raise CompilationError("the kernel needs 115968 bytes (114 KiB) of shared memory, more than the 115712 "
+                                   "bytes (113 KiB) a Hopper block can use with 2 blocks per SM (ctas_per_sm)")
+        return real(module, options, plan, **kw)
+    monkeypatch.setattr(compiler, "run_pipeline", short_at_two)
+    path = EXAMPLES / "flash_attention.tawa"
+    k = compile_source(path.read_text(), str(path), CompileOptions(constants={"HEAD_DIM": 64, "BLOCK_N": 64}))
+    assert k.ctas_per_sm == 1
+    assert any("keeps 1 CTA per SM: at 2, the kernel needs 115968 bytes" in n for n in k.notes)
+    # asked for two, the error stands
+    with pytest.raises(CompilationError, match="shared memory"):
+        compile_source(path.read_text(), str(path),
+                       CompileOptions(constants={"HEAD_DIM": 64, "BLOCK_N": 64}, ctas_per_sm=2))
