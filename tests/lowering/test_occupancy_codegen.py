@@ -135,3 +135,4 @@ def test_shared_memory_short_at_two_falls_back_to_one(monkeypatch):
     with pytest.raises(CompilationError, match="shared memory"):
         compile_source(path.read_text(), str(path),
                        CompileOptions(constants={"HEAD_DIM": 64, "BLOCK_N": 64}, ctas_per_sm=2))
+

@@ -37,6 +37,10 @@ class Tile:
     regs: list
     layout: L.Layout
     elem: str
+    #: One value in every element, the same in every thread (a splat or a splatted constant): any layout holds it
+    #: without moving data. (Repeated registers alone do not say so: a tile of one register per thread, or a row
+    #: broadcast whose thread holds one row, repeats its register yet differs between threads.)
+    uniform: bool = False
 
     @property
     def shape(self):

@@ -114,7 +114,7 @@ def lower_constant(ctx: Ctx, op) -> None:
         scalar = fp8_constant(ctx.b, ir.FloatAttr(splat).value, elem) if is_fp8(elem) else \
             ctx.b.op(f"arith.constant {splat} : {elem}", elem)
         layout = layout_of(op)
-        ctx.set(op.results[0], Tile([scalar] * len(layout.regs), layout, elem))
+        ctx.set(op.results[0], Tile([scalar] * len(layout.regs), layout, elem, uniform=True))
         return
     if is_fp8(str(t)):
         ctx.set(op.results[0], fp8_constant(ctx.b, ir.FloatAttr(value).value, str(t)))

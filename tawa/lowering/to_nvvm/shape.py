@@ -118,7 +118,7 @@ def as_tile(ctx: Ctx, value, layout: L.Layout, elem: str, op=None) -> Tile:
         return convert(ctx, value, layout)
     if isinstance(value, SmemTile):
         return read_smem(ctx, value, layout)
-    return Tile([value] * len(layout.regs), layout, elem)
+    return Tile([value] * len(layout.regs), layout, elem, uniform=True)
 
 
 def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
@@ -129,9 +129,9 @@ def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
         return tile if tile.layout.desc == layout.desc else Tile(tile.regs, layout, tile.elem)
     if tile.shape != layout.shape:
         raise InternalCompilerError(f"no conversion from layout {tile.layout} to {layout}")
-    if len({r.name for r in tile.regs}) == 1:
+    if tile.uniform:
         # A splat is the same value in every register of every thread: nothing to move.
-        return Tile([tile.regs[0]] * len(layout.regs), layout, tile.elem)
+        return Tile([tile.regs[0]] * len(layout.regs), layout, tile.elem, uniform=True)
     from .fp8 import from_storage, storage_type, to_storage
     b = ctx.b
     es = elem_bytes(tile.elem)
@@ -163,7 +163,7 @@ def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
 def lower_splat(ctx: Ctx, op) -> None:
     layout = layout_of(op)
     value = ctx.get(SplatOp(op).value)
-    ctx.set(op.results[0], Tile([value] * len(layout.regs), layout, elem_type(op.results[0].type)))
+    ctx.set(op.results[0], Tile([value] * len(layout.regs), layout, elem_type(op.results[0].type), uniform=True))
 
 
 def lower_arange(ctx: Ctx, op) -> None:
@@ -184,7 +184,7 @@ def lower_expand_dims(ctx: Ctx, op) -> None:
             return
     src = register_tile(ctx.get(ExpandDimsOp(op).src), op, ctx)
     lay = L.expand(src.layout, op.attributes["axis"].value)
-    out = Tile(src.regs, lay, src.elem)
+    out = Tile(src.regs, lay, src.elem, uniform=src.uniform)
     ctx.set(op.results[0], convert(ctx, out, want))
 
 
@@ -203,7 +203,7 @@ def lower_broadcast(ctx: Ctx, op) -> None:
     if isinstance(src, LazyTile):
         ctx.set(op.results[0], LazyTile(layout, src.elem, lambda i: src.reg(pick[i])))
         return
-    ctx.set(op.results[0], Tile([src.regs[j] for j in pick], layout, src.elem))
+    ctx.set(op.results[0], Tile([src.regs[j] for j in pick], layout, src.elem, uniform=src.uniform))
 
 
 def lower_trans(ctx: Ctx, op) -> None:
