@@ -98,6 +98,11 @@ def _unsupported_syntax(source: str, tok) -> str | None:
     before = line[:max((tok.column or 1) - 1, 0)]
     if str(tok) == "*" and before.rstrip().endswith("*"):
         return "there is no power operator '**': multiply (x * x), or use exp2 / exp and log"
+    if str(tok) in ("<", "<=", ">", ">=", "==", "!=") and \
+            any(op in before for op in ("<", ">", "==", "!=")):
+        return "comparisons do not chain: write (a <= x) & (x < b)"
+    if str(tok) == "[" and before.rstrip().endswith(("(", ",")):
+        return "shapes and block coordinates are tuples, not lists: (BLOCK_M, BLOCK_N), or (BLOCK_M,) for one dim"
     first = line.split()[0] if line.split() else ""
     if first in ("while", "break", "continue"):
         return f"'{first}' is not part of the language: loops are `for i in range(...)` and run to their end; " \
