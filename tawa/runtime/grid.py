@@ -114,14 +114,15 @@ def _check_scalar(where: str, dtype: str, value: Any) -> None:
         raise LaunchError(f"{where} must be a {dtype} scalar, got {type(value).__name__}")
 
 
-#: The largest finite f32.
-F32_MAX = 3.4028234663852886e38
+#: The smallest magnitude that rounds to infinity in f32 (2**128 - 2**103); anything below rounds to a finite
+#: value, FLT_MAX as C writes it (3.4028235e38) included.
+F32_MAX = 2.0 ** 128 - 2.0 ** 103
 
 
 def check_f32(where: str, value) -> None:
     """A finite value beyond f32's range would reach the kernel as infinity: refused (inf and NaN pass as given)."""
     v = float(value)
-    if v == v and abs(v) != float("inf") and abs(v) > F32_MAX:
+    if v == v and abs(v) != float("inf") and abs(v) >= F32_MAX:
         raise LaunchError(f"{where}: {v!r} does not fit in f32 (it would arrive as infinity)")
 
 

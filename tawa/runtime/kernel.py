@@ -54,7 +54,7 @@ def _layouts(args, indices):
         stride = getattr(a, "stride", None)
         try:
             if callable(stride):                     # torch: strides in elements, so the dtype too
-                key.append((a.shape, stride(), a.dtype))
+                key.append((tuple(a.shape), tuple(stride()), a.dtype))
             else:
                 strides = a.strides
                 if strides is None:
@@ -62,6 +62,10 @@ def _layouts(args, indices):
                 key.append((tuple(a.shape), tuple(strides), str(a.dtype)))
         except (AttributeError, TypeError, RuntimeError):
             return None
+    try:
+        hash(key[-1:] and tuple(key))
+    except TypeError:                               # (an exotic array: the full path reads it)
+        return None
     return tuple(key)
 
 

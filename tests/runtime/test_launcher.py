@@ -237,6 +237,8 @@ def test_repeated_launch_skips_rechecking_but_not_scalars(fake, monkeypatch):
         launcher.launch(a)
     a[3] = float("inf")
     launcher.launch(a)
+    a[3] = 3.4028235e38                               # FLT_MAX as C writes it: finite in f32
+    launcher.launch(a)
     monkeypatch.undo()
     fake.install(monkeypatch, fake.sizes)
     a[4] = "7"                                       # another type: a new signature, checked again
