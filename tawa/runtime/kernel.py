@@ -62,11 +62,12 @@ def _layouts(args, indices):
                 key.append((tuple(a.shape), tuple(strides), str(a.dtype)))
         except (AttributeError, TypeError, RuntimeError):
             return None
+    key = tuple(key)
     try:
-        hash(key[-1:] and tuple(key))
+        hash(key)
     except TypeError:                               # (an exotic array: the full path reads it)
         return None
-    return tuple(key)
+    return key
 
 
 class ShapeVariants:

@@ -596,7 +596,7 @@ def _scalar_value(value, dtype: str, where: str):
     names the argument as `grid.bind_shapes` does, so the error reads the same on either path."""
     if dtype == "f32":
         value = float(value)
-        if value == value and abs(value) >= F32_MAX and abs(value) != float("inf"):
+        if abs(value) >= F32_MAX:                   # (rare: `check_f32` lets infinity through)
             check_f32(where, value)
         return value
     value = int(value)
