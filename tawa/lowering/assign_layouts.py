@@ -318,6 +318,13 @@ def _assign(ops: list, W: int, ctx) -> None:
             for res, v, w in _branch_values(op):
                 if _is_tile(res) and (v in anchor or w in anchor):
                     anchor[res] = anchor.get(v) or anchor[w]
+        elif name == "scf.yield" and parent_op(op) is not None and parent_op(op).name == "scf.if":
+            # (after its branch, before the ops after the `if`) a result both branches compute is anchored by
+            # what a branch yields, so that an epilogue operand read after the `if` (a row scale, a residual) is
+            # wanted in that layout too rather than converted through shared memory
+            for res, v in zip(parent_op(op).results, op.operands):
+                if _is_tile(res) and res not in anchor and v in anchor and anchor[v].shape == _shape(res):
+                    anchor[res] = anchor[v]
         elif name == ForOp.NAME:
             loop = ForOp(op)
             for j, res in enumerate(op.results):

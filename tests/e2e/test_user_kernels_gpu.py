@@ -147,6 +147,16 @@ def gemm_act_if(rng, shape, act=2, **_):
     return [a, b, Out("bf16", ref, BF16), act]
 
 
+def gemm_act_if_epilogue(rng, shape, act=1, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    s = rng.uniform(0.25, 2.0, size=m).astype(np.float32)
+    r = rng.standard_normal((m, n)).astype(NUMPY["bf16"])
+    h = f64(a) @ f64(b)
+    y = np.maximum(h, 0.0) if act == 1 else 2.0 * h
+    return [a, b, s, r, Out("bf16", y * f64(s)[:, None] + f64(r), BF16), act]
+
+
 def gemm_rowmax(rng, shape, BLOCK_N=128, **_):
     m, n, k = shape
     a, b = _ab(rng, m, n, k)
@@ -413,6 +423,9 @@ CASES = [
     Case("gemm_act_if", GEMM, [{}, {"BLOCK_N": 256}], name="gemm_act_if-sigmoid", act=2),
     Case("gemm_act_if", GEMM[1:], [{}], name="gemm_act_if-relu", act=1),
     Case("gemm_act_if", GEMM[1:], [{}], name="gemm_act_if-identity", act=0),
+    # the epilogue reads a row scale and a residual after the `if`: they are read in the accumulator's layout
+    Case("gemm_act_if_epilogue", GEMM, [{}, {"BLOCK_N": 256}], name="gemm_act_if_epilogue-relu", act=1),
+    Case("gemm_act_if_epilogue", GEMM[1:], [{}], name="gemm_act_if_epilogue-double", act=0),
     Case("gemm_mask_b", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}]),
     # partial's rows are per BLOCK_N tile: the tile is part of the program's meaning, so the launch keeps the
     # kernel's own on every shape (`tuning.tile_invariant`; it used to switch tiles on some shapes)
