@@ -27,6 +27,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from mlir import ir
+from mlir.dialects import arith
 
 from tawa.errors import CompilationError, TawaError
 from tawa import hopper
@@ -234,9 +235,30 @@ def run(module: ir.Module, options=None) -> ir.Module:
             check_dot_tile(op.results[0].type, source_location(op))
     for g in groups:
         if warp_group_role(g) == attrs.CONSUMER:
+            _copy_slot_tiles_out_of_branches(g.regions[0].blocks[0])
             _assign(walk_block(g.regions[0].blocks[0]), hopper.WARPS_PER_GROUP * attrs.NUM_WARP_GROUPS.get(g),
                     module.context)
     return module
+
+
+def _copy_slot_tiles_out_of_branches(block) -> None:
+    """A branch that yields a tile of an aref slot as it was delivered, while the other branch computes the value
+    (`if k == s: a = a * 2.0` before a dot), yields a register copy of it (x * 1.0, exact) instead: an `if` result
+    is one kind of tile, and a slot is released within its iteration, so the shared tile cannot be its result.
+    The dot then reads that operand from registers."""
+    slot = set()
+    for op in walk_block(block):
+        if op.name == "tawa.aref_get":
+            slot.update(r for r in op.results if _is_tile(r))
+        elif op.name == TransOp.NAME and TransOp(op).src in slot:
+            slot.add(op.results[0])
+        elif op.name == "scf.yield" and parent_op(op) is not None and parent_op(op).name == "scf.if":
+            for i, v in enumerate(op.operands):
+                if v in slot and elem_type(v.type) in ("bf16", "f16", "f32"):
+                    with op.location, ir.InsertionPoint(op):
+                        one = arith.ConstantOp(v.type.element_type, 1.0).result
+                        splat = ir.Operation.create(SplatOp.NAME, results=[v.type], operands=[one]).result
+                        op.operands[i] = arith.MulFOp(v, splat).result
 
 
 def _transposed(value) -> bool:

@@ -157,6 +157,17 @@ def gemm_act_if_epilogue(rng, shape, act=1, **_):
     return [a, b, s, r, Out("bf16", y * f64(s)[:, None] + f64(r), BF16), act]
 
 
+def gemm_scale_step(rng, shape, BLOCK_K=64, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    nk = -(-k // BLOCK_K)
+    sel_a, sel_b = nk // 2, nk - 1                 # the same block when K has one or two blocks
+    a2, b2 = f64(a), f64(b)
+    a2[:, sel_a * BLOCK_K:(sel_a + 1) * BLOCK_K] *= 2.0
+    b2[sel_b * BLOCK_K:(sel_b + 1) * BLOCK_K] *= 2.0
+    return [a, b, Out("bf16", a2 @ b2, BF16), sel_a, sel_b]
+
+
 def gemm_rowmax(rng, shape, BLOCK_N=128, **_):
     m, n, k = shape
     a, b = _ab(rng, m, n, k)
@@ -426,6 +437,8 @@ CASES = [
     # the epilogue reads a row scale and a residual after the `if`: they are read in the accumulator's layout
     Case("gemm_act_if_epilogue", GEMM, [{}, {"BLOCK_N": 256}], name="gemm_act_if_epilogue-relu", act=1),
     Case("gemm_act_if_epilogue", GEMM[1:], [{}], name="gemm_act_if_epilogue-double", act=0),
+    # a run-time `if` passes the loaded operand through in one branch and computes it in the other
+    Case("gemm_scale_step", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False}]),
     Case("gemm_mask_b", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}]),
     # partial's rows are per BLOCK_N tile: the tile is part of the program's meaning, so the launch keeps the
     # kernel's own on every shape (`tuning.tile_invariant`; it used to switch tiles on some shapes)
