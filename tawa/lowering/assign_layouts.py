@@ -243,7 +243,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
 
 def _copy_slot_tiles_out_of_branches(block) -> None:
     """A branch that yields a tile of an aref slot as it was delivered, while the other branch computes the value
-    (`if k == s: a = a * 2.0` before a dot), yields a register copy of it (x * 1.0, exact) instead: an `if` result
+    (`if k == s: a = a * 2.0` before a dot), yields a register copy of it (x * 1.0, or fp8 through f32 and back: exact) instead: an `if` result
     is one kind of tile, and a slot is released within its iteration, so the shared tile cannot be its result.
     The dot then reads that operand from registers."""
     slot = set()
@@ -254,8 +254,13 @@ def _copy_slot_tiles_out_of_branches(block) -> None:
             slot.add(op.results[0])
         elif op.name == "scf.yield" and parent_op(op) is not None and parent_op(op).name == "scf.if":
             for i, v in enumerate(op.operands):
-                if v in slot and elem_type(v.type) in ("bf16", "f16", "f32"):
-                    with op.location, ir.InsertionPoint(op):
+                if v not in slot:
+                    continue
+                with op.location, ir.InsertionPoint(op):
+                    if elem_type(v.type).startswith("f8"):       # fp8 has no arithmetic: through f32 and back
+                        wide = ir.RankedTensorType.get(tile_shape(v.type), ir.F32Type.get())
+                        op.operands[i] = arith.TruncFOp(v.type, arith.ExtFOp(wide, v).result).result
+                    else:
                         one = arith.ConstantOp(v.type.element_type, 1.0).result
                         splat = ir.Operation.create(SplatOp.NAME, results=[v.type], operands=[one]).result
                         op.operands[i] = arith.MulFOp(v, splat).result

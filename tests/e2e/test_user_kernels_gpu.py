@@ -168,6 +168,15 @@ def gemm_scale_step(rng, shape, BLOCK_K=64, **_):
     return [a, b, Out("bf16", a2 @ b2, BF16), sel_a, sel_b]
 
 
+def gemm_fp8_step(rng, shape, BLOCK_K=128, **_):
+    m, n, k = shape
+    a, bt = randn(rng, (m, k), "f8e4m3"), randn(rng, (n, k), "f8e4m3")
+    sel = (-(-k // BLOCK_K)) // 2
+    a2 = f64(a)
+    a2[:, sel * BLOCK_K:(sel + 1) * BLOCK_K] *= 2.0            # exact in e4m3 at these magnitudes
+    return [a, bt, Out("bf16", a2 @ f64(bt).T, BF16), sel]
+
+
 def gemm_rowmax(rng, shape, BLOCK_N=128, **_):
     m, n, k = shape
     a, b = _ab(rng, m, n, k)
@@ -439,6 +448,7 @@ CASES = [
     Case("gemm_act_if_epilogue", GEMM[1:], [{}], name="gemm_act_if_epilogue-double", act=0),
     # a run-time `if` passes the loaded operand through in one branch and computes it in the other
     Case("gemm_scale_step", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False}]),
+    Case("gemm_fp8_step", GEMM + [(130, 272, 400)], [{}, {"BLOCK_N": 256}, {"warp_specialize": False}]),
     Case("gemm_mask_b", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}]),
     # partial's rows are per BLOCK_N tile: the tile is part of the program's meaning, so the launch keeps the
     # kernel's own on every shape (`tuning.tile_invariant`; it used to switch tiles on some shapes)
