@@ -6,7 +6,9 @@ rewritten as `dot(a, b, x)`. Why: the frontend emits straightforward code (one `
 repeated index math, `acc += dot(a, b)` as an addition after a dot); later passes and the generated code read
 better without it, and a dot that accumulates in place is what the schedules pipeline (the wgmma adds into its
 accumulator registers; a separate addition would keep a second accumulator live and, in a GEMM main loop, stop the
-dot from staying in flight across iterations). IRDL ops declare no side-effect information, so MLIR treats tawa ops
+dot from staying in flight across iterations). Program ids, program counts and tensor extents move to the top of the
+kernel, one op each: they are launch values, and a loop's tile coordinates must be loop-invariant values plus the
+loop index for the pipelines to issue them ahead. IRDL ops declare no side-effect information, so MLIR treats tawa ops
 as having effects and never deletes or merges them: the pure ones whose results nobody uses (a tile of row indices
 that only a causal mask, compiled out, would read) are erased here, so that no later pass lays out or lowers them.
 """
@@ -14,9 +16,11 @@ from __future__ import annotations
 
 from mlir import passmanager
 
-from tawa.ir.kernel_info import kernels
-from tawa.ir.ops import (ArangeOp, BroadcastOp, DimOp, DotOp, ExpandDimsOp, ProgramIdOp, ReduceOp, SplatOp,
-                         TransOp, is_zero_splat)
+from mlir import ir
+
+from tawa.ir.kernel_info import body_block, kernels
+from tawa.ir.ops import (ArangeOp, BroadcastOp, DimOp, DotOp, ExpandDimsOp, NumProgramsOp, ProgramIdOp, ReduceOp,
+                         SplatOp, TransOp, is_zero_splat)
 from tawa.ir.traversal import defining_op, walk
 
 
@@ -61,10 +65,47 @@ def erase_dead_pure_ops(func) -> int:
         erased += len(dead)
 
 
+#: Ops whose value is the launch's (which program, how many, a tensor argument's extent): the same wherever in
+#: the kernel they are written.
+LAUNCH_VALUE_OPS = frozenset((ProgramIdOp.NAME, NumProgramsOp.NAME, DimOp.NAME))
+
+
+def hoist_launch_values(func) -> int:
+    """Move `program_id(...)`, `num_programs(...)` and extents of tensor arguments to the top of the kernel, one op
+    for each value; returns how many moved or merged. A user writes `load(B, (k, program_id(1)), ...)` in the loop
+    as readily as before it; hoisted, the tile coordinates are loop-invariant values plus the loop index, which is
+    what the uniform-warp pipeline re-evaluates for a later iteration. (CSE leaves them: tawa ops declare no
+    side-effect information, so MLIR merges none of them.)"""
+    body = body_block(func)
+    ops = list(body.operations)
+    if not ops:
+        return 0
+    first = ops[0]
+    seen = {}
+    changed = 0
+    for op in list(walk(func)):
+        if op.name not in LAUNCH_VALUE_OPS or \
+                not all(isinstance(v, ir.BlockArgument) and v.owner == body for v in op.operands):
+            continue
+        attributes = sorted((op.attributes[i].name, str(op.attributes[i].attr)) for i in range(len(op.attributes)))
+        key = (op.name, tuple(attributes), tuple(v.arg_number for v in op.operands))
+        if key in seen:
+            op.results[0].replace_all_uses_with(seen[key].results[0])
+            op.erase()
+            changed += 1
+            continue
+        seen[key] = op
+        changed += op.block != body
+        if op != first:
+            op.move_before(first)
+    return changed
+
+
 def run(module, options):
     with module.context:
         passmanager.PassManager.parse("builtin.module(canonicalize, cse)").run(module.operation)
-        changed = sum(erase_dead_pure_ops(func) for func in kernels(module))
+        changed = sum(hoist_launch_values(func) for func in kernels(module))
+        changed += sum(erase_dead_pure_ops(func) for func in kernels(module))
         changed += sum(fold_dot_additions(func) for func in kernels(module))
         if changed:
             passmanager.PassManager.parse("builtin.module(canonicalize, cse)").run(module.operation)
