@@ -11,7 +11,8 @@ be within shared memory:
 - a pipelined load's offsets must be scalar arithmetic of the induction variable and loop invariants (they are
   re-evaluated for iteration i + S - 1); a load under an `scf.if` in the body is issued for every iteration;
 - S is `options.num_stages`, reduced until the rings fit the shared memory of one SM (227 KiB);
-- a loop nested in another loop is refused (its ring phases would restart with every outer iteration).
+- a loop nested in another loop (a batch or tile loop around a K loop) is pipelined too: the conversion
+  initialises its ring's barriers again each time it starts (uniform_pipeline.py).
 Warp-specialized kernels are left alone: their aref rings are the pipeline.
 """
 from __future__ import annotations
@@ -68,7 +69,7 @@ def run(module: ir.Module, options=None) -> ir.Module:
     stages_wanted = max(int(getattr(options, "num_stages", 3) or 1), 1)
     loops = []
     _loops(body_block(func), 0, loops)
-    for loop, depth in loops:
+    for loop, _ in loops:
         body = loop.regions[0].blocks[0]
         ops = walk_block(body)
         loads = [op for op in ops if op.name == LoadOp.NAME and attrs.SMEM.get(op)]
@@ -80,10 +81,6 @@ def run(module: ir.Module, options=None) -> ir.Module:
         # of each iteration stays in phase whether or not the body then reads it.
         if any(enclosing(op, ("scf.for", "scf.while")) != loop for op in loads):
             continue
-        if depth > 0:
-            raise CompilationError("loads feeding a dot inside a nested loop are not supported by the "
-                                   "uniform-warp pipeline yet", source_location(loads[0]),
-                                   note="move the loop with the dot to the top level of the kernel")
         results = set()
         for op in ops:
             for r in op.results:

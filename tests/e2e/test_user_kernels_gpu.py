@@ -177,6 +177,19 @@ def gemm_fp8_step(rng, shape, BLOCK_K=128, **_):
     return [a, bt, Out("bf16", a2 @ f64(bt).T, BF16), sel]
 
 
+def gemm_batch_loop(rng, shape, **_):
+    m, n, k = shape
+    z = 3
+    a, b = randn(rng, (z, m, k), "bf16"), randn(rng, (z, k, n), "bf16")
+    return [a, b, Out("bf16", f64(a) @ f64(b), BF16)]
+
+
+def gemm_user_persistent(rng, shape, **_):
+    m, n, k = shape
+    a, b = _ab(rng, m, n, k)
+    return [a, b, Out("bf16", f64(a) @ f64(b), BF16)]
+
+
 def gemm_rowmax(rng, shape, BLOCK_N=128, **_):
     m, n, k = shape
     a, b = _ab(rng, m, n, k)
@@ -449,6 +462,10 @@ CASES = [
     # a run-time `if` passes the loaded operand through in one branch and computes it in the other
     Case("gemm_scale_step", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False}]),
     Case("gemm_fp8_step", GEMM + [(130, 272, 400)], [{}, {"BLOCK_N": 256}, {"warp_specialize": False}]),
+    # the K loop nested in a loop the program writes (a batch; persistent tiles as in Triton's tutorial): the
+    # uniform-warp pipeline restarts its ring each time the K loop runs
+    Case("gemm_batch_loop", GEMM, [{}, {"BLOCK_N": 256, "num_stages": 4}]),
+    Case("gemm_user_persistent", GEMM + [(2000, 2100, 300)], [{}, {"NUM_PROGRAMS": 7}]),
     Case("gemm_mask_b", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}]),
     # partial's rows are per BLOCK_N tile: the tile is part of the program's meaning, so the launch keeps the
     # kernel's own on every shape (`tuning.tile_invariant`; it used to switch tiles on some shapes)

@@ -121,3 +121,32 @@ func.func @conditional_loads(%A: memref<?x?xbf16>, %B: memref<?x?xbf16>, %C: mem
   "tawa.store"(%C, %acc, %c0, %c0) : (memref<?x?xf32>, tensor<128x128xf32>, i32, i32) -> ()
   return
 }
+
+// -----
+
+// A K loop nested in another loop (a batch or tile loop the program writes) is pipelined too: the conversion
+// initialises its ring's barriers again each time it starts. The outer loop, with no loads of its own, is left
+// alone.
+// CHECK-LABEL: func.func @nested
+// CHECK:         scf.for
+// CHECK:           scf.for
+// CHECK-NEXT:        "tawa.load"(%arg0, %{{.*}}) {tawa.pipelined, tawa.smem}
+// CHECK:           } {tawa.layouts = ["mma<64x64,w=4>"], tawa.num_stages = 3 : i32}
+// CHECK:         } {tawa.layouts = ["mma<64x64,w=4>"]}
+func.func @nested(%A: memref<?x?xbf16>, %C: memref<?x?xf32>) attributes {tawa.kernel} {
+  %c0 = arith.constant 0 : i32
+  %c1 = arith.constant 1 : i32
+  %c4 = arith.constant 4 : i32
+  %zero = arith.constant 0.000000e+00 : f32
+  %acc0 = "tawa.splat"(%zero) {tawa.layout = "mma<64x64,w=4>"} : (f32) -> tensor<64x64xf32>
+  %acc = scf.for %r = %c0 to %c4 step %c1 iter_args(%acc1 = %acc0) -> (tensor<64x64xf32>) : i32 {
+    %acc2 = scf.for %k = %c0 to %c4 step %c1 iter_args(%acc3 = %acc1) -> (tensor<64x64xf32>) : i32 {
+      %a = "tawa.load"(%A, %c0, %k) {tawa.smem} : (memref<?x?xbf16>, i32, i32) -> tensor<64x64xbf16>
+      %d = "tawa.dot"(%a, %a, %acc3) {tawa.layout = "mma<64x64,w=4>"} : (tensor<64x64xbf16>, tensor<64x64xbf16>, tensor<64x64xf32>) -> tensor<64x64xf32>
+      scf.yield %d : tensor<64x64xf32>
+    } {tawa.layouts = ["mma<64x64,w=4>"]}
+    scf.yield %acc2 : tensor<64x64xf32>
+  } {tawa.layouts = ["mma<64x64,w=4>"]}
+  "tawa.store"(%C, %acc, %c0, %c0) : (memref<?x?xf32>, tensor<64x64xf32>, i32, i32) -> ()
+  return
+}

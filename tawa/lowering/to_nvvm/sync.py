@@ -47,6 +47,11 @@ def mbarrier_init(b: Builder, bar: V, count: V) -> None:
     b.generic("nvvm.mbarrier.init", [bar, count])
 
 
+def mbarrier_inval(b: Builder, bar: V) -> None:
+    """Invalidate a barrier before it is initialised again (re-initialising a valid one is undefined)."""
+    b.generic("nvvm.mbarrier.inval", [bar])
+
+
 def fence_mbarrier_init(b: Builder) -> None:
     b.generic("nvvm.fence.mbarrier.init")
 

@@ -13,13 +13,18 @@ Applies to an `scf.for` marked by the `software-pipeline` pass (`tawa.num_stages
 
 With S = 1 the loads are issued at the top of each iteration and every dot waits for its own wgmma. The
 iteration counter is a loop-carried i32 the schedule adds in front of the program's own iteration arguments.
+
+A loop nested in another (a batch or a tile loop the program writes around its K loop) restarts its counter
+at 0 each time it runs, so its barriers are initialised again before its prologue: once every thread is past the
+previous run (whose every issued copy was waited for) and the epilogue's bulk stores have finished reading shared
+memory that the ring may now overwrite.
 """
 from __future__ import annotations
 
 from tawa.errors import InternalCompilerError
 from tawa.ir import attrs
 from tawa.ir.ops import ForOp, LoadOp
-from tawa.ir.traversal import defining_op, ops_of
+from tawa.ir.traversal import defining_op, enclosing, ops_of
 from tawa.ir.types import is_tile
 
 from . import sync
@@ -49,6 +54,7 @@ class UniformPipeline(LoopSchedule):
         self.ring = {op: ctx.smem.alloc(self.stages * self.tma[op].bytes) for op in self.loads}
         self.bytes = sum(t.bytes for t in self.tma.values())
         self.full = ctx.alloc_barriers(self.stages, 1)
+        self.nested = enclosing(for_op, ("scf.for", "scf.while")) is not None
         self.counter = None
         self.slot_offsets = {}
         self._zero_acc = zero_started_accumulators(for_op)
@@ -66,9 +72,24 @@ class UniformPipeline(LoopSchedule):
     # ---- hooks --------------------------------------------------------------------------------------------
     def before_loop(self, ctx: Ctx, lb, ub, step) -> None:
         b = ctx.b
+        if self.nested:
+            self._restart_barriers(ctx)
         for s in range(self.stages - 1):
             iv_s = b.add(lb, b.mul(step, s)) if s else lb
             self.issue(ctx, iv_s, b.i32(s), b.cmpi("slt", iv_s, ub))
+
+    def _restart_barriers(self, ctx: Ctx) -> None:
+        b = ctx.b
+        sync.bulk_wait_read(b, 0)       # (the issuing thread's epilogue stores of the previous outer iteration)
+        sync.fence_proxy_async(b)       # generic-proxy accesses to these bytes come before the next TMA writes
+        ctx.sync_threads()
+        with b.if_(b.cmpi("eq", ctx.tid(), 0)):
+            for s in range(self.stages):
+                bar = ctx.smem_ptr(self.full + 8 * s)
+                sync.mbarrier_inval(b, bar)
+                sync.mbarrier_init(b, bar, b.i32(1))
+        sync.fence_mbarrier_init(b)
+        ctx.sync_threads()
 
     @property
     def opaque_inits(self) -> bool:
