@@ -1,7 +1,8 @@
 """aref_insertion: route the tile loads of each pipelined loop through an asynchronous reference.
 
-Takes: a tile-level kernel (sequential, no arefs). Gives: for every top-level `scf.for` whose body loads tiles
-that feed a `tawa.dot` (see `ws_analysis`), one `tawa.aref_create` before the loop, with one slot holding all of
+Takes: a tile-level kernel (sequential, no arefs). Gives: for every `scf.for` whose body loads tiles that feed a
+`tawa.dot` (see `ws_analysis`: a top-level loop, or one nested in loops the program writes), one
+`tawa.aref_create` before the loop (before the outermost of those loops), with one slot holding all of
 one iteration's heavy loads (two arefs where a shallow ring would stall attention's pipeline, `release_groups`:
 then each has its own put, get and consumed), and a loop body that reads
 
@@ -40,7 +41,7 @@ from tawa.ir.location import source_location
 from tawa.ir.ops import (ArefCreateOp, DotOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get,
                          create_put, readers_through_transposes)
 from tawa.ir.traversal import (ancestor_in_block, backward_slice, defining_op, enclosing, feeds_dots_only, ops_of,
-                                users, walk)
+                                parent_op, users, walk)
 from tawa.ir.types import elem_bytes, elem_type, tile_bytes, tile_shape
 from tawa.lowering import epilogue, ws_analysis
 from tawa.options import PERSISTENT_SCHEDULES
@@ -279,7 +280,11 @@ def insert_for_loop(p: ws_analysis.LoopPlan, depth: int, lookahead: bool = True)
     for group in groups:
         types = [LoadOp(ld).result.type for ld in group]
         create = create_aref(types, depth, loc=loop.location, name=_load_names(group))
-        ir.InsertionPoint(loop).insert(create)
+        # before the loop, or before the loops the program writes around it: one ring for all their iterations
+        top = loop
+        while parent_op(top) is not None and parent_op(top).name == "scf.for":
+            top = parent_op(top)
+        ir.InsertionPoint(top).insert(create)
         aref = ArefCreateOp(create).result
         last_load = group[-1]
         for ld in group:

@@ -16,7 +16,9 @@ aref_consumed`). Gives: the kernel body
     }
 
 A put directly in the kernel's body (a prologue operand of a persistent kernel, `aref_insertion`) moves to the
-producer the same way, with its load and index math, in program order among the loops.
+producer the same way, with its load and index math, in program order among the loops. Loops the program writes
+around a pipelined loop (a batch loop, a hand-written tile loop) are replicated in the producer too, with their
+bounds and none of their iteration arguments, the pipelined loop's copy inside.
 
 Why: the two regions run concurrently on different warp groups and meet only at the arefs, so TMA loads for
 later iterations overlap the tensor-core work of the current one. Scalar control is replicated rather than
@@ -132,6 +134,32 @@ def _build_producer_loop(loop, ip_top: ir.InsertionPoint, mapping: dict):
     return body_ops, puts
 
 
+def _has_nested_put_loop(op) -> bool:
+    return op.name == ForOp.NAME and not _loop_has_put(op) and any(_loop_has_put(o) for o in walk(op))
+
+
+def _build_producer_nest(loop, ip: ir.InsertionPoint, mapping: dict) -> list:
+    """The producer's copy of a loop the program writes around pipelined loops (a batch loop, a hand-written tile
+    loop): same bounds, no iteration arguments, and inside it the producer's copies of the pipelined loops (or of
+    further loops around them); returns the (body ops, puts) of each pipelined loop. The rings run on across its
+    iterations: the conversion carries their use counts through it."""
+    fl = ForOp(loop)
+    lb, ub, step = ws_ir.clone_slice(fl.bounds, ip, mapping)
+    new_loop = scf.ForOp(lb, ub, step, [], loc=loop.location, ip=ip)
+    local = dict(mapping)       # (values cloned inside this loop stay inside it)
+    local[fl.iv] = new_loop.induction_variable
+    built = []
+    with ir.InsertionPoint(new_loop.body):
+        ip_in = ir.InsertionPoint.current
+        for op in ops_of(fl.body):
+            if _loop_has_put(op):
+                built.append(_build_producer_loop(op, ip_in, local))
+            elif _has_nested_put_loop(op):
+                built.extend(_build_producer_nest(op, ip_in, local))
+        scf.YieldOp([])
+    return built
+
+
 def _build_producer_put(put_op, ip_top: ir.InsertionPoint, mapping: dict) -> None:
     """The producer's copy of a put in the kernel's body: its load and the load's index math, then the put."""
     put = ArefPutOp(put_op)
@@ -162,7 +190,7 @@ def partition_kernel(func_op, options):
     arefs = [op for op in ops if op.name == ArefCreateOp.NAME]
     if not arefs or any(warp_group_role(op) for op in ops):
         return
-    loops = [op for op in ops if _loop_has_put(op)]
+    loops = [op for top in ops for op in [top, *walk(top)] if _loop_has_put(op)]
     pingpong = getattr(options, "schedule", None) == "pingpong"
     n = 1 if pingpong else num_consumer_groups(loops, options)
 
@@ -183,11 +211,13 @@ def partition_kernel(func_op, options):
         if op.name == ArefPutOp.NAME:
             _build_producer_put(op, ip_top, mapping)
             op.erase()
-        elif op in loops:
-            body_ops, puts = _build_producer_loop(op, ip_top, mapping)
-            for p in puts:
-                p.erase()
-            _erase_dead(body_ops)
+        elif _loop_has_put(op) or _has_nested_put_loop(op):
+            built = [_build_producer_loop(op, ip_top, mapping)] if _loop_has_put(op) else \
+                _build_producer_nest(op, ip_top, mapping)
+            for body_ops, puts in built:
+                for p in puts:
+                    p.erase()
+                _erase_dead(body_ops)
     _erase_dead([op for op in ops_of(consumer.regions[0].blocks[0]) if op != cons_yield])
     if pingpong:
         # One consumer region per warp group, each computing whole tiles (persistent-tiles gives each its share).

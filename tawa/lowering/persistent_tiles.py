@@ -76,7 +76,7 @@ from mlir.dialects import arith, scf
 
 from tawa import hopper
 from tawa.ir import attrs
-from tawa.ir.kernel_info import kernels
+from tawa.ir.kernel_info import body_block, kernels
 from tawa.ir.location import source_location, where
 from tawa.ir.ops import (ClusterSizeOp, GridExtentOp, LoadOp, NextTileOp, NumProgramsOp, ProgramIdOp, TileGetOp,
                          TilePutOp, warp_group_role, warp_groups)
@@ -105,6 +105,11 @@ def can_persist(func_op, plans: list, options=None) -> tuple:
     ring of its own that repeats per tile (`aref_insertion.prologue_loads`); one loaded under other control flow
     is staged by the consumers once per program and cannot repeat. The ring must also leave room for the
     epilogue's staging, which in a persistent kernel cannot reuse the drained ring."""
+    body = body_block(func_op)
+    for p in plans:
+        if p.loop.block != body:
+            # (a loop the program writes around its K loop, a hand-written tile loop, is its own schedule)
+            return False, f"its pipelined loop{where(p.loop)} is nested in a loop the program writes"
     heavy = {ld for p in plans for ld in p.loads}
     prologue = set(aref_insertion.prologue_loads(func_op, heavy))
     for op in walk(func_op.operation):

@@ -9,7 +9,9 @@ last wgmma group asynchronous across iterations. The conversion (to_nvvm/control
 S shared-memory slots with one mbarrier each; this pass decides where that applies and how deep the ring can
 be within shared memory:
 - a pipelined load's offsets must be scalar arithmetic of the induction variable and loop invariants (they are
-  re-evaluated for iteration i + S - 1); a load under an `scf.if` in the body is issued for every iteration;
+  re-evaluated for iteration i + S - 1); a loop whose loads read their coordinates from memory (a paged KV
+  cache's block table) is left unpipelined: each iteration copies its tiles and waits; a load under an `scf.if`
+  in the body is issued for every iteration;
 - S is `options.num_stages`, reduced until the rings fit the shared memory of one SM (227 KiB);
 - a loop nested in another loop (a batch or tile loop around a K loop) is pipelined too: the conversion
   initialises its ring's barriers again each time it starts (uniform_pipeline.py).
@@ -20,10 +22,8 @@ from __future__ import annotations
 from mlir import ir
 
 from tawa import hopper
-from tawa.errors import CompilationError
 from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernel_function
-from tawa.ir.location import source_location
 from tawa.ir.ops import LoadOp, warp_groups
 from tawa.ir.traversal import defining_op, enclosing, ops_of, walk_block
 from tawa.ir.types import tile_bytes
@@ -86,12 +86,10 @@ def run(module: ir.Module, options=None) -> ir.Module:
             for r in op.results:
                 results.add(r)
         iv = body.arguments[0]
-        for load in loads:
-            if not _offsets_ok(load, results, iv):
-                raise CompilationError("a load feeding a dot in a loop must have offsets computed from the loop "
-                                       "index and values defined before the loop", source_location(load),
-                                       note="compute the tile coordinates from the loop variable, program ids and "
-                                            "kernel arguments only")
+        if not all(_offsets_ok(load, results, iv) for load in loads):
+            # (coordinates read from memory in the loop: a paged KV cache's block table) not issued ahead: each
+            # iteration copies its tiles and waits for them (`memory.lower_load`)
+            continue
         per_stage = sum(tile_bytes(ld.results[0].type) for ld in loads)
         stages = stages_wanted
         while stages > 1 and stages * per_stage > RING_BUDGET:

@@ -11,8 +11,10 @@ of crashing or deadlocking.
 
 A load is heavy when its tile reaches an `a`/`b` operand of a `tawa.dot` (directly or through a transpose,
 conversion or elementwise op). Supported shape: heavy loads lie directly in the body of an `scf.for` that lies
-directly in the kernel body; their offsets and the loop bounds are replicable scalar control; the loaded tiles
-are not carried to the next iteration.
+directly in the kernel body, or in `scf.for` loops the program writes around it (a batch loop, a persistent tile
+loop written by hand: the producer runs them too); their offsets and the loop bounds are replicable scalar control
+(induction variables of those loops included, never values they carry); the loaded tiles are not carried to the
+next iteration.
 """
 from __future__ import annotations
 
@@ -100,13 +102,13 @@ def _check_replicable(v: ir.Value, loop, what: str, load, seen):
     op = defining_op(v)
     if op is None:
         owner = v.owner
-        if loop is not None and owner == loop.regions[0].blocks[0]:
+        parent = owner.owner.operation if hasattr(owner.owner, "operation") else owner.owner
+        if parent.name == "scf.for" and (parent == loop or (loop is not None and is_ancestor(parent, loop))):
             if v == owner.arguments[0]:
-                return  # the induction variable
+                return  # the induction variable (of the loop, or of a loop the program writes around it)
             raise NotSpecializable(
                 f"the {what}{where(load)} depends on a value carried across iterations of the loop"
-                f"{where(loop)}, which only the consumer warp groups compute", load)
-        parent = owner.owner.operation if hasattr(owner.owner, "operation") else owner.owner
+                f"{where(parent)}, which only the consumer warp groups compute", load)
         if parent.name == "func.func":
             return  # a kernel argument
         raise NotSpecializable(
@@ -119,6 +121,21 @@ def _check_replicable(v: ir.Value, loop, what: str, load, seen):
         _check_replicable(operand, loop, what, load, seen)
 
 
+def _check_nest(lp, body, load) -> None:
+    """A pipelined loop lies in the kernel's body, or in `scf.for` loops the program writes around it (a batch
+    loop, a persistent tile loop written by hand) that lie there: the producer runs those loops too, so nothing
+    but loops may stand between the kernel's body and the pipelined loop."""
+    cur = lp
+    while cur.block != body:
+        outer = parent_op(cur)
+        if outer is None or outer.name != "scf.for":
+            where_ = f"('{outer.name}')" if outer is not None else ""
+            raise NotSpecializable(
+                f"the loop{where(lp)} with tile loads feeding a dot is inside a conditional or region {where_}; "
+                f"only loops at the top level of the kernel, or nested only in loops, are specialized", load)
+        cur = outer
+
+
 def plan(func_op) -> list:
     """The loops to pipeline and their heavy loads; raises NotSpecializable with the reason."""
     func = func_op.operation
@@ -127,9 +144,17 @@ def plan(func_op) -> list:
         if op.name.startswith("tawa.aref_") or warp_group_role(op):
             raise NotSpecializable("the kernel already has arefs or warp groups", op)
 
-    heavy = [op for op in walk(func) if op.name == "tawa.load" and feeds_dot(op)]
+    # (a 1-D block that reaches a dot only through math, a key-padding mask row, is loaded into the consumers'
+    # registers: aref slots hold 2-D tiles)
+    heavy = [op for op in walk(func) if op.name == "tawa.load" and feeds_dot(op)
+             and len(ir.RankedTensorType(op.results[0].type).shape) == 2]
     heavy_in_loops = [(ld, _enclosing_loop(ld)) for ld in heavy]
     heavy_in_loops = [(ld, lp) for ld, lp in heavy_in_loops if lp is not None]
+    # A dot operand loaded in a loop the program writes around the pipelined loop (attention's Q block, in a loop
+    # over heads) is copied by the consumers themselves, once per outer iteration, as a block loaded before the
+    # loop is in a kernel with one program per CTA.
+    heavy_in_loops = [(ld, lp) for ld, lp in heavy_in_loops
+                      if not any(other is not lp and is_ancestor(lp, other) for _, other in heavy_in_loops)]
     if not heavy_in_loops:
         raise NotSpecializable("no tile loads feed a dot inside a loop")
 
@@ -139,15 +164,7 @@ def plan(func_op) -> list:
             raise NotSpecializable(
                 f"the tile load{where(ld)} is inside an '{lp.name}' loop; only scf.for loops with known "
                 f"bounds are specialized", ld)
-        outer = _enclosing_loop(lp)
-        if outer is not None:
-            raise NotSpecializable(
-                f"the loop{where(lp)} with tile loads feeding a dot is nested inside another loop"
-                f"{where(outer)}", ld)
-        if lp.block != body:
-            raise NotSpecializable(
-                f"the loop{where(lp)} with tile loads feeding a dot is inside a conditional or region "
-                f"('{parent_op(lp).name}'); only loops at the top level of the kernel are specialized", ld)
+        _check_nest(lp, body, ld)
         if ld.block != lp.regions[0].blocks[0]:
             raise NotSpecializable(
                 f"the tile load{where(ld)} is inside a conditional ('{parent_op(ld).name}') in the "
@@ -156,7 +173,7 @@ def plan(func_op) -> list:
         plans.setdefault(lp, LoopPlan(lp)).loads.append(ld)
 
     result = []
-    for op in ops_of(body):
+    for op in walk(func):
         if op not in plans:
             continue
         p = plans[op]
@@ -168,7 +185,12 @@ def plan(func_op) -> list:
                 f"the loop{where(op)} issues {len(p.loads)} tile loads per iteration; at most "
                 f"{AREF_MAX_VALUES} fit one aref slot", op)
         for name, v in zip(("lower bound", "upper bound", "step"), ForOp(op).bounds):
-            _check_replicable(v, None, f"{name} of the loop", op, set())
+            _check_replicable(v, _enclosing_loop(op), f"{name} of the loop", op, set())
+        outer = _enclosing_loop(op)
+        while outer is not None:        # the producer runs the loops the program writes around it too
+            for name, v in zip(("lower bound", "upper bound", "step"), ForOp(outer).bounds):
+                _check_replicable(v, _enclosing_loop(outer), f"{name} of the loop", outer, set())
+            outer = _enclosing_loop(outer)
         for ld in p.loads:
             for v in ld.operands:
                 _check_replicable(v, op, "tile load", ld, set())

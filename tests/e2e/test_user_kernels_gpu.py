@@ -184,6 +184,60 @@ def gemm_batch_loop(rng, shape, **_):
     return [a, b, Out("bf16", f64(a) @ f64(b), BF16)]
 
 
+def gemm_batch_epilogue(rng, shape, **_):
+    m, n, k = shape
+    z = 3
+    a, b = randn(rng, (z, m, k), "bf16"), randn(rng, (z, k, n), "bf16")
+    bias, r = randn(rng, (n,), "f32"), randn(rng, (z, m, n), "bf16")
+    return [a, b, bias, r, Out("bf16", f64(a) @ f64(b) + f64(bias) + f64(r), BF16)]
+
+
+def attn_head_loop(rng, shape, D=128, **_):
+    z, h, s = shape
+    q, k, v = _qkv(rng, z, h, s, D, "bf16")
+    scale = D ** -0.5
+    ref = softmax(f64(q) @ f64(k).swapaxes(-1, -2) * scale) @ f64(v)
+    return [q, k, v, Out("bf16", ref, ATTENTION), scale]
+
+
+def attn_keypad(rng, shape, D=64, **_):
+    z, h, s = shape
+    q, k, v = _qkv(rng, z, h, s, D, "bf16")
+    km = (rng.random((z, s)) < 0.7).astype(np.int32)
+    if z > 1:
+        km[-1] = 0                              # a fully padded batch: its rows output 0
+    scale = D ** -0.5
+    scores = np.where((km != 0)[:, None, None, :], f64(q) @ f64(k).swapaxes(-1, -2) * scale, -np.inf)
+    top = scores.max(-1, keepdims=True)
+    e = np.exp(scores - np.where(np.isinf(top), 0.0, top))
+    den = e.sum(-1, keepdims=True)
+    ref = (e / np.where(den == 0.0, 1.0, den)) @ f64(v)
+    return [q, k, v, km, Out("bf16", ref, ATTENTION), scale]
+
+
+def attn_paged_decode(rng, shape, D=128, PAGE=64, **_):
+    """(kv heads, query heads per kv head, sequence lengths...): the pages of all sequences scattered over the
+    cache in a fixed pseudo-random order."""
+    hkv, g, lens = shape[0], shape[1], list(shape[2:])
+    npg = [-(-n // PAGE) for n in lens]
+    npages, maxp = sum(npg) + 3, max(max(npg), 1)
+    perm = [(i * 7919 + 3) % npages for i in range(npages)]
+    rows, used = [], 0
+    for n in npg:
+        rows.append(perm[used:used + n] + [0] * (maxp - n))
+        used += n
+    bt = np.array(rows, np.int32)
+    q = randn(rng, (len(lens), hkv, g, D), "bf16")
+    kc, vc = randn(rng, (npages, hkv, PAGE, D), "bf16"), randn(rng, (npages, hkv, PAGE, D), "bf16")
+    scale = D ** -0.5
+    ref = np.zeros((len(lens), hkv, g, D))
+    for b, n in enumerate(lens):
+        keys = np.concatenate([f64(kc[p]) for p in rows[b][:npg[b]]], axis=1)[:, :n]      # [HKV, n, D]
+        vals = np.concatenate([f64(vc[p]) for p in rows[b][:npg[b]]], axis=1)[:, :n]
+        ref[b] = softmax(f64(q[b]) @ keys.swapaxes(-1, -2) * scale) @ vals
+    return [q, kc, vc, bt, np.array(lens, np.int32), Out("bf16", ref, ATTENTION), scale]
+
+
 def gemm_user_persistent(rng, shape, **_):
     m, n, k = shape
     a, b = _ab(rng, m, n, k)
@@ -464,8 +518,15 @@ CASES = [
     Case("gemm_fp8_step", GEMM + [(130, 272, 400)], [{}, {"BLOCK_N": 256}, {"warp_specialize": False}]),
     # the K loop nested in a loop the program writes (a batch; persistent tiles as in Triton's tutorial): the
     # uniform-warp pipeline restarts its ring each time the K loop runs
-    Case("gemm_batch_loop", GEMM, [{}, {"BLOCK_N": 256, "num_stages": 4}]),
-    Case("gemm_user_persistent", GEMM + [(2000, 2100, 300)], [{}, {"NUM_PROGRAMS": 7}]),
+    Case("gemm_batch_loop", GEMM, [{}, {"BLOCK_N": 256}, {"warp_specialize": False},
+                                   {"warp_specialize": False, "BLOCK_N": 256, "num_stages": 4}]),
+    Case("gemm_batch_epilogue", GEMM, [{}, {"warp_specialize": False}]),
+    Case("attn_head_loop", ATTN, [{}, {"warp_specialize": False}]),
+    # a paged KV cache: the page of each key block read from a block table in the loop (not pipelined)
+    Case("attn_paged_decode", [(2, 4, 1, 64, 333), (1, 8, 1000, 77)], [{}, {"PAGE": 32}]),
+    # a 1-D key-padding mask row loaded in the key loop: the consumers load it into registers
+    Case("attn_keypad", ATTN, [{}, {"BLOCK_N": 64}, {"warp_specialize": False}]),
+    Case("gemm_user_persistent", GEMM + [(2000, 2096, 304)], [{}, {"NUM_PROGRAMS": 7}, {"warp_specialize": False}]),
     Case("gemm_mask_b", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}]),
     # partial's rows are per BLOCK_N tile: the tile is part of the program's meaning, so the launch keeps the
     # kernel's own on every shape (`tuning.tile_invariant`; it used to switch tiles on some shapes)

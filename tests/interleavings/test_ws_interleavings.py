@@ -32,6 +32,7 @@ from tawa.runtime.interpreter import InterpreterDeadlock, run_kernel, run_with_i
 from tawa.tile_plan import shares_tail
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+USER = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels" / "user"
 SEEDS = range(20)
 BF16 = ml_dtypes.bfloat16
 FP8 = ml_dtypes.float8_e4m3fn
@@ -39,7 +40,7 @@ FP8 = ml_dtypes.float8_e4m3fn
 
 def build(name: str, constants: dict, specialize: bool = True, persistent: bool = False, splits: int = 1,
           **options):
-    path = EXAMPLES / f"{name}.tawa"
+    path = EXAMPLES / f"{name}.tawa" if (EXAMPLES / f"{name}.tawa").exists() else USER / f"{name}.tawa"
     m = parse_and_lower(path.read_text(), str(path), constants)
     if splits > 1:
         split_k.run(m, CompileOptions(split_k=splits))
@@ -109,6 +110,56 @@ def gemm_case(M, N, K, bk, depth, dtype=np.float32, seed=0):
 def test_gemm_interleavings(M, N, K, bk, depth):
     consts, make_args, ref = gemm_case(M, N, K, bk, depth)
     run_all_seeds("gemm", consts, make_args, 2, ref, 1e-5, num_buffers=depth)
+
+
+@pytest.mark.parametrize("Z,M,N,K,depth", [
+    (3, 45, 37, 70, 2),      # 5 K iterations per batch: the ring runs across the batch loop's iterations
+    (3, 45, 37, 70, 1),      # one slot: producer and consumers alternate, batch after batch
+    (2, 40, 33, 40, 4),      # 3 K iterations, a deeper ring than one batch's loop
+    (3, 33, 40, 0, 2),       # K = 0: no K iterations in any batch
+])
+def test_k_loop_nested_in_a_batch_loop(Z, M, N, K, depth):
+    """A K loop nested in a loop the program writes (over the batch): the producer runs the batch loop too."""
+    rng = np.random.default_rng(Z * M + K)
+    A = rng.standard_normal((Z, M, K)).astype(BF16)
+    B = rng.standard_normal((Z, K, N)).astype(BF16)
+    ref = A.astype(np.float32) @ B.astype(np.float32)
+    consts = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}
+    m = run_all_seeds("gemm_batch_loop", consts, lambda: [A.copy(), B.copy(), np.zeros((Z, M, N), BF16)], 2, ref,
+                      2e-2, num_buffers=depth)
+    producer = next(op for op in walk(kernels(m)[0]) if warp_group_role(op) == "producer")
+    assert sum(op.name == "scf.for" for op in walk(producer)) == 2
+
+
+@pytest.mark.parametrize("programs,depth", [(3, 2), (2, 1), (5, 3)])
+def test_hand_written_persistent_tile_loop(programs, depth):
+    """A persistent GEMM written by hand (a tile loop from program_id(0) by num_programs(0)): tile counts that are
+    not multiples of the programs, the ring running across each program's tiles."""
+    rng = np.random.default_rng(programs)
+    M, N, K = 70, 45, 50
+    A = rng.standard_normal((M, K)).astype(BF16)
+    B = rng.standard_normal((K, N)).astype(BF16)
+    ref = A.astype(np.float32) @ B.astype(np.float32)
+    consts = {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "NUM_PROGRAMS": programs}
+    run_all_seeds("gemm_user_persistent", consts, lambda: [A.copy(), B.copy(), np.zeros((M, N), BF16)], 2, ref,
+                  2e-2, num_buffers=depth)
+
+
+def test_attention_in_a_head_loop():
+    """Attention whose programs loop over the heads: the consumers copy each head's Q block themselves, the K and V
+    rings run on across heads."""
+    rng = np.random.default_rng(7)
+    Z, H, S, D = 1, 3, 37, 16
+    q, k, v = (rng.standard_normal((Z, H, S, D)).astype(BF16) for _ in range(3))
+    scale = D ** -0.5
+    s = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * scale
+    p = np.exp(s - s.max(-1, keepdims=True))
+    ref = (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+    consts = {"D": D, "BLOCK_M": 16, "BLOCK_N": 16}
+    m = run_all_seeds("attn_head_loop", consts, lambda: [q, k, v, np.zeros((Z, H, S, D), BF16), np.float32(scale)],
+                      3, ref, 3e-2, num_buffers=2)
+    consumer = next(op for op in walk(kernels(m)[0]) if warp_group_role(op) == "consumer")
+    assert any(op.name == "tawa.load" for op in walk(consumer))          # Q, copied by the consumers
 
 
 def test_gemm_zero_trip_count():

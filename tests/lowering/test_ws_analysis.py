@@ -59,13 +59,38 @@ def test_load_inside_conditional():
 
 
 def test_nested_loops():
+    """A K loop nested in a loop the program writes is specialized: the producer runs both loops, its offsets may
+    read the outer loop's induction variable."""
     ok, reason = reason_of("""    for r in range(2):
         for k in range(cdiv(K, BLOCK)):
-            a = load(A, (pid_m, k), (BLOCK, BLOCK))
+            a = load(A, (pid_m + r, k), (BLOCK, BLOCK))
             b = load(B, (k, pid_n), (BLOCK, BLOCK))
             acc = dot(a, b, acc)
 """)
-    assert not ok and "nested inside another loop" in reason
+    assert ok, reason
+
+
+def test_offset_carried_by_an_outer_loop():
+    ok, reason = reason_of("""    kk = 0
+    for r in range(2):
+        for k in range(cdiv(K, BLOCK)):
+            a = load(A, (pid_m, k + kk), (BLOCK, BLOCK))
+            b = load(B, (k, pid_n), (BLOCK, BLOCK))
+            acc = dot(a, b, acc)
+        kk = kk + 1
+""")
+    assert not ok and "carried across iterations of the loop" in reason and "kernel.tawa:" in reason
+
+
+def test_loop_under_a_branch_in_an_outer_loop():
+    ok, reason = reason_of("""    for r in range(2):
+        if r < 1:
+            for k in range(cdiv(K, BLOCK)):
+                a = load(A, (pid_m, k), (BLOCK, BLOCK))
+                b = load(B, (k, pid_n), (BLOCK, BLOCK))
+                acc = dot(a, b, acc)
+""")
+    assert not ok and "inside a conditional" in reason
 
 
 def test_offset_carried_across_iterations():

@@ -100,13 +100,22 @@ def lower_load(ctx: Ctx, op) -> None:
             return
         if not ctx.tma:
             return lower_thread_copy(ctx, op)
-        if ctx.loop_depth:
-            raise InternalCompilerError("a dot operand load inside a loop was not software-pipelined", op=op.name,
-                                        location=source_location(op))
         load = TmaLoad(ctx, op)
         off = ctx.smem.alloc(load.bytes)
         bar = ctx.smem_ptr(ctx.alloc_barriers(1, 1))
         dst = ctx.b.i32(off)
+        if ctx.loop_depth:
+            # A one-shot copy in a loop (a Q block loaded in a loop over heads, around the pipelined key loop):
+            # its tile and barrier are reused every iteration. Every thread is done with the last iteration's tile
+            # (generic reads, and wgmma's: the loop after it waited for its groups) before the barrier starts over.
+            b = ctx.b
+            sync.fence_proxy_async(b)
+            ctx.sync_threads()
+            with b.if_(b.cmpi("eq", ctx.tid(), 0)):
+                sync.mbarrier_inval(b, bar)
+                sync.mbarrier_init(b, bar, b.i32(1))
+            sync.fence_mbarrier_init(b)
+            ctx.sync_threads()
         issue = lambda: (sync.mbarrier_expect_tx(ctx.b, bar, load.bytes),
                          load.issue(ctx, offsets_of(ctx, op), dst, bar))
         issue_elected(ctx, None, issue)

@@ -25,7 +25,7 @@ from tawa import hopper
 from tawa.ir import attrs
 from tawa.ir.ops import (ArefGetOp, ArefPutOp, DotOp, ForOp, aref_of, enclosing_warp_group,
                          readers_through_transposes)
-from tawa.ir.traversal import is_ancestor, ops_of, parent_op, users
+from tawa.ir.traversal import enclosing, is_ancestor, ops_of, parent_op, users
 
 from . import sync
 from .arefs import release, stage_of
@@ -180,8 +180,10 @@ class WarpSpecializedConsumerLoop(LoopSchedule):
 
     def mark_drained_rings(self, ctx) -> None:
         """After the loop, rings whose every get is in this loop are dead shared memory (not in a persistent
-        kernel, whose producer is already filling them for the next tile)."""
-        for op in ops_of(ForOp(self.for_op).body) if not ctx.persistent else ():
+        kernel, whose producer is already filling them for the next tile, nor in a loop the program writes around
+        this one, whose next iteration the producer is filling them for)."""
+        nested = enclosing(self.for_op, ("scf.for", "scf.while")) is not None
+        for op in ops_of(ForOp(self.for_op).body) if not (ctx.persistent or nested) else ():
             if op.name == ArefGetOp.NAME:
                 aref = aref_of(op)
                 ring = ctx.get(aref)
