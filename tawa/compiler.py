@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tawa.abi import CompiledKernel
-from tawa.errors import CompilationError, InternalCompilerError, TawaError
+from tawa.errors import CompilationError, InternalCompilerError, SharedMemoryError, TawaError
 from tawa.ir import kernel_info, verify
 from tawa.ir.location import source_location, where
 from tawa.ir.traversal import walk
@@ -354,8 +354,11 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         elif plan.warp_specialize and plan.schedule == "pingpong" and options.schedule is None:
             fallback = (dataclasses.replace(options, schedule="persistent"),
                         "shares each tile between its consumer warp groups: under ping-pong, {why}")
+    # The ring depth chosen automatically is estimated before the passes too: where the backend lays out more
+    # shared memory than estimated (a layout conversion's scratch), fewer slots are tried.
+    fewer_slots = not (tile_level_only or stop_after) and plan.warp_specialize and options.num_buffers is None
     # (with its locations: an error of the second compile points into the source as the first's would)
-    retry = module.operation.get_asm(enable_debug_info=True) if fallback else None
+    retry = module.operation.get_asm(enable_debug_info=True) if fallback or fewer_slots else None
     try:
         module = run_pipeline(module, _decided(options, plan), plan, stop_after=stop_after,
                               tile_level_only=tile_level_only)
@@ -364,7 +367,11 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         # (a layout conversion's scratch): compile again without the choice rather than refuse the kernel.
         if retry is None or "shared memory" not in e.message:
             raise
-        return _compile_fallback(retry, module.context, fallback, e.message)
+        if fallback is not None:
+            return _compile_fallback(retry, module.context, fallback, e.message)
+        if not isinstance(e, SharedMemoryError) or e.ring_depth <= 1:
+            raise
+        return _compile_with_fewer_slots(retry, module.context, options, e)
     if tile_level_only or stop_after:
         return module
     if plan.target == "cpu":
@@ -400,6 +407,22 @@ def _compile_fallback(retry: str, context, fallback: tuple, why: str):
     kernel = compile_module(ir.Module.parse(retry, context), retry_options)
     kernel.notes = list(kernel.notes) + [f"kernel '{kernel.name}' " + note.format(why=why)]
     return kernel
+
+
+def _compile_with_fewer_slots(retry: str, context, options: CompileOptions, error):
+    """Compile the tile-level module `retry` again with the deepest ring's depth lowered one slot at a time, down
+    to one; the first that fits is kept (and noted), else the first error stands."""
+    from mlir import ir
+    for depth in range(error.ring_depth - 1, 0, -1):
+        try:
+            kernel = compile_module(ir.Module.parse(retry, context), dataclasses.replace(options, num_buffers=depth))
+        except SharedMemoryError:
+            continue
+        kernel.notes = list(kernel.notes) + [
+            f"kernel '{kernel.name}' keeps {depth} slots per aref ring: with the {error.ring_depth} chosen "
+            f"beforehand, {error.message}"]
+        return kernel
+    raise error
 
 
 def _register_overlaps(module) -> list:

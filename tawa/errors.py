@@ -42,6 +42,15 @@ class CompilationError(TawaError):
     """The program is malformed or uses something the compiler does not support."""
 
 
+class SharedMemoryError(CompilationError):
+    """The laid-out kernel needs more shared memory than a block may use. `ring_depth`: the slots of its deepest
+    aref ring (0 without one), which the driver may lower when it chose the depth itself."""
+
+    def __init__(self, message: str, location=None, note: str | None = None, ring_depth: int = 0):
+        super().__init__(message, location, note=note)
+        self.ring_depth = ring_depth
+
+
 class LaunchError(TawaError):
     """A kernel was launched with arguments that do not match its declaration."""
 

@@ -274,8 +274,11 @@ class BodyLowering:
                 v = self.emit.index(self.expr(item, env), item, "tensor index")
                 idx.append(self.emit.materialize(v, item))
             if len(base.indices) + len(idx) >= base.rank:
+                lead = f"{base.name}[{', '.join(['...'] * (base.rank - 1))}]" if base.rank > 1 else base.name
                 raise self.diag.error(e, f"tensor {base.name} has {base.rank} dims; at most {base.rank - 1} may "
-                                      "be selected by index (the rest are loaded as a block)")
+                                      "be selected by index (the rest are loaded as a block)",
+                                      note=f"to read one element as a scalar, load a block of one and reduce it: "
+                                           f"sum(load({lead}, i, 1))")
             return TensorArg(base.name, base.value, base.dtype, base.shape, base.indices + idx)
         if isinstance(base, tuple):
             if len(e.items) != 1 or isinstance(e.items[0], S.Slice):

@@ -98,6 +98,10 @@ def _unsupported_syntax(source: str, tok) -> str | None:
     before = line[:max((tok.column or 1) - 1, 0)]
     if str(tok) == "*" and before.rstrip().endswith("*"):
         return "there is no power operator '**': multiply (x * x), or use exp2 / exp and log"
+    after = line[max((tok.column or 1) - 1, 0) + len(str(tok)):]
+    if str(tok) in ("<", ">") and (before.endswith(str(tok)) or after.startswith(str(tok))):
+        return "there are no shift operators ('<<', '>>'): multiply or floor-divide by a power of two " \
+               "(x * 1024, x // 256), or write the constant (1073741824 for 1 << 30)"
     if str(tok) in ("<", "<=", ">", ">=", "==", "!=") and \
             any(op in before for op in ("<", ">", "==", "!=")):
         return "comparisons do not chain: write (a <= x) & (x < b)"

@@ -238,6 +238,15 @@ def attn_paged_decode(rng, shape, D=128, PAGE=64, **_):
     return [q, kc, vc, bt, np.array(lens, np.int32), Out("bf16", ref, ATTENTION), scale]
 
 
+def attn_fp8(rng, shape, D=128, **_):
+    z, h, s = shape
+    q, k, v = (randn(rng, (z, h, s, D), "f8e4m3") for _ in range(3))
+    scale = D ** -0.5
+    ref = softmax(f64(q) @ f64(k).swapaxes(-1, -2) * scale) @ f64(v)
+    # P is rounded to e4m3 (3 mantissa bits) before the second dot
+    return [q, k, np.ascontiguousarray(v.swapaxes(-1, -2)), Out("bf16", ref, 5e-2), scale, 1.0]
+
+
 def gemm_user_persistent(rng, shape, **_):
     m, n, k = shape
     a, b = _ab(rng, m, n, k)
@@ -524,6 +533,8 @@ CASES = [
     Case("attn_head_loop", ATTN, [{}, {"warp_specialize": False}]),
     # a paged KV cache: the page of each key block read from a block table in the loop (not pipelined)
     Case("attn_paged_decode", [(2, 4, 1, 64, 333), (1, 8, 1000, 77)], [{}, {"PAGE": 32}]),
+    # fp8 attention: the ring depth chosen beforehand overflows shared memory once laid out, one slot fewer fits
+    Case("attn_fp8", [(1, 1, 16), (2, 3, 336), (1, 2, 1008)], [{}]),
     # a 1-D key-padding mask row loaded in the key loop: the consumers load it into registers
     Case("attn_keypad", ATTN, [{}, {"BLOCK_N": 64}, {"warp_specialize": False}]),
     Case("gemm_user_persistent", GEMM + [(2000, 2096, 304)], [{}, {"NUM_PROGRAMS": 7}, {"warp_specialize": False}]),

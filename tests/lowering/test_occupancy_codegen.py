@@ -3,6 +3,7 @@ CPU: which kernels the compiler keeps two to an SM by itself (attention whose re
 file), what that changes in the code (`.minnctapersm 2`, register budgets from half the register file, a ring
 sized to half the shared memory, the lookahead off), the fallback when ptxas spills, and the located errors of an
 explicit `ctas_per_sm=2` that cannot fit. The GPU runs are in tests/e2e/test_occupancy_gpu.py."""
+import pathlib
 import re
 
 import pytest
@@ -136,3 +137,17 @@ def test_shared_memory_short_at_two_falls_back_to_one(monkeypatch):
         compile_source(path.read_text(), str(path),
                        CompileOptions(constants={"HEAD_DIM": 64, "BLOCK_N": 64}, ctas_per_sm=2))
 
+
+
+def test_ring_depth_chosen_beforehand_too_deep_keeps_fewer_slots():
+    # fp8 attention: the ring depth is chosen (5) from an estimate of the other shared memory made before the
+    # passes, and the laid-out kernel needs 257 KiB; the compiler keeps one slot fewer instead of refusing.
+    path = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels" / "user" / "attn_fp8.tawa"
+    k = compile_source(path.read_text(), str(path), CompileOptions())
+    assert any("keeps 4 slots per aref ring: with the 5 chosen beforehand, the kernel needs" in n for n in k.notes)
+    assert k.shared_bytes <= hopper.smem_per_block(1)
+    # asked for five, the error stands, with the deepest ring's depth
+    from tawa.errors import SharedMemoryError
+    with pytest.raises(SharedMemoryError, match="shared memory") as e:
+        compile_source(path.read_text(), str(path), CompileOptions(num_buffers=5))
+    assert e.value.ring_depth == 5 and "num_buffers below 5" in e.value.note

@@ -19,7 +19,7 @@ import json
 from mlir import ir
 
 from tawa import hopper
-from tawa.errors import CompilationError, InternalCompilerError, TawaError
+from tawa.errors import CompilationError, InternalCompilerError, SharedMemoryError, TawaError
 from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernel_function, kernel_name, kernel_num_warps, launch_info
 from tawa.ir.location import source_location
@@ -155,12 +155,13 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         where = (source_location(ring) if ring is not None else None) or source_location(func)
         tip = (f"fewer buffers (num_buffers below {ArefCreateOp(ring).depth}, or unset to fit them "
                f"automatically)" if ring is not None else "fewer pipeline stages (num_stages)")
-        raise CompilationError(
+        raise SharedMemoryError(
             f"the kernel needs {shared_bytes} bytes ({-(-shared_bytes // 1024)} KiB) of shared memory, more "
             f"than the {smem_limit} bytes ({smem_limit // 1024} KiB) a Hopper block can use" +
             (f" with {ctx.ctas_per_sm} blocks per SM (ctas_per_sm)" if ctx.ctas_per_sm > 1 else ""), where,
             note=f"use {tip} or smaller tiles (BLOCK_M, BLOCK_N, BLOCK_K)" +
-                 (", or ctas_per_sm=1" if ctx.ctas_per_sm > 1 else ""))
+                 (", or ctas_per_sm=1" if ctx.ctas_per_sm > 1 else ""),
+            ring_depth=ArefCreateOp(ring).depth if ring is not None else 0)
     threads = num_warps * hopper.THREADS_PER_WARP
     text = "\n".join([
         "module attributes {gpu.container_module} {",
