@@ -77,12 +77,14 @@ def hoist_launch_values(func) -> int:
     what the uniform-warp pipeline re-evaluates for a later iteration. (CSE leaves them: tawa ops declare no
     side-effect information, so MLIR merges none of them.)"""
     body = body_block(func)
-    ops = list(body.operations)
-    if not ops:
+    # after the constants, which canonicalization keeps at the top
+    first = next((op for op in body.operations if op.operation.name != "arith.constant"), None)
+    if first is None:
         return 0
-    first = ops[0]
+    first = first.operation
     seen = {}
     changed = 0
+    last = None
     for op in list(walk(func)):
         if op.name not in LAUNCH_VALUE_OPS or \
                 not all(isinstance(v, ir.BlockArgument) and v.owner == body for v in op.operands):
@@ -96,8 +98,12 @@ def hoist_launch_values(func) -> int:
             continue
         seen[key] = op
         changed += op.block != body
-        if op != first:
+        # (in program order)
+        if last is not None:
+            op.move_after(last)
+        elif op != first:
             op.move_before(first)
+        last = op
     return changed
 
 
