@@ -314,7 +314,6 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
     by the launch: True."""
     if not has_dot(kernel):
         return True
-    attention = dot_count(kernel) == 2
 
     def is_call(node, *names):
         return isinstance(node, S.Call) and isinstance(node.func, S.Name) and node.func.id in names
@@ -333,6 +332,8 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
                     axes[i] = None                       # `cdiv(M, BM) * cdiv(N, BN)`, `(M + BM - 1) // BM`
     if any(tile is None for tile in axes.values()):
         return False
+    # (a GEMM with two dots, a GLU's, tiles both axes of its output: its tiles hold parts of rows)
+    attention = dot_count(kernel) == 2 and len(axes) == 1
     checked = set(axes.values())
     index = {}              # index variable -> the constant of the blocks it addresses
     pids = set()            # the index variables that hold a program id
@@ -492,8 +493,9 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
         if isinstance(node, S.BinOp) and node.op in ("//", "%") and \
                 any(is_name(x) and x.id in checked for x in (node.left, node.right)):
             return False
-        if not attention and is_call(node, "sum", "max", "min") and len(node.args) == 1:
-            return False                                    # a reduction over part of a row or column
+        if not attention and is_call(node, "sum", "max", "min") and (
+                len(node.args) == 1 or (len(node.args) == 2 and isinstance(node.args[1], S.Num))):
+            return False        # a reduction over part of a row or column (`sum(x, axis=1)`, `sum(x, 1)`)
         for f in dataclasses.fields(node):
             child = getattr(node, f.name)
             if isinstance(child, (list, S.Node)):

@@ -33,6 +33,8 @@ UNSAFE = {
     "a 1-D store by the N axis": "store(Y, pid_n, max(acc, axis=1))",
     "row softmax over one tile": "p = exp(acc - max(acc, axis=1)[:, None])\n    store(C, (pid_m, pid_n), (p / sum(p, axis=1)[:, None]).to(bf16))",
     "row sum of one tile": "store(C, (pid_m, pid_n), acc.to(bf16))\n    store(Y, pid_m, sum(acc, axis=1))",
+    "row sum, axis given positionally": "store(C, (pid_m, pid_n), acc.to(bf16))\n    store(Y, pid_m, sum(acc, 1))",
+    "row max, axis given positionally": "store(P[pid_n], pid_m, max(acc, 1))",
     "the next tile": "store(C, (pid_m, pid_n), (acc + load(X, (pid_m, pid_n + 1), (BLOCK_M, BLOCK_N)).to(f32)).to(bf16))",
     "a shifted mask": "rows = (pid_m + 1) * BLOCK_M - arange(0, BLOCK_M)\n    store(C, (pid_m, pid_n), where(rows[:, None] < M, acc, 0.0).to(bf16))",
     "full tiles only": "if (pid_m + 1) * BLOCK_M <= M:\n        store(C, (pid_m, pid_n), acc.to(bf16))",
@@ -55,6 +57,28 @@ def test_safe_gemm_programs(body):
 @pytest.mark.parametrize("body", list(UNSAFE.values()), ids=list(UNSAFE))
 def test_tile_dependent_gemm_programs(body):
     assert space_info(GEMM + "    " + body + "\n")["tile_invariant"] is False
+
+
+def test_two_dots_over_a_grid_tiling_both_axes_is_the_gemm_family():
+    """A GLU (two dots into two accumulators) tiles M and N like a GEMM: a row reduction of its tile depends on
+    BLOCK_N (under BLOCK_N 256 its per-tile row sums came out different). Only a grid tiling one axis (attention's
+    query blocks) makes two dots the attention family, whose online softmax combines key blocks of any size."""
+    glu = """@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))
+def glu(A: bf16[M, K], B1: bf16[K, N], B2: bf16[K, N], H: bf16[M, N], P: f32[M, NB],
+        BLOCK_M: const = 128, BLOCK_N: const = 128, BLOCK_K: const = 64):
+    pid_m = program_id(0)
+    pid_n = program_id(1)
+    acc1 = zeros((BLOCK_M, BLOCK_N), f32)
+    acc2 = zeros((BLOCK_M, BLOCK_N), f32)
+    for k in range(cdiv(K, BLOCK_K)):
+        a = load(A, (pid_m, k), (BLOCK_M, BLOCK_K))
+        acc1 = dot(a, load(B1, (k, pid_n), (BLOCK_K, BLOCK_N)), acc1)
+        acc2 = dot(a, load(B2, (k, pid_n), (BLOCK_K, BLOCK_N)), acc2)
+    h = acc1 * sigmoid(acc2)
+    store(H, (pid_m, pid_n), h.to(bf16))
+"""
+    assert space_info(glu)["tile_invariant"] is True
+    assert space_info(glu + "    store(P, (pid_m, pid_n), sum(h, axis=1)[:, None])\n")["tile_invariant"] is False
 
 
 def test_a_loop_variable_is_a_block_index_of_its_own_constant():
@@ -100,7 +124,8 @@ def test_the_examples_and_the_user_style_kernels():
         assert space_info(path.read_text(), str(path))["tile_invariant"] is True, path.name
     # (the sliding window's first key block is `(...) // BLOCK_N`; the *_step kernels compare the K block index with
     # an argument; the hand-written persistent GEMM divides its tile index by a tile count)
+    # the paged decode's grid tiles no axis (its PAGE is the cache's page size): it keeps its own tiles)
     dependent = {"gemm_rowmax.tawa", "gemm_grouped_pid.tawa", "attn_window.tawa", "gemm_scale_step.tawa",
-                 "gemm_fp8_step.tawa", "gemm_user_persistent.tawa"}
+                 "gemm_fp8_step.tawa", "gemm_user_persistent.tawa", "attn_paged_decode.tawa"}
     for path in sorted((ROOT / "tests" / "e2e" / "kernels" / "user").glob("*.tawa")):
         assert space_info(path.read_text(), str(path))["tile_invariant"] is (path.name not in dependent), path.name
