@@ -51,8 +51,9 @@ class NotSpecializable(Exception):
         self.op = op
 
 
-def feeds_dot(load: ir.Operation) -> bool:
-    """Whether the load's tile reaches operand a or b of a tawa.dot."""
+def feeds_dot(load: ir.Operation, from_branch: bool = False) -> bool:
+    """Whether the load's tile reaches operand a or b of a tawa.dot (`from_branch`: also out of an `scf.if` the
+    load itself is in)."""
     work, seen = [load.results[0]], set()
     while work:
         v = work.pop()
@@ -61,7 +62,7 @@ def feeds_dot(load: ir.Operation) -> bool:
             if user.name == "tawa.dot" and use.operand_number in (0, 1):
                 return True
             if user.name == "scf.yield" and parent_op(user).name == "scf.if" and \
-                    not is_ancestor(parent_op(user), load):
+                    (from_branch or not is_ancestor(parent_op(user), load)):
                 # through a branch's result (mask-elision's masked and unmasked scores); a load inside the branch
                 # itself stays the consumers' (the producer cannot issue a conditional load)
                 work.append(parent_op(user).results[use.operand_number])
@@ -156,6 +157,13 @@ def plan(func_op) -> list:
     heavy_in_loops = [(ld, lp) for ld, lp in heavy_in_loops
                       if not any(other is not lp and is_ancestor(lp, other) for _, other in heavy_in_loops)]
     if not heavy_in_loops:
+        branch = next((op for op in walk(func) if op.name == "tawa.load" and _enclosing_loop(op) is not None
+                       and feeds_dot(op, from_branch=True)), None)
+        if branch is not None:
+            raise NotSpecializable(
+                f"the tile load{where(branch)} feeds a dot through a run-time `if` in the loop; the producer must "
+                f"issue the same loads every iteration (write one loop per pair of operands, both accumulating into the "
+                f"same tile)", branch)
         raise NotSpecializable("no tile loads feed a dot inside a loop")
 
     plans: dict = {}

@@ -175,3 +175,18 @@ def test_policy():
     m = example_module("gemm")
     plans, note = ws_analysis.decide(kernel(m), CompileOptions(warp_specialize=True))
     assert plans and note == ""
+
+
+def test_loads_chosen_by_a_branch_in_the_loop():
+    """Operands loaded under a run-time `if` in the loop (a concatenated K): the reason names the load and the `if`
+    (it used to say that no tile loads feed a dot)."""
+    ok, reason = reason_of("""    for k in range(cdiv(K, BLOCK)):
+        if k < 2:
+            a = load(A, (pid_m, k), (BLOCK, BLOCK))
+            b = load(B, (k, pid_n), (BLOCK, BLOCK))
+        else:
+            a = load(A, (pid_m, k + 1), (BLOCK, BLOCK))
+            b = load(B, (k + 1, pid_n), (BLOCK, BLOCK))
+        acc = dot(a, b, acc)
+""")
+    assert not ok and "feeds a dot through a run-time `if` in the loop" in reason and "kernel.tawa:" in reason
