@@ -383,12 +383,12 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         kernel = build_kernel(module)
         why = f"ptxas spilled {kernel.spill_bytes} bytes of registers" if kernel.spill_bytes else ""
     except CompilationError as e:
-        if retry is None:
+        if fallback is None:
             if e.location is None:
                 e.location = where
             raise
         why = e.message
-    if retry is not None and why:
+    if fallback is not None and why:
         # Half the register file, or a ping-pong group's share, was too little after all: compile again without.
         return _compile_fallback(retry, module.context, fallback, why)
     overlaps = _register_overlaps(module)
