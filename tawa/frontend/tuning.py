@@ -294,6 +294,14 @@ def grid_tiles(kernel: S.Kernel, constants: dict, symbols) -> list:
     return pairs
 
 
+def _axis_like(node, constants) -> bool:
+    """Whether the second argument of `sum` / `max` / `min` reads as a reduction axis (`sum(x, 1)`, `sum(x, -1)`,
+    `sum(x, AXIS)` of a constant) rather than a second operand (`min(a, b)` of two values)."""
+    if isinstance(node, S.UnaryOp) and node.op == "-":
+        node = node.operand
+    return isinstance(node, S.Num) or (isinstance(node, S.Name) and node.id in constants)
+
+
 def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
     """Whether the program computes the same thing whatever its tile constants, so that a launch may run a variant
     compiled with other tiles (`tawa.autotune.launch_defaults`, the default tuning space).
@@ -494,7 +502,7 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
                 any(is_name(x) and x.id in checked for x in (node.left, node.right)):
             return False
         if not attention and is_call(node, "sum", "max", "min") and (
-                len(node.args) == 1 or (len(node.args) == 2 and isinstance(node.args[1], S.Num))):
+                len(node.args) == 1 or (len(node.args) == 2 and _axis_like(node.args[1], constants))):
             return False        # a reduction over part of a row or column (`sum(x, axis=1)`, `sum(x, 1)`)
         for f in dataclasses.fields(node):
             child = getattr(node, f.name)

@@ -122,6 +122,22 @@ def _check_replicable(v: ir.Value, loop, what: str, load, seen):
         _check_replicable(operand, loop, what, load, seen)
 
 
+def _outer_induction_variable(v: ir.Value, loop, depth: int = 0):
+    """The enclosing `scf.for` whose induction variable `v` (a loop bound of `loop`) is computed from, or None."""
+    op = defining_op(v)
+    if op is None:
+        owner = v.owner
+        parent = owner.owner.operation if hasattr(owner.owner, "operation") else owner.owner
+        return parent if parent.name == "scf.for" and is_ancestor(parent, loop) else None
+    if depth > 64:
+        return None
+    for operand in op.operands:
+        found = _outer_induction_variable(operand, loop, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
 def _check_nest(lp, body, load) -> None:
     """A pipelined loop lies in the kernel's body, or in `scf.for` loops the program writes around it (a batch
     loop, a persistent tile loop written by hand) that lie there: the producer runs those loops too, so nothing
@@ -194,6 +210,12 @@ def plan(func_op) -> list:
                 f"{AREF_MAX_VALUES} fit one aref slot", op)
         for name, v in zip(("lower bound", "upper bound", "step"), ForOp(op).bounds):
             _check_replicable(v, _enclosing_loop(op), f"{name} of the loop", op, set())
+            outer_iv = _outer_induction_variable(v, op)
+            if outer_iv is not None:
+                # (the producer's and the consumers' copies of the loop must be seen to run as often)
+                raise NotSpecializable(
+                    f"the {name} of the loop{where(op)} depends on the index of the loop{where(outer_iv)} around "
+                    f"it", op)
         outer = _enclosing_loop(op)
         while outer is not None:        # the producer runs the loops the program writes around it too
             for name, v in zip(("lower bound", "upper bound", "step"), ForOp(outer).bounds):

@@ -134,6 +134,10 @@ def candidate(ctx: Ctx, value: LazyTile, op):
     its staging boxes: an untouched 2-D tile of a tensor the kernel only reads, with `value`'s shape, register
     mapping and element size (16 or 32 bits), each element held by one thread, whose rows fill 128-byte staging
     boxes; None when there is none."""
+    if ctx.loop_depth and not ctx.persistent:
+        # (a store in a loop the program writes: the one-shot staging's barriers would be waited on again at a
+        # phase already complete; the operand is loaded into registers instead)
+        return None
     dst = StoreOp(op).dst
     es = elem_bytes(elem_type(dst.type))
     # (the operand's boxes are copied and read as 128-byte ones: rows staged in narrower boxes load per thread)
