@@ -35,6 +35,8 @@ UNSAFE = {
     "row sum of one tile": "store(C, (pid_m, pid_n), acc.to(bf16))\n    store(Y, pid_m, sum(acc, axis=1))",
     "row sum, axis given positionally": "store(C, (pid_m, pid_n), acc.to(bf16))\n    store(Y, pid_m, sum(acc, 1))",
     "row max, axis given positionally": "store(P[pid_n], pid_m, max(acc, 1))",
+    "row sum over the last axis, -1": "store(Y, pid_m, sum(acc, -1))",
+    "row sum over an axis named by a constant": "store(Y, pid_m, sum(acc, AX))",
     "the next tile": "store(C, (pid_m, pid_n), (acc + load(X, (pid_m, pid_n + 1), (BLOCK_M, BLOCK_N)).to(f32)).to(bf16))",
     "a shifted mask": "rows = (pid_m + 1) * BLOCK_M - arange(0, BLOCK_M)\n    store(C, (pid_m, pid_n), where(rows[:, None] < M, acc, 0.0).to(bf16))",
     "full tiles only": "if (pid_m + 1) * BLOCK_M <= M:\n        store(C, (pid_m, pid_n), acc.to(bf16))",

@@ -52,3 +52,18 @@ def test_uniform_warps_pipeline_the_inner_loop_and_restart_its_barriers(kernel, 
     # the ring is in flight: the loads of later iterations are issued inside the loop, the wgmmas stay async
     assert "cp.async.bulk.tensor" in k.ptx and re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", k.ptx)
     assert not SERIALIZED.search(" ".join(k.compiled.notes)) and spill_bytes(k) == 0
+
+
+@pytest.mark.parametrize("warp_specialize", [None, False])
+def test_an_epilogue_operand_in_the_loop_is_read_into_registers(warp_specialize):
+    """gemm_batch_epilogue adds a residual after each batch's K loop: one program per CTA stages such an operand
+    through the store's staging boxes with barriers waited on once, which a second batch found complete (stale
+    data, or a hang). In a loop the operand is loaded into registers: the only barriers are the ring's."""
+    options = {"num_buffers": 4} if warp_specialize is None else {"warp_specialize": False}
+    k = tawa.compile(str(USER / "gemm_batch_epilogue.tawa"), cache=False, **options)
+    inits = len(re.findall(r"mbarrier\.init\.shared\.b64", k.ptx))
+    if warp_specialize is None:     # a full and an empty barrier per ring slot, initialised once
+        assert inits == 8 and "mbarrier.inval" not in k.ptx
+    else:                           # the ring's full barriers, at the start and again before each K loop
+        assert inits == 2 * len(re.findall(r"mbarrier\.inval\.shared\.b64", k.ptx)) == 6
+    assert spill_bytes(k) == 0

@@ -190,3 +190,16 @@ def test_loads_chosen_by_a_branch_in_the_loop():
         acc = dot(a, b, acc)
 """)
     assert not ok and "feeds a dot through a run-time `if` in the loop" in reason and "kernel.tawa:" in reason
+
+
+def test_inner_trip_count_from_the_outer_index():
+    """A K loop whose bound reads the index of the loop around it (a hand-written persistent causal attention): the
+    producer's and the consumers' copies could not be seen to run as often, so the kernel takes the uniform path
+    (the protocol check refused it after the decision)."""
+    ok, reason = reason_of("""    for r in range(3):
+        for k in range(min(r, cdiv(K, BLOCK))):
+            a = load(A, (pid_m, k), (BLOCK, BLOCK))
+            b = load(B, (k, pid_n), (BLOCK, BLOCK))
+            acc = dot(a, b, acc)
+""")
+    assert not ok and "upper bound of the loop" in reason and "depends on the index of the loop" in reason
