@@ -143,11 +143,23 @@ def test_ring_depth_chosen_beforehand_too_deep_keeps_fewer_slots():
     # fp8 attention: the ring depth is chosen (5) from an estimate of the other shared memory made before the
     # passes, and the laid-out kernel needs 257 KiB; the compiler keeps one slot fewer instead of refusing.
     path = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels" / "user" / "attn_fp8.tawa"
-    k = compile_source(path.read_text(), str(path), CompileOptions())
+    k = compile_source(path.read_text(), str(path), CompileOptions())         # (one program per CTA: 6 chosen)
+    assert any("keeps 4 slots per aref ring: with the 6 chosen beforehand, the kernel needs" in n for n in k.notes)
+    k = compile_source(path.read_text(), str(path), CompileOptions(schedule="persistent"))
     assert any("keeps 4 slots per aref ring: with the 5 chosen beforehand, the kernel needs" in n for n in k.notes)
     assert k.shared_bytes <= hopper.smem_per_block(1)
     # asked for five, the error stands, with the deepest ring's depth
     from tawa.errors import SharedMemoryError
     with pytest.raises(SharedMemoryError, match="shared memory") as e:
-        compile_source(path.read_text(), str(path), CompileOptions(num_buffers=5))
+        compile_source(path.read_text(), str(path), CompileOptions(num_buffers=5, schedule="persistent"))
     assert e.value.ring_depth == 5 and "num_buffers below 5" in e.value.note
+
+
+def test_fp8_attention_runs_one_program_per_cta():
+    """An fp8 P·V dot (A computed in registers, rounded to fp8): with two consumer warp groups the persistent and
+    dynamic-tile schedules gave wrong rows in some GPU runs (64-key blocks, 2x8x2048; a race across tiles, open),
+    so the compiler's own choice is one program per CTA, and says why."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels" / "user" / "attn_fp8.tawa"
+    for consts in ({}, {"BLOCK_N": 64}):
+        k = compile_source(path.read_text(), str(path), CompileOptions(constants=consts))
+        assert any("uses the tile schedule" in n and "fp8 A computed in registers" in n for n in k.notes), k.notes
