@@ -212,6 +212,13 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
         return "tile", ""
     ok, reason = persistent_tiles.can_persist(func, loop_plans, options)
     prologue = persistent_tiles.prologue_operand(func, loop_plans)
+    fp8_a = _computed_fp8_a(func) if prologue is not None else None
+    if ok and fp8_a is not None:
+        # Measured (H200, fp8 attention, 2x8x2048, 64-key blocks): with two consumer warp groups the persistent
+        # and dynamic-tile schedules gave wrong rows in some runs (a race across tiles, open); one program per CTA
+        # was right in every run.
+        ok, reason = False, (f"its dot{where(fp8_a)} takes an fp8 A computed in registers, which the persistent "
+                             f"schedules do not yet run reliably across tiles")
     if ok and prologue is not None and options.schedule is None:
         # Measured (docs/performance.md, persistent attention): where every tile's loop has the same length, the
         # persistent kernel runs level with one program per CTA on long loops and up to a fifth faster on short
@@ -220,13 +227,7 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
         # A kernel already at two CTAs per SM (attention at head dim 64) gets its overlap from the other CTA.
         why = None
         uneven = any(ws_ir.computed_from_program(p.loop.operands[:3]) for p in loop_plans)
-        if _computed_fp8_a(func) is not None and not options.dynamic_tiles:
-            # Measured (H200, fp8 attention, 2x8x2048, 64-key blocks): with two consumer warp groups the persistent
-            # and dynamic-tile schedules gave wrong rows in some runs (a race across tiles, open); one program
-            # per CTA was right in every run.
-            why = (f"its dot{where(_computed_fp8_a(func))} takes an fp8 A computed in registers, which the "
-                   f"persistent schedule does not yet run reliably across tiles")
-        elif uneven and options.dynamic_tiles is False:
+        if uneven and options.dynamic_tiles is False:
             why = ("its loop's length depends on the program, and the hardware hands programs to SMs as they free "
                    "up, where persistent CTAs without dynamic tiles would take fixed shares of unequal tiles")
         elif uneven and persistent_tiles.takes_three_groups(persistent_tiles.carried_rows(func)) \
