@@ -26,8 +26,7 @@ from tawa.abi import CompiledKernel
 from tawa.errors import CompilationError, InternalCompilerError, SharedMemoryError, TawaError
 from tawa.ir import kernel_info, verify
 from tawa.ir.location import source_location, where
-from tawa.ir.traversal import defining_op, walk
-from tawa.ir.types import elem_type
+from tawa.ir.traversal import walk
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, divide_by_row,
                            epilogue_prefetch, exp_base2, launch_order, lazy_rescale, loop_guards, loop_load_prefetch,
                            lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles, protocol_check,
@@ -212,13 +211,6 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
         return "tile", ""
     ok, reason = persistent_tiles.can_persist(func, loop_plans, options)
     prologue = persistent_tiles.prologue_operand(func, loop_plans)
-    fp8_a = _computed_fp8_a(func) if prologue is not None else None
-    if ok and fp8_a is not None:
-        # Measured (H200, fp8 attention, 2x8x2048, 64-key blocks): with two consumer warp groups the persistent
-        # and dynamic-tile schedules gave wrong rows in some runs (a race across tiles, open); one program per CTA
-        # was right in every run.
-        ok, reason = False, (f"its dot{where(fp8_a)} takes an fp8 A computed in registers, which the persistent "
-                             f"schedules do not yet run reliably across tiles")
     if ok and prologue is not None and options.schedule is None:
         # Measured (docs/performance.md, persistent attention): where every tile's loop has the same length, the
         # persistent kernel runs level with one program per CTA on long loops and up to a fifth faster on short
@@ -271,18 +263,6 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
                           "runs across tiles and each epilogue's TMA store overlaps the next tile's main loop" +
                           (" (dynamic_tiles=True: the schedule that takes them)"
                            if options.dynamic_tiles and options.schedule is None else ""))
-
-
-def _computed_fp8_a(func):
-    """The first dot whose A is an fp8 tile computed in registers (attention's P rounded to fp8), or None."""
-    for op in walk(func.operation):
-        if op.name == "tawa.dot":
-            a = op.operands[0]
-            owner = defining_op(a)
-            if owner is not None and owner.name not in ("tawa.load", "tawa.trans") and \
-                    elem_type(a.type).startswith("f8"):
-                return op
-    return None
 
 
 def _verify_each(options: CompileOptions) -> bool:

@@ -140,27 +140,32 @@ def test_shared_memory_short_at_two_falls_back_to_one(monkeypatch):
 
 
 def test_ring_depth_chosen_beforehand_too_deep_keeps_fewer_slots():
-    # fp8 attention: the ring depth is chosen (6) from an estimate of the other shared memory made before the
-    # passes, and the laid-out kernel needs 273 KiB; the compiler keeps fewer slots instead of refusing.
+    # fp8 attention: the ring depth is chosen (5) from an estimate of the other shared memory made before the
+    # passes, and the laid-out kernel needs 289 KiB; the compiler keeps fewer slots instead of refusing.
     path = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels" / "user" / "attn_fp8.tawa"
     k = compile_source(path.read_text(), str(path), CompileOptions())
-    assert any("keeps 4 slots per aref ring: with the 6 chosen beforehand, the kernel needs" in n for n in k.notes)
+    assert any("keeps 3 slots per aref ring: with the 5 chosen beforehand, the kernel needs" in n for n in k.notes)
     assert k.shared_bytes <= hopper.smem_per_block(1)
     # asked for five, the error stands, with the deepest ring's depth
     from tawa.errors import SharedMemoryError
     with pytest.raises(SharedMemoryError, match="shared memory") as e:
-        compile_source(path.read_text(), str(path), CompileOptions(num_buffers=6))
-    assert e.value.ring_depth == 6 and "num_buffers below 6" in e.value.note
+        compile_source(path.read_text(), str(path), CompileOptions(num_buffers=5))
+    assert e.value.ring_depth == 5 and "num_buffers below 5" in e.value.note
 
 
-def test_fp8_attention_runs_one_program_per_cta():
-    """An fp8 P·V dot (A computed in registers, rounded to fp8): with two consumer warp groups the persistent and
-    dynamic-tile schedules gave wrong rows in some GPU runs (64-key blocks, 2x8x2048; a race across tiles, open),
-    so the compiler's own choice is one program per CTA, and says why."""
-    path = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels" / "user" / "attn_fp8.tawa"
-    for consts in ({}, {"BLOCK_N": 64}):
-        k = compile_source(path.read_text(), str(path), CompileOptions(constants=consts))
-        assert any("uses the tile schedule" in n and "fp8 A computed in registers" in n for n in k.notes), k.notes
-    for options in ({"schedule": "persistent"}, {"dynamic_tiles": True}):
-        with pytest.raises(CompilationError, match="fp8 A computed in registers"):
-            compile_source(path.read_text(), str(path), CompileOptions(constants={"BLOCK_N": 64}, **options))
+def test_persistent_staging_lies_above_the_main_loops_scratch():
+    """fp8 attention converts P into wgmma's fp8 A layout through a transient shared scratch in every key block. A
+    persistent epilogue's staging, which the next tile's main loop runs beside while the stores still read it, was
+    laid out over that scratch: wrong rows in some GPU runs (64-key blocks, 2x8x2048; 12 of 15 runs across three
+    option sets), none once the staging is laid out above it (24 of 24). The staging now starts at the peak."""
+    import types
+    from tawa.lowering.to_nvvm.context import SharedAllocator
+    from tawa.lowering.to_nvvm.staged_operand import persistent_staging
+    smem = SharedAllocator(1024)
+    smem.alloc(65536)                       # the ring
+    smem.push()
+    scratch = smem.alloc(16384)             # a layout conversion's scratch, dead after it in program order
+    smem.pop()
+    ctx = types.SimpleNamespace(smem=smem, stagings={}, scratch=lambda n: smem.alloc(n))
+    off, _ = persistent_staging(ctx, (16384, 2), barriers=False)
+    assert off >= scratch + 16384

@@ -163,6 +163,9 @@ def persistent_staging(ctx: Ctx, key: tuple, barriers: bool) -> list:
     stores before it to have read the staging) and the prefetch that fills it."""
     box_bytes, buffers = key
     if key not in ctx.stagings:
+        # Above every transient scratch laid out so far (a layout conversion's, a reduction's across warps): those
+        # run again in the next tile's main loop while this tile's stores still read their staging.
+        ctx.smem.top = max(ctx.smem.top, ctx.smem.peak)
         ctx.stagings[key] = [ctx.scratch(buffers * box_bytes), None]
     area = ctx.stagings[key]
     if barriers and area[1] is None:
