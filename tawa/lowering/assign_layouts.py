@@ -243,9 +243,9 @@ def run(module: ir.Module, options=None) -> ir.Module:
 
 def _copy_slot_tiles_out_of_branches(block) -> None:
     """A branch that yields a tile of an aref slot as it was delivered, while the other branch computes the value
-    (`if k == s: a = a * 2.0` before a dot), yields a register copy of it (x * 1.0, or fp8 through f32 and back: exact) instead: an `if` result
-    is one kind of tile, and a slot is released within its iteration, so the shared tile cannot be its result.
-    The dot then reads that operand from registers."""
+    (`if k == s: a = a * 2.0` before a dot), yields a register copy of it instead (x * 1.0, or fp8 through f32
+    and back: exact): an `if` result is one kind of tile, and a slot is released within its iteration, so the
+    shared tile cannot be its result. The dot then reads that operand from registers."""
     slot = set()
     for op in walk_block(block):
         if op.name == "tawa.aref_get":

@@ -152,12 +152,19 @@ def _build_producer_nest(loop, ip: ir.InsertionPoint, mapping: dict) -> list:
     with ir.InsertionPoint(new_loop.body):
         ip_in = ir.InsertionPoint.current
         for op in ops_of(fl.body):
-            if _loop_has_put(op):
-                built.append(_build_producer_loop(op, ip_in, local))
-            elif _has_nested_put_loop(op):
-                built.extend(_build_producer_nest(op, ip_in, local))
+            built.extend(_build_producer(op, ip_in, local))
         scf.YieldOp([])
     return built
+
+
+def _build_producer(op, ip: ir.InsertionPoint, mapping: dict) -> list:
+    """The producer's copy of `op` if it is a pipelined loop or a loop around one; the (body ops, puts) of each
+    pipelined loop copied."""
+    if _loop_has_put(op):
+        return [_build_producer_loop(op, ip, mapping)]
+    if _has_nested_put_loop(op):
+        return _build_producer_nest(op, ip, mapping)
+    return []
 
 
 def _build_producer_put(put_op, ip_top: ir.InsertionPoint, mapping: dict) -> None:
@@ -211,10 +218,8 @@ def partition_kernel(func_op, options):
         if op.name == ArefPutOp.NAME:
             _build_producer_put(op, ip_top, mapping)
             op.erase()
-        elif _loop_has_put(op) or _has_nested_put_loop(op):
-            built = [_build_producer_loop(op, ip_top, mapping)] if _loop_has_put(op) else \
-                _build_producer_nest(op, ip_top, mapping)
-            for body_ops, puts in built:
+        else:
+            for body_ops, puts in _build_producer(op, ip_top, mapping):
                 for p in puts:
                     p.erase()
                 _erase_dead(body_ops)

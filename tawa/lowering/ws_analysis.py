@@ -103,7 +103,7 @@ def _check_replicable(v: ir.Value, loop, what: str, load, seen):
     op = defining_op(v)
     if op is None:
         owner = v.owner
-        parent = owner.owner.operation if hasattr(owner.owner, "operation") else owner.owner
+        parent = _block_owner(owner)
         if parent.name == "scf.for" and (parent == loop or (loop is not None and is_ancestor(parent, loop))):
             if v == owner.arguments[0]:
                 return  # the induction variable (of the loop, or of a loop the program writes around it)
@@ -122,19 +122,25 @@ def _check_replicable(v: ir.Value, loop, what: str, load, seen):
         _check_replicable(operand, loop, what, load, seen)
 
 
-def _outer_induction_variable(v: ir.Value, loop, depth: int = 0):
+def _block_owner(block) -> ir.Operation:
+    return block.owner.operation if hasattr(block.owner, "operation") else block.owner
+
+
+def _outer_induction_variable(v: ir.Value, loop):
     """The enclosing `scf.for` whose induction variable `v` (a loop bound of `loop`) is computed from, or None."""
-    op = defining_op(v)
-    if op is None:
-        owner = v.owner
-        parent = owner.owner.operation if hasattr(owner.owner, "operation") else owner.owner
-        return parent if parent.name == "scf.for" and is_ancestor(parent, loop) else None
-    if depth > 64:
-        return None
-    for operand in op.operands:
-        found = _outer_induction_variable(operand, loop, depth + 1)
-        if found is not None:
-            return found
+    work, seen = [v], set()
+    while work:
+        v = work.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        op = defining_op(v)
+        if op is None:
+            parent = _block_owner(v.owner)
+            if parent.name == "scf.for" and is_ancestor(parent, loop):
+                return parent
+        else:
+            work.extend(op.operands)
     return None
 
 
@@ -178,8 +184,8 @@ def plan(func_op) -> list:
         if branch is not None:
             raise NotSpecializable(
                 f"the tile load{where(branch)} feeds a dot through a run-time `if` in the loop; the producer must "
-                f"issue the same loads every iteration (write one loop per pair of operands, both accumulating into the "
-                f"same tile)", branch)
+                f"issue the same loads every iteration (write one loop per pair of operands, both accumulating "
+                f"into the same tile)", branch)
         raise NotSpecializable("no tile loads feed a dot inside a loop")
 
     plans: dict = {}

@@ -193,11 +193,7 @@ def gemm_batch_epilogue(rng, shape, **_):
 
 
 def attn_head_loop(rng, shape, D=128, **_):
-    z, h, s = shape
-    q, k, v = _qkv(rng, z, h, s, D, "bf16")
-    scale = D ** -0.5
-    ref = softmax(f64(q) @ f64(k).swapaxes(-1, -2) * scale) @ f64(v)
-    return [q, k, v, Out("bf16", ref, ATTENTION), scale]
+    return attn_additive_mask(rng, shape, D=D)        # (the same arguments: plain scaled attention)
 
 
 def attn_keypad(rng, shape, D=64, **_):

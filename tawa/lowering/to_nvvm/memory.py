@@ -89,6 +89,21 @@ def issue_elected(ctx: Ctx, pred: V | None, body) -> None:
             body()
 
 
+def restart_barriers(ctx: Ctx, bars: list) -> None:
+    """Initialise the mbarriers `bars` (arrival count 1) again, for a copy or a ring that runs once per iteration
+    of a loop: every thread is first done with the shared memory they guarded (generic accesses made visible to
+    the async proxy that writes next), and no one waits on them before they are valid again."""
+    b = ctx.b
+    sync.fence_proxy_async(b)
+    ctx.sync_threads()
+    with b.if_(b.cmpi("eq", ctx.tid(), 0)):
+        for bar in bars:
+            sync.mbarrier_inval(b, bar)
+            sync.mbarrier_init(b, bar, b.i32(1))
+    sync.fence_mbarrier_init(b)
+    ctx.sync_threads()
+
+
 def offsets_of(ctx: Ctx, op) -> list:
     return [ctx.get(v) for v in LoadOp(op).offsets]
 
@@ -108,14 +123,7 @@ def lower_load(ctx: Ctx, op) -> None:
             # A one-shot copy in a loop (a Q block loaded in a loop over heads, around the pipelined key loop):
             # its tile and barrier are reused every iteration. Every thread is done with the last iteration's tile
             # (generic reads, and wgmma's: the loop after it waited for its groups) before the barrier starts over.
-            b = ctx.b
-            sync.fence_proxy_async(b)
-            ctx.sync_threads()
-            with b.if_(b.cmpi("eq", ctx.tid(), 0)):
-                sync.mbarrier_inval(b, bar)
-                sync.mbarrier_init(b, bar, b.i32(1))
-            sync.fence_mbarrier_init(b)
-            ctx.sync_threads()
+            restart_barriers(ctx, [bar])
         issue = lambda: (sync.mbarrier_expect_tx(ctx.b, bar, load.bytes),
                          load.issue(ctx, offsets_of(ctx, op), dst, bar))
         issue_elected(ctx, None, issue)

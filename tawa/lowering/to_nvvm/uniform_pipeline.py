@@ -30,7 +30,7 @@ from tawa.ir.types import is_tile
 from . import sync
 from .context import Ctx, SmemTile
 from .elementwise import _props, _scalar_op
-from .memory import TmaLoad, issue_elected
+from .memory import TmaLoad, issue_elected, restart_barriers
 from .schedule import LoopSchedule, dot_only_accumulates, scale_d_for, zero_started_accumulators
 
 
@@ -79,17 +79,8 @@ class UniformPipeline(LoopSchedule):
             self.issue(ctx, iv_s, b.i32(s), b.cmpi("slt", iv_s, ub))
 
     def _restart_barriers(self, ctx: Ctx) -> None:
-        b = ctx.b
-        sync.bulk_wait_read(b, 0)       # (the issuing thread's epilogue stores of the previous outer iteration)
-        sync.fence_proxy_async(b)       # generic-proxy accesses to these bytes come before the next TMA writes
-        ctx.sync_threads()
-        with b.if_(b.cmpi("eq", ctx.tid(), 0)):
-            for s in range(self.stages):
-                bar = ctx.smem_ptr(self.full + 8 * s)
-                sync.mbarrier_inval(b, bar)
-                sync.mbarrier_init(b, bar, b.i32(1))
-        sync.fence_mbarrier_init(b)
-        ctx.sync_threads()
+        sync.bulk_wait_read(ctx.b, 0)   # (the issuing thread's epilogue stores of the previous outer iteration)
+        restart_barriers(ctx, [ctx.smem_ptr(self.full + 8 * s) for s in range(self.stages)])
 
     @property
     def opaque_inits(self) -> bool:
