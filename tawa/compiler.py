@@ -30,8 +30,8 @@ from tawa.ir.traversal import walk
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, divide_by_row,
                            epilogue_prefetch, exp_base2, launch_order, lazy_rescale, loop_guards, loop_load_prefetch,
                            lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles, protocol_check,
-                           register_realloc, scale_after_max, software_pipeline, split_k, stream_k, to_nvvm,
-                           ws_analysis, ws_ir)
+                           register_realloc, scalar_loads, scale_after_max, software_pipeline, split_k, stream_k,
+                           to_nvvm, ws_analysis, ws_ir)
 from tawa.options import PERSISTENT_SCHEDULES, CompileOptions
 
 
@@ -77,6 +77,9 @@ class Pass:
 PIPELINE = [
     # Tile level, target independent.
     Pass("canonicalize", canonicalize.run, before_decide=True),
+    # sum(load(X, i, 1)) of a tensor the kernel never writes becomes a scalar read (before the schedule is decided:
+    # the producer warp group can then compute loop bounds and tile coordinates read from memory for itself).
+    Pass("scalar-loads", scalar_loads.run, before_decide=True),
     # A loop whose body runs under `if <bound on the index>` loops over that range instead (before the schedule is
     # decided: warp specialization and launch order then see the loop as if written with that range).
     Pass("loop-guards", loop_guards.run, before_decide=True),

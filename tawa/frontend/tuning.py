@@ -457,6 +457,15 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
                 return True
         return False
 
+    def scalar_read(node) -> bool:
+        """`sum(load(X, i, 1))`: one element read as a scalar (a count, an expert id), not a reduction of a tile
+        (its offsets are checked like any other)."""
+        if len(node.args) != 1 or node.kwargs or not is_call(node.args[0], "load") or len(node.args[0].args) < 3:
+            return False
+        shape = node.args[0].args[2]
+        items = shape.items if isinstance(shape, S.Tuple) else [shape]
+        return all(isinstance(x, S.Num) and x.value == 1 for x in items)
+
     def index_ok(node, parents) -> bool:
         const = index_const(node)
         return block_offset(node, parents, const) or scaled(node, parents, const)
@@ -502,7 +511,8 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
                 any(is_name(x) and x.id in checked for x in (node.left, node.right)):
             return False
         if not attention and is_call(node, "sum", "max", "min") and (
-                len(node.args) == 1 or (len(node.args) == 2 and _axis_like(node.args[1], constants))):
+                len(node.args) == 1 or (len(node.args) == 2 and _axis_like(node.args[1], constants))) and \
+                not scalar_read(node):
             return False        # a reduction over part of a row or column (`sum(x, axis=1)`, `sum(x, 1)`)
         for f in dataclasses.fields(node):
             child = getattr(node, f.name)

@@ -91,6 +91,15 @@ irdl.dialect @tawa {
     irdl.operands(src: %mem, offsets: variadic %i32)
     irdl.results(result: %tile)
   }
+  // One element of %src (element offsets, one per dim) as a scalar, 0 outside the tensor: a scalar read (a
+  // sequence start, an expert id) of a tensor the kernel never writes (`scalar-loads`).
+  irdl.operation @load_scalar {
+    %mem = irdl.base "!builtin.memref"
+    %i32 = irdl.is i32
+    %any = irdl.any
+    irdl.operands(src: %mem, offsets: variadic %i32)
+    irdl.results(result: %any)
+  }
   irdl.operation @store {
     %mem = irdl.base "!builtin.memref"
     %i32 = irdl.is i32

@@ -86,6 +86,15 @@ class LoadOp(OpView):
     result = property(lambda self: self.op.results[0])
 
 
+class LoadScalarOp(OpView):
+    """`%x = tawa.load_scalar %src[%offsets...]`: the element at `offsets` of a tensor the kernel never writes, or 0
+    outside it (scalar control: every warp group may read it for itself)."""
+    NAME = "tawa.load_scalar"
+    src = property(lambda self: self.op.operands[0])
+    offsets = property(lambda self: list(self.op.operands)[1:])
+    result = property(lambda self: self.op.results[0])
+
+
 class StoreOp(OpView):
     NAME = "tawa.store"
     dst = property(lambda self: self.op.operands[0])

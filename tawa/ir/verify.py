@@ -29,8 +29,8 @@ from tawa import hopper
 from tawa.errors import InternalCompilerError
 from tawa.ir import attrs
 from tawa.ir.dialect import AREF_MAX_VALUES
-from tawa.ir.ops import (ArefPutOp, BroadcastOp, DimOp, DotOp, ExpandDimsOp, LoadOp, PrefetchOp, ReduceOp, SplatOp,
-                         StoreOp, TransOp, WARP_GROUP_REGION, aref_of)
+from tawa.ir.ops import (ArefPutOp, BroadcastOp, DimOp, DotOp, ExpandDimsOp, LoadOp, LoadScalarOp, PrefetchOp,
+                         ReduceOp, SplatOp, StoreOp, TransOp, WARP_GROUP_REGION, aref_of)
 from tawa.ir.location import source_location
 from tawa.ir.types import aref_params, is_aref
 
@@ -46,6 +46,8 @@ RULES = {
     "load-offsets": "tawa.load takes one offset per dim of its source",
     "load-shape": "tawa.load gives a tile of rank 1 to the source's rank",
     "load-dtype": "tawa.load gives the source's element type",
+    "load-scalar": "tawa.load_scalar takes one offset per dim of its source and gives one i32 or f32 element of "
+                   "the source's type",
     "prefetch": "tawa.prefetch takes one offset per dim of its source and a shape of rank 1 to that rank, "
                 "extents >= 1",
     "store-offsets": "tawa.store takes one offset per dim of its destination",
@@ -233,6 +235,15 @@ def _load(op):
     _block_access(op, "load", load.src, load.result, len(load.offsets), "source", "result", "the result")
 
 
+def _load_scalar(op):
+    load = LoadScalarOp(op)
+    mem = ir.MemRefType(load.src.type)
+    if len(load.offsets) != mem.rank:
+        _fail(op, "load-scalar", f"a rank-{mem.rank} source takes {mem.rank} offsets, got {len(load.offsets)}")
+    if str(load.result.type) != str(mem.element_type) or str(mem.element_type) not in ("i32", "f32"):
+        _fail(op, "load-scalar", f"gives {load.result.type} from a tensor of {mem.element_type}")
+
+
 def _prefetch(op):
     p = PrefetchOp(op)
     rank = ir.MemRefType(p.src.type).rank
@@ -364,7 +375,7 @@ def _split_k(op):
 _SHAPE_RULES = {
     "tawa.program_id": _program_axis, "tawa.num_programs": _program_axis,
     "tawa.grid_extent": _program_axis, "tawa.dim": _dim,
-    "tawa.load": _load, "tawa.prefetch": _prefetch, "tawa.store": _store, "tawa.splat": _splat, "tawa.arange": _arange, "tawa.dot": _dot,
+    "tawa.load": _load, "tawa.load_scalar": _load_scalar, "tawa.prefetch": _prefetch, "tawa.store": _store, "tawa.splat": _splat, "tawa.arange": _arange, "tawa.dot": _dot,
     "tawa.expand_dims": _expand_dims, "tawa.broadcast": _broadcast, "tawa.trans": _trans, "tawa.reduce": _reduce,
     "tawa.split_k_store": _split_k, "tawa.split_k_arrive": _split_k, "tawa.split_k_sum": _split_k,
 }

@@ -1,8 +1,8 @@
 """aref_insertion: route the tile loads of each pipelined loop through an asynchronous reference.
 
 Takes: a tile-level kernel (sequential, no arefs). Gives: for every `scf.for` whose body loads tiles that feed a
-`tawa.dot` (see `ws_analysis`: a top-level loop, or one nested in loops the program writes), one
-`tawa.aref_create` before the loop (before the outermost of those loops), with one slot holding all of
+`tawa.dot` (see `ws_analysis`: a top-level loop, or one nested in loops and conditionals the program writes), one
+`tawa.aref_create` before the loop (before the outermost of those loops and conditionals), with one slot holding all of
 one iteration's heavy loads (two arefs where a shallow ring would stall attention's pipeline, `release_groups`:
 then each has its own put, get and consumed), and a loop body that reads
 
@@ -280,9 +280,10 @@ def insert_for_loop(p: ws_analysis.LoopPlan, depth: int, lookahead: bool = True)
     for group in groups:
         types = [LoadOp(ld).result.type for ld in group]
         create = create_aref(types, depth, loc=loop.location, name=_load_names(group))
-        # before the loop, or before the loops the program writes around it: one ring for all their iterations
+        # before the loop, or before the loops and conditionals the program writes around it: one ring for all
+        # their iterations, created where every warp group sees it
         top = loop
-        while parent_op(top) is not None and parent_op(top).name == "scf.for":
+        while parent_op(top) is not None and parent_op(top).name in ("scf.for", "scf.if"):
             top = parent_op(top)
         ir.InsertionPoint(top).insert(create)
         aref = ArefCreateOp(create).result

@@ -18,7 +18,8 @@ aref_consumed`). Gives: the kernel body
 A put directly in the kernel's body (a prologue operand of a persistent kernel, `aref_insertion`) moves to the
 producer the same way, with its load and index math, in program order among the loops. Loops the program writes
 around a pipelined loop (a batch loop, a hand-written tile loop) are replicated in the producer too, with their
-bounds and none of their iteration arguments, the pipelined loop's copy inside.
+bounds and none of their iteration arguments, the pipelined loop's copy inside; so are conditionals around one (a
+query block past its sequence's end skips its loop), with their condition and none of their results.
 
 Why: the two regions run concurrently on different warp groups and meet only at the arefs, so TMA loads for
 later iterations overlap the tensor-core work of the current one. Scalar control is replicated rather than
@@ -42,7 +43,7 @@ from tawa.ir.location import where
 from tawa.errors import CompilationError, InternalCompilerError
 from tawa.ir.location import source_location
 from tawa.ir import attrs
-from tawa.ir.ops import (WARP_GROUP_REGION, ArefCreateOp, ArefPutOp, DotOp, ForOp, LoadOp, create_put,
+from tawa.ir.ops import (WARP_GROUP_REGION, ArefCreateOp, ArefPutOp, DotOp, ForOp, IfOp, LoadOp, create_put,
                          warp_group_role)
 from tawa.ir.traversal import backward_slice, defining_op, ops_of, walk
 from tawa.lowering import ws_ir
@@ -157,13 +158,38 @@ def _build_producer_nest(loop, ip: ir.InsertionPoint, mapping: dict) -> list:
     return built
 
 
+def _build_producer_branch(if_op, ip: ir.InsertionPoint, mapping: dict) -> list:
+    """The producer's copy of a conditional the program writes around pipelined loops (a block past a sequence's
+    end, a tile past an expert's rows skip the loop): the same condition, no results, and in each branch the
+    producer's copies of the loops (or nests) in it; returns the (body ops, puts) of each pipelined loop."""
+    (cond,) = ws_ir.clone_slice([IfOp(if_op).condition], ip, mapping)
+    branches = [r.blocks[0] for r in if_op.regions if len(r.blocks)]
+    has_else = len(branches) > 1 and any(_has_put_loop(o) for o in ops_of(branches[1]))
+    new_if = scf.IfOp(cond, [], has_else=has_else, loc=if_op.location, ip=ip)
+    built = []
+    for src, dst in zip(branches, [new_if.then_block] + ([new_if.else_block] if has_else else [])):
+        local = dict(mapping)   # (values cloned inside a branch stay inside it)
+        with ir.InsertionPoint(dst):
+            ip_in = ir.InsertionPoint.current
+            for op in ops_of(src):
+                built.extend(_build_producer(op, ip_in, local))
+            scf.YieldOp([])
+    return built
+
+
+def _has_put_loop(op) -> bool:
+    return _loop_has_put(op) or any(_loop_has_put(o) for o in walk(op))
+
+
 def _build_producer(op, ip: ir.InsertionPoint, mapping: dict) -> list:
-    """The producer's copy of `op` if it is a pipelined loop or a loop around one; the (body ops, puts) of each
-    pipelined loop copied."""
+    """The producer's copy of `op` if it is a pipelined loop, or a loop or conditional around one; the (body ops,
+    puts) of each pipelined loop copied."""
     if _loop_has_put(op):
         return [_build_producer_loop(op, ip, mapping)]
     if _has_nested_put_loop(op):
         return _build_producer_nest(op, ip, mapping)
+    if op.name == IfOp.NAME and _has_put_loop(op):
+        return _build_producer_branch(op, ip, mapping)
     return []
 
 

@@ -108,8 +108,10 @@ def can_persist(func_op, plans: list, options=None) -> tuple:
     body = body_block(func_op)
     for p in plans:
         if p.loop.block != body:
-            # (a loop the program writes around its K loop, a hand-written tile loop, is its own schedule)
-            return False, f"its pipelined loop{where(p.loop)} is nested in a loop the program writes"
+            # (a loop the program writes around its K loop, a hand-written tile loop, is its own schedule; a
+            # conditional around it may skip it for some tiles)
+            kind = "a conditional" if parent_op(p.loop).name == "scf.if" else "a loop"
+            return False, f"its pipelined loop{where(p.loop)} is nested in {kind} the program writes"
     heavy = {ld for p in plans for ld in p.loads}
     prologue = set(aref_insertion.prologue_loads(func_op, heavy))
     for op in walk(func_op.operation):

@@ -10,10 +10,13 @@ Rules, per aref:
 1. It is created at the top level of the kernel and used only by aref_put / aref_get / aref_consumed.
 2. (warp-specialized kernels) Every use is inside a warp group; exactly one warp group puts, exactly one other
    warp group gets and releases. An aref that is read but never filled (or filled but never read) is an error.
-3. Puts and gets run unconditionally: their only enclosing ops inside the warp group are `scf.for` loops. The
-   puts' loop nest mirrors the gets' loop nest: same depth, and at each level bounds and step that are the same
-   values or clones of one computation (so both sides iterate the same trip count, zero and one included), and
-   the same number of puts as gets per iteration, so the ring's stage and phase advance in lockstep.
+3. Puts and gets run in mirrored control flow: their only enclosing ops inside the warp group are `scf.for`
+   loops and `scf.if` branches. The puts' nest mirrors the gets' nest: same depth, and at each level a loop with
+   bounds and step that are the same values or clones of one computation (so both sides iterate the same trip
+   count, zero and one included; the index of a mirrored loop around it counts as the same on both sides), or
+   the same branch of a conditional on such a condition (both sides take it or skip it together; only around a
+   whole loop: inside one, a branch would skip ring slots), and the same number of puts as gets per iteration,
+   so the ring's stage and phase advance in lockstep.
 4. Every aref_get is matched by exactly one aref_consumed on every path through the same loop iteration (a
    consumed in only one branch of an `scf.if`, a consumed with no earlier get, or a get never released is an
    error).
@@ -47,25 +50,47 @@ def _user(use):
 
 # ----------------------------------------------------------------------------------------------------------
 # Rule 3: mirrored loop nests
+def _branch_of(if_op, op) -> int:
+    """Which region of `if_op` (0: then, 1: else) holds `op`."""
+    for i, region in enumerate(if_op.regions):
+        for block in region.blocks:
+            cur = op
+            while cur is not None and cur != if_op:
+                if cur.block == block:
+                    return i
+                cur = parent_op(cur)
+    return -1
+
+
 def _loop_path(op, region):
-    """The scf.for loops enclosing `op` inside `region` (outermost first), or the first other op in the way."""
-    path, cur = [], parent_op(op)
+    """The scf.for loops and scf.if branches enclosing `op` inside `region` (outermost first; a branch as
+    (if, region index)), or the first other op in the way."""
+    path, cur, inner = [], parent_op(op), op
     while cur is not None and cur != region:
-        if cur.name != "scf.for":
+        if cur.name == "scf.if":
+            path.append((cur, _branch_of(cur, inner)))
+        elif cur.name == "scf.for":
+            path.append(cur)
+        else:
             return None, cur
-        path.append(cur)
-        cur = parent_op(cur)
+        inner, cur = cur, parent_op(cur)
     return list(reversed(path)), None
 
 
 def _groups(ops, region):
-    """Group puts (or gets) by their innermost enclosing loop: [(path, [ops])] in program order."""
+    """Group puts (or gets) by their innermost enclosing loop or branch: [(path, [ops])] in program order."""
     groups = []
     for op in ops:
         path, blocker = _loop_path(op, region)
         if blocker is not None:
-            _fail(f"{op.name} is inside '{blocker.name}'{where(blocker)}; aref puts and gets must run "
-                  f"unconditionally, in loops that the other warp group mirrors", op)
+            _fail(f"{op.name} is inside '{blocker.name}'{where(blocker)}; aref puts and gets must run in loops "
+                  f"and conditionals that the other warp group mirrors", op)
+        if path and isinstance(path[-1], tuple):
+            # (a ring's k-th use takes slot k % depth with the k-th phase: a branch of its own inside a loop would
+            # skip slots; a conditional around a whole loop adds the loop's trip count or nothing)
+            _fail(f"{op.name} is inside 'scf.if'{where(path[-1][0])}; aref puts and gets run unconditionally in "
+                  f"their loop (a conditional may stand only around a whole loop, which both warp groups then take "
+                  f"or skip together)", op)
         if groups and groups[-1][0] == path:
             groups[-1][1].append(op)
         else:
@@ -83,14 +108,23 @@ def _check_mirrored(name, puts, gets, put_region, get_region):
               f"the two sides must mirror each other", gets[0] if len(gg) > len(pg) else puts[0])
     for (ppath, pops), (gpath, gops) in zip(pg, gg):
         if len(ppath) != len(gpath):
-            _fail(f"{name}: aref_put{where(pops[0])} runs inside {len(ppath)} loop(s) but aref_get"
-                  f"{where(gops[0])} inside {len(gpath)}; the two sides must mirror each other", gops[0])
+            _fail(f"{name}: aref_put{where(pops[0])} runs inside {len(ppath)} loop(s) and conditional(s) but "
+                  f"aref_get{where(gops[0])} inside {len(gpath)}; the two sides must mirror each other", gops[0])
+        ivs = []        # the induction variables of the mirrored loops around this level, producer's first
         for pl, gl in zip(ppath, gpath):
+            if isinstance(pl, tuple) or isinstance(gl, tuple):
+                if not (isinstance(pl, tuple) and isinstance(gl, tuple)) or pl[1] != gl[1] or \
+                        not ws_ir.values_equivalent(pl[0].operands[0], gl[0].operands[0], pairs=ivs):
+                    _fail(f"{name}: aref_put{where(pops[0])} and aref_get{where(gops[0])} are not in the same "
+                          f"branch of conditionals on the same condition; every aref_put must be matched by one "
+                          f"aref_get", gops[0])
+                continue
             for i, what in enumerate(_BOUND_NAMES):
-                if not ws_ir.values_equivalent(pl.operands[i], gl.operands[i]):
+                if not ws_ir.values_equivalent(pl.operands[i], gl.operands[i], pairs=ivs):
                     _fail(f"{name}: the producer's loop{where(pl)} and the consumer's loop"
                           f"{where(gl)} may run different trip counts ({what} differ); every aref_put must "
                           f"be matched by one aref_get", gl)
+            ivs.append((pl.regions[0].blocks[0].arguments[0], gl.regions[0].blocks[0].arguments[0]))
         if len(pops) != len(gops):
             _fail(f"{name}: {len(pops)} aref_put per iteration{where(pops[0])} but {len(gops)} aref_get "
                   f"per iteration{where(gops[0])}; the ring's stages and phases would drift apart", gops[0])

@@ -12,9 +12,10 @@ of crashing or deadlocking.
 A load is heavy when its tile reaches an `a`/`b` operand of a `tawa.dot` (directly or through a transpose,
 conversion or elementwise op). Supported shape: heavy loads lie directly in the body of an `scf.for` that lies
 directly in the kernel body, or in `scf.for` loops the program writes around it (a batch loop, a persistent tile
-loop written by hand: the producer runs them too); their offsets and the loop bounds are replicable scalar control
-(induction variables of those loops included, never values they carry); the loaded tiles are not carried to the
-next iteration.
+loop written by hand: the producer runs them too) and `scf.if`s (a block past a sequence's end skips its loop: the
+producer takes the same branch); their offsets, the loop bounds and those conditions are replicable scalar control
+(induction variables of those loops included, never values they carry; scalars read from tensors the kernel never
+writes, `scalar-loads`); the loaded tiles are not carried to the next iteration.
 """
 from __future__ import annotations
 
@@ -126,36 +127,23 @@ def _block_owner(block) -> ir.Operation:
     return block.owner.operation if hasattr(block.owner, "operation") else block.owner
 
 
-def _outer_induction_variable(v: ir.Value, loop):
-    """The enclosing `scf.for` whose induction variable `v` (a loop bound of `loop`) is computed from, or None."""
-    work, seen = [v], set()
-    while work:
-        v = work.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        op = defining_op(v)
-        if op is None:
-            parent = _block_owner(v.owner)
-            if parent.name == "scf.for" and is_ancestor(parent, loop):
-                return parent
-        else:
-            work.extend(op.operands)
-    return None
-
-
 def _check_nest(lp, body, load) -> None:
     """A pipelined loop lies in the kernel's body, or in `scf.for` loops the program writes around it (a batch
-    loop, a persistent tile loop written by hand) that lie there: the producer runs those loops too, so nothing
-    but loops may stand between the kernel's body and the pipelined loop."""
+    loop, a hand-written tile loop) and `scf.if`s (tiles past an expert's row count, query blocks past a sequence's
+    end skip the loop) that lie there: the producer runs those loops and takes those branches too, so the
+    conditions must be replicable scalar control, and nothing but loops and conditionals may stand between the
+    kernel's body and the pipelined loop."""
     cur = lp
     while cur.block != body:
         outer = parent_op(cur)
-        if outer is None or outer.name != "scf.for":
+        if outer is None or outer.name not in ("scf.for", "scf.if"):
             where_ = f"('{outer.name}')" if outer is not None else ""
             raise NotSpecializable(
-                f"the loop{where(lp)} with tile loads feeding a dot is inside a conditional or region {where_}; "
-                f"only loops at the top level of the kernel, or nested only in loops, are specialized", load)
+                f"the loop{where(lp)} with tile loads feeding a dot is inside a region {where_}; only loops at "
+                f"the top level of the kernel, or nested only in loops and conditionals, are specialized", load)
+        if outer.name == "scf.if":
+            _check_replicable(outer.operands[0], _enclosing_loop(outer), "condition of the conditional", outer,
+                              set())
         cur = outer
 
 
@@ -216,12 +204,6 @@ def plan(func_op) -> list:
                 f"{AREF_MAX_VALUES} fit one aref slot", op)
         for name, v in zip(("lower bound", "upper bound", "step"), ForOp(op).bounds):
             _check_replicable(v, _enclosing_loop(op), f"{name} of the loop", op, set())
-            outer_iv = _outer_induction_variable(v, op)
-            if outer_iv is not None:
-                # (the producer's and the consumers' copies of the loop must be seen to run as often)
-                raise NotSpecializable(
-                    f"the {name} of the loop{where(op)} depends on the index of the loop{where(outer_iv)} around "
-                    f"it", op)
         outer = _enclosing_loop(op)
         while outer is not None:        # the producer runs the loops the program writes around it too
             for name, v in zip(("lower bound", "upper bound", "step"), ForOp(outer).bounds):

@@ -10,14 +10,15 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith
 
-from tawa.ir.ops import ArefPutOp, ClusterSizeOp, DimOp, GridExtentOp, NumProgramsOp, ProgramIdOp
+from tawa.ir.ops import ArefPutOp, ClusterSizeOp, DimOp, GridExtentOp, LoadScalarOp, NumProgramsOp, ProgramIdOp
 from tawa.ir.traversal import defining_op, users, walk
 from tawa.ir.types import is_tile
 
 #: Ops without regions that compute scalar control and index math: safe to replicate into every warp group.
 #: The ops that tell a program where it is in the grid (they differ between programs, unlike tensor extents).
 PROGRAM_QUERIES = {ProgramIdOp.NAME, NumProgramsOp.NAME, GridExtentOp.NAME, ClusterSizeOp.NAME}
-SCALAR_OPS = PROGRAM_QUERIES | {DimOp.NAME}
+#: (`tawa.load_scalar` reads a tensor the kernel never writes: the same value in every warp group.)
+SCALAR_OPS = PROGRAM_QUERIES | {DimOp.NAME, LoadScalarOp.NAME}
 SCALAR_DIALECTS = ("arith.", "math.", "index.")
 
 
@@ -125,10 +126,11 @@ def clone_slice(values, ip: ir.InsertionPoint, mapping: dict, can_clone=is_scala
     return [mapping.get(v, v) for v in values]
 
 
-def values_equivalent(a: ir.Value, b: ir.Value, depth: int = 0) -> bool:
+def values_equivalent(a: ir.Value, b: ir.Value, depth: int = 0, pairs=()) -> bool:
     """True when `a` and `b` are the same value or clones of one computation (same op name, attributes and
-    equivalent operands, region-free scalar control)."""
-    if a == b:
+    equivalent operands, region-free scalar control). `pairs`: (x, y) values taken as equivalent, the induction
+    variables of two loops already known to mirror each other."""
+    if a == b or (a, b) in pairs:
         return True
     if depth > 64 or a.type != b.type:
         return False
@@ -143,7 +145,7 @@ def values_equivalent(a: ir.Value, b: ir.Value, depth: int = 0) -> bool:
         return False
     if _attrs(oa) != _attrs(ob):
         return False
-    return all(values_equivalent(x, y, depth + 1) for x, y in zip(oa.operands, ob.operands))
+    return all(values_equivalent(x, y, depth + 1, pairs) for x, y in zip(oa.operands, ob.operands))
 
 
 def _result_index(op, v):

@@ -57,6 +57,10 @@ class Out:
         assert err <= self.tol, f"{what}: relative error {err:.3g} > {self.tol}"
 
 
+class Grid(tuple):
+    """A launch grid, first in a builder's arguments, for a kernel that declares none (`kernel[grid](...)`)."""
+
+
 # ---- inputs and float64 references ---------------------------------------------------------------------------------
 def randn(rng, shape, dtype, scale=1.0, shift=0.0):
     return (rng.standard_normal(shape) * scale + shift).astype(np.float32).astype(NUMPY[dtype])
@@ -241,6 +245,57 @@ def attn_fp8(rng, shape, D=128, **_):
     ref = softmax(f64(q) @ f64(k).swapaxes(-1, -2) * scale) @ f64(v)
     # P is rounded to e4m3 (3 mantissa bits) before the second dot
     return [q, k, np.ascontiguousarray(v.swapaxes(-1, -2)), Out("bf16", ref, 5e-2), scale, 1.0]
+
+
+def attn_varlen(rng, shape, D=128, CAUSAL=0, BLOCK_M=128, **_):
+    """(heads, sequence lengths...): sequences packed along T, each padded to a multiple of BLOCK_M (the padded rows
+    are queries too: each attends to its sequence's keys)."""
+    h, lens = shape[0], list(shape[1:])
+    padded = [-(-n // BLOCK_M) * BLOCK_M for n in lens]
+    t = sum(padded)
+    q, k, v = (randn(rng, (h, t, D), "bf16") for _ in range(3))
+    scale = D ** -0.5
+    ref, start = np.zeros((h, t, D)), 0
+    for n, pn in zip(lens, padded):
+        if not pn:
+            continue
+        part = slice(start, start + pn)
+        keep = np.arange(pn)[None, :] < n
+        if CAUSAL:
+            keep = keep & (np.arange(pn)[None, :] <= np.arange(pn)[:, None])
+        s = np.where(keep, f64(q[:, part]) @ f64(k[:, part]).swapaxes(-1, -2) * scale, -np.inf)
+        ref[:, part] = softmax(s) @ f64(v[:, part])
+        start += pn
+    cu = np.array([0] + list(np.cumsum(padded)), np.int32)
+    grid = Grid((max(-(-n // BLOCK_M) for n in lens), h, len(lens)))
+    return [grid, q, k, v, Out("bf16", ref, ATTENTION), cu, np.array(lens, np.int32), scale]
+
+
+def moe_gemm(rng, shape, BLOCK_M=128, **_):
+    """(experts, N, K, rows per expert...): each expert's rows padded to a multiple of BLOCK_M; the experts' row
+    groups appear in a shuffled order."""
+    e, n, k, counts = shape[0], shape[1], shape[2], list(shape[3:])
+    order = [(3 * i + 1) % e for i in range(e)]
+    tiles = [-(-counts[x] // BLOCK_M) for x in order]
+    m = sum(tiles) * BLOCK_M
+    x, w = randn(rng, (m, k), "bf16"), randn(rng, (e, k, n), "bf16")
+    expert = np.repeat(np.array(order, np.int32), tiles)
+    rows = np.repeat(expert, BLOCK_M)
+    ref = np.einsum("mk,mkn->mn", f64(x), f64(w)[rows])
+    return [x, w, expert, Out("bf16", ref, BF16)]
+
+
+def moe_expert_loop(rng, shape, **_):
+    return moe_counts(rng, shape)
+
+
+def moe_counts(rng, shape, **_):
+    """(E, CAP, N, K, count per expert...): rows past an expert's count (and whole tiles past it) are zeros."""
+    e, cap, n, k, counts = shape[0], shape[1], shape[2], shape[3], list(shape[4:])
+    x, w = randn(rng, (e, cap, k), "bf16"), randn(rng, (e, k, n), "bf16")
+    keep = np.arange(cap)[None, :, None] < np.array(counts)[:, None, None]
+    ref = np.where(keep, f64(x) @ f64(w), 0.0)
+    return [x, w, np.array(counts, np.int32), Out("bf16", ref, BF16)]
 
 
 def gemm_user_persistent(rng, shape, **_):
@@ -538,6 +593,19 @@ CASES = [
     # a 1-D key-padding mask row loaded in the key loop: the consumers load it into registers
     Case("attn_keypad", ATTN, [{}, {"BLOCK_N": 64}, {"warp_specialize": False}]),
     Case("gemm_user_persistent", GEMM + [(2000, 2096, 304)], [{}, {"NUM_PROGRAMS": 7}, {"warp_specialize": False}]),
+    # scalars read from memory (`sum(load(X, i, 1))`) in tile coordinates and loop bounds, and a conditional around
+    # the K loop: warp-specialized (the producer reads the scalars and takes the branch itself)
+    Case("attn_varlen", [(1, 24), (3, 333, 0, 1, 1100), (2, 2048, 130)],
+         [{}, {"CAUSAL": 1}, {"D": 64, "BLOCK_N": 64}, {"CAUSAL": 1, "warp_specialize": False}],
+         interpret_shapes=[(1, 24), (2, 200, 0, 130)]),
+    Case("moe_gemm", [(1, 48, 32, 8), (4, 528, 208, 333, 0, 129, 17), (8, 1056, 720, 700, 900, 3, 1000, 0, 256,
+                                                                          520, 64)],
+         [{}, {"BLOCK_M": 64, "BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False}]),
+    Case("moe_counts", [(1, 8, 48, 32, 5), (4, 333, 528, 208, 333, 0, 129, 17), (3, 1100, 1056, 720, 1100, 700, 1)],
+         [{}, {"BLOCK_M": 64}, {"warp_specialize": False}]),
+    # the same with the experts in a loop: the conditional around the K loop inside it, on the loop's index
+    Case("moe_expert_loop", [(1, 8, 48, 32, 5), (4, 333, 528, 208, 333, 0, 129, 17)],
+         [{}, {"BLOCK_M": 64, "BLOCK_N": 256}, {"warp_specialize": False}]),
     Case("gemm_mask_b", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}]),
     # partial's rows are per BLOCK_N tile: the tile is part of the program's meaning, so the launch keeps the
     # kernel's own on every shape (`tuning.tile_invariant`; it used to switch tiles on some shapes)
@@ -603,8 +671,13 @@ INTERPRETER_CASES = [pytest.param(case, options, shape,
 
 
 def host_arguments(args):
-    """The launch arguments on the host: each Out replaced by its poisoned buffer."""
-    return [a.poisoned() if isinstance(a, Out) else a for a in args]
+    """The launch arguments on the host: each Out replaced by its poisoned buffer (a leading Grid dropped)."""
+    return [a.poisoned() if isinstance(a, Out) else a for a in args if not isinstance(a, Grid)]
+
+
+def launcher(kernel, args):
+    """`kernel`, or `kernel[grid]` where the builder gave the grid."""
+    return kernel[args[0]] if args and isinstance(args[0], Grid) else kernel
 
 
 # ---- the GPU -------------------------------------------------------------------------------------------------------
@@ -652,9 +725,9 @@ def test_user_kernel(case, options, shape):
     kernel = gpu_kernel(case, options, args)
     import torch
     device = [to_device(torch, a) if isinstance(a, np.ndarray) else a for a in host_arguments(args)]
-    kernel(*device)
+    launcher(kernel, args)(*device)
     torch.cuda.synchronize()
-    outs = [(a, d) for a, d in zip(args, device) if isinstance(a, Out)]
+    outs = [(a, d) for a, d in zip([a for a in args if not isinstance(a, Grid)], device) if isinstance(a, Out)]
     for i, (out, buffer) in enumerate(outs):
         out.check(from_device(torch, buffer, out.dtype), f"output {i}")
 
@@ -664,6 +737,7 @@ def test_user_kernel(case, options, shape):
 def test_reference_matches_interpreter(case, options, shape):
     args = case.arguments(shape, options)
     host = host_arguments(args)
-    tawa.interpret(case.path, **options)(*host)
-    for i, (out, buffer) in enumerate((a, h) for a, h in zip(args, host) if isinstance(a, Out)):
+    launcher(tawa.interpret(case.path, **options), args)(*host)
+    outs = [a for a in args if not isinstance(a, Grid)]
+    for i, (out, buffer) in enumerate((a, h) for a, h in zip(outs, host) if isinstance(a, Out)):
         out.check(buffer, f"output {i}")

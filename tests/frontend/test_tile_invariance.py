@@ -126,8 +126,26 @@ def test_the_examples_and_the_user_style_kernels():
         assert space_info(path.read_text(), str(path))["tile_invariant"] is True, path.name
     # (the sliding window's first key block is `(...) // BLOCK_N`; the *_step kernels compare the K block index with
     # an argument; the hand-written persistent GEMM divides its tile index by a tile count)
-    # the paged decode's grid tiles no axis (its PAGE is the cache's page size): it keeps its own tiles)
+    # the paged decode's grid tiles no axis (its PAGE is the cache's page size): it keeps its own tiles; the MoE
+    # GEMM's expert table holds one entry per BLOCK_M rows (`load(EXPERT, pid_m, 1)`: a program id at the offset
+    # of a block of another size), the varlen attention's sequences start at multiples of BLOCK_M. The
+    # capacity-layout MoE kernels read a count as a scalar, `sum(load(COUNTS, e, 1))`, which reduces no tile.)
     dependent = {"gemm_rowmax.tawa", "gemm_grouped_pid.tawa", "attn_window.tawa", "gemm_scale_step.tawa",
-                 "gemm_fp8_step.tawa", "gemm_user_persistent.tawa", "attn_paged_decode.tawa"}
+                 "gemm_fp8_step.tawa", "gemm_user_persistent.tawa", "attn_paged_decode.tawa", "attn_varlen.tawa",
+                 "moe_gemm.tawa"}
     for path in sorted((ROOT / "tests" / "e2e" / "kernels" / "user").glob("*.tawa")):
         assert space_info(path.read_text(), str(path))["tile_invariant"] is (path.name not in dependent), path.name
+
+
+def test_a_scalar_read_is_not_a_reduction():
+    """`sum(load(X, i, 1))` reads one element (a count): a GEMM reading it keeps its tile invariance; a block of
+    more than one element reduced, or a program id addressing one-element blocks, does not."""
+    source = (ROOT / "examples" / "gemm.tawa").read_text()
+    anchor = "    acc = zeros("
+    assert anchor in source
+
+    def with_line(line):
+        return source.replace(anchor, f"    {line}\n{anchor}", 1)
+    assert space_info(with_line("n = sum(load(A[0], 0, 1))"))["tile_invariant"] is True
+    assert space_info(with_line("n = sum(load(A[0], 0, 2))"))["tile_invariant"] is False
+    assert space_info(with_line("n = max(load(A[0], pid_m, 1))"))["tile_invariant"] is False

@@ -24,8 +24,8 @@ from tawa.ir.traversal import ops_of, walk
 from tawa.errors import TawaError
 from tawa.frontend import parse_and_lower
 from tawa.ir.convert import to_python
-from tawa.lowering import (aref_insertion, mask_elision, partition, persistent_tiles, protocol_check, split_k,
-                           stream_k)
+from tawa.lowering import (aref_insertion, mask_elision, partition, persistent_tiles, protocol_check,
+                           scalar_loads, split_k, stream_k)
 from tawa.options import CompileOptions
 from tawa.runtime.grid import bind_numpy_args, eval_grid
 from tawa.runtime.interpreter import InterpreterDeadlock, run_kernel, run_with_interleavings
@@ -42,6 +42,7 @@ def build(name: str, constants: dict, specialize: bool = True, persistent: bool 
           **options):
     path = EXAMPLES / f"{name}.tawa" if (EXAMPLES / f"{name}.tawa").exists() else USER / f"{name}.tawa"
     m = parse_and_lower(path.read_text(), str(path), constants)
+    scalar_loads.run(m)         # (as in the pipeline: scalars read from memory are scalar control)
     if splits > 1:
         split_k.run(m, CompileOptions(split_k=splits))
     if specialize:
@@ -68,13 +69,14 @@ def grid_of(m, args):
                      to_python(f.attributes["tawa.constants"]))
 
 
-def run_all_seeds(name, constants, make_args, out_index, reference, tol, splits=1, **options):
-    """Specialized kernel under SEEDS interleavings: equal to the sequential kernel and close to `reference`."""
+def run_all_seeds(name, constants, make_args, out_index, reference, tol, splits=1, grid=None, **options):
+    """Specialized kernel under SEEDS interleavings: equal to the sequential kernel and close to `reference`
+    (`grid`: for a kernel that declares none)."""
     plain = build(name, constants, specialize=False, splits=splits)
     expected = make_args()
-    run_kernel(plain, expected, grid_of(plain, expected))
+    run_kernel(plain, expected, grid or grid_of(plain, expected))
     m = build(name, constants, splits=splits, **options)
-    grid = grid_of(m, make_args())
+    grid = grid or grid_of(m, make_args())
     ref = reference.astype(np.float32)
 
     def check(args):
@@ -160,6 +162,67 @@ def test_attention_in_a_head_loop():
                       3, ref, 3e-2, num_buffers=2)
     consumer = next(op for op in walk(kernels(m)[0]) if warp_group_role(op) == "consumer")
     assert any(op.name == "tawa.load" for op in walk(consumer))          # Q, copied by the consumers
+
+
+@pytest.mark.parametrize("counts,depth", [((45, 0, 20), 2), ((45, 0, 20), 1), ((0, 0, 1), 3)])
+def test_conditional_around_the_k_loop(counts, depth):
+    """Tiles past an expert's row count skip the K loop (MoE in the capacity layout): the producer reads the count
+    and takes the same branch; in some programs neither side touches the ring."""
+    rng = np.random.default_rng(sum(counts) + depth)
+    E, CAP, N, K = 3, 45, 37, 40
+    X = rng.standard_normal((E, CAP, K)).astype(BF16)
+    W = rng.standard_normal((E, K, N)).astype(BF16)
+    C = np.array(counts, np.int32)
+    keep = np.arange(CAP)[None, :, None] < C[:, None, None]
+    ref = np.where(keep, X.astype(np.float32) @ W.astype(np.float32), 0.0)
+    consts = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+    m = run_all_seeds("moe_counts", consts, lambda: [X, W, C, np.zeros((E, CAP, N), BF16)], 3, ref, 2e-2,
+                      num_buffers=depth)
+    producer = next(op for op in walk(kernels(m)[0]) if warp_group_role(op) == "producer")
+    assert any(op.name == "tawa.load_scalar" for op in walk(producer))
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4])
+def test_conditional_inside_an_expert_loop(depth):
+    """The experts in a loop the program writes, the K loop under an `if` on the expert's count: the ring's use
+    count runs on through the branches not taken (2 K iterations where taken)."""
+    rng = np.random.default_rng(depth)
+    E, CAP, N, K = 4, 40, 20, 32
+    X = rng.standard_normal((E, CAP, K)).astype(BF16)
+    W = rng.standard_normal((E, K, N)).astype(BF16)
+    C = np.array([40, 0, 17, 33], np.int32)
+    keep = np.arange(CAP)[None, :, None] < C[:, None, None]
+    ref = np.where(keep, X.astype(np.float32) @ W.astype(np.float32), 0.0)
+    consts = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+    run_all_seeds("moe_expert_loop", consts, lambda: [X, W, C, np.zeros((E, CAP, N), BF16)], 3, ref, 2e-2,
+                  num_buffers=depth)
+
+
+def test_varlen_attention():
+    """Variable-length attention: sequence starts and lengths read from memory, query blocks past a sequence's end
+    skip the key loop (a zero-length sequence among them)."""
+    rng = np.random.default_rng(3)
+    H, D, BM = 2, 16, 16
+    lens = [37, 0, 5, 16]
+    padded = [-(-n // BM) * BM for n in lens]
+    T = sum(padded)
+    q, k, v = (rng.standard_normal((H, T, D)).astype(BF16) for _ in range(3))
+    scale = D ** -0.5
+    ref, start = np.zeros((H, T, D)), 0
+    for n, pn in zip(lens, padded):
+        if pn:
+            part = slice(start, start + pn)
+            s = q[:, part].astype(np.float64) @ k[:, part].astype(np.float64).swapaxes(-1, -2) * scale
+            s = np.where(np.arange(pn)[None, :] < n, s, -np.inf)
+            p = np.exp(s - s.max(-1, keepdims=True))
+            ref[:, part] = (p / p.sum(-1, keepdims=True)) @ v[:, part].astype(np.float64)
+        start += pn
+    cu = np.array([0] + list(np.cumsum(padded)), np.int32)
+    consts = {"D": D, "BLOCK_M": BM, "BLOCK_N": BM}
+    grid = (max(padded) // BM, H, len(lens))
+    run_all_seeds("attn_varlen", consts, lambda: [q, k, v, np.zeros((H, T, D), BF16), cu,
+                                                  np.array(lens, np.int32), np.float32(scale)],
+                  3, ref, 3e-2, grid=grid, num_buffers=2)
 
 
 def test_gemm_zero_trip_count():

@@ -154,6 +154,8 @@ GOOD = {
                               args=f"%A: memref<?x?x?xbf16>, %C: {MEM}"),
     "store": kernel(load(TILE) + f'\n  "tawa.store"(%C, %x, %c0, %c0) : ({MEM}, {TILE}, i32, i32) -> ()'),
     "dot": kernel(dot_body("tensor<64x32xbf16>", "tensor<32x16xbf16>", "tensor<64x16xf32>")),
+    "load-scalar": kernel('%s = "tawa.load_scalar"(%I, %c0) : (memref<?xi32>, i32) -> i32',
+                          args=f"%A: {MEM}, %C: {MEM}, %I: memref<?xi32>"),
     "shape-ops": kernel("""
   %r = "tawa.arange"() {start = 16 : i32, end = 48 : i32} : () -> tensor<32xi32>
   %e = "tawa.expand_dims"(%r) {axis = 1 : i32} : (tensor<32xi32>) -> tensor<32x1xi32>
@@ -192,6 +194,11 @@ BAD = {
     "load-offsets": kernel(load(TILE, 1)),
     "load-shape": kernel(load("tensor<2x64x64xbf16>")),
     "load-dtype": kernel(load("tensor<64x64xf16>")),
+    "load-scalar": kernel('%s = "tawa.load_scalar"(%I, %c0, %c0) : (memref<?xi32>, i32, i32) -> i32',
+                          args=f"%A: {MEM}, %C: {MEM}, %I: memref<?xi32>"),
+    "load-scalar:dtype": kernel('%s = "tawa.load_scalar"(%I, %c0) : (memref<?xi32>, i32) -> f32',
+                                args=f"%A: {MEM}, %C: {MEM}, %I: memref<?xi32>"),
+    "load-scalar:bf16": kernel(f'%s = "tawa.load_scalar"(%A, %c0, %c0) : ({MEM}, i32, i32) -> bf16'),
     "prefetch": kernel(f'"tawa.prefetch"(%A, %c0) {{shape = array<i64: 64, 64>}} : ({MEM}, i32) -> ()'),
     "prefetch:shape": kernel(f'"tawa.prefetch"(%A, %c0, %c0) {{shape = array<i64: 64, 0>}} : ({MEM}, i32, i32) '
                              '-> ()'),

@@ -10,10 +10,11 @@ from mlir import ir
 
 from tawa.errors import CompilationError
 from tawa.ir.dialect import make_context
-from tawa.lowering import ws_analysis
+from tawa.lowering import scalar_loads, ws_analysis
+from tawa.ir.traversal import walk
 from tawa.options import CompileOptions
 
-from ws_support import example_module, kernel, run_passes, source_module
+from ws_support import example_module, kernel, region, run_passes, source_module
 
 HEADER = """
 @grid(cdiv(M, BLOCK), cdiv(N, BLOCK))
@@ -83,14 +84,19 @@ def test_offset_carried_by_an_outer_loop():
 
 
 def test_loop_under_a_branch_in_an_outer_loop():
-    ok, reason = reason_of("""    for r in range(2):
+    """A K loop under an `if` on the index of a loop around it: the producer runs the outer loop and takes the
+    branch, and the protocol check pairs the two copies of the outer loop's index."""
+    m = source_module(HEADER + """    for r in range(2):
         if r < 1:
             for k in range(cdiv(K, BLOCK)):
                 a = load(A, (pid_m, k), (BLOCK, BLOCK))
                 b = load(B, (k, pid_n), (BLOCK, BLOCK))
                 acc = dot(a, b, acc)
-""")
-    assert not ok and "inside a conditional" in reason
+""" + STORE)
+    assert ws_analysis.can_specialize(kernel(m)) == (True, "")
+    run_passes(m)
+    assert [op.name for op in walk(region(m, "producer")) if op.name in ("scf.if", "scf.for")] == \
+        ["scf.for", "scf.if", "scf.for"]
 
 
 def test_offset_carried_across_iterations():
@@ -193,13 +199,68 @@ def test_loads_chosen_by_a_branch_in_the_loop():
 
 
 def test_inner_trip_count_from_the_outer_index():
-    """A K loop whose bound reads the index of the loop around it (a hand-written persistent causal attention): the
-    producer's and the consumers' copies could not be seen to run as often, so the kernel takes the uniform path
-    (the protocol check refused it after the decision)."""
-    ok, reason = reason_of("""    for r in range(3):
+    """A K loop whose bound reads the index of the loop around it (a hand-written persistent causal attention) is
+    specialized: the protocol check pairs the producer's and the consumers' copies of the outer loop, so the inner
+    bounds are seen to be the same computation of the same index."""
+    m = source_module(HEADER + """    for r in range(3):
         for k in range(min(r, cdiv(K, BLOCK))):
             a = load(A, (pid_m, k), (BLOCK, BLOCK))
             b = load(B, (k, pid_n), (BLOCK, BLOCK))
             acc = dot(a, b, acc)
+""" + STORE)
+    assert ws_analysis.can_specialize(kernel(m)) == (True, "")
+    run_passes(m)       # protocol-check accepts it
+    assert str(m).count("scf.for") >= 4
+
+
+def scalar_loads_reason(body: str) -> tuple:
+    m = source_module(HEADER + body + STORE)
+    scalar_loads.run(m)
+    return ws_analysis.can_specialize(kernel(m)), m
+
+
+def test_scalar_read_from_memory_in_tile_coordinates():
+    """`sum(load(I, k, 1))` reads one element of a tensor the kernel never writes (`scalar-loads`): scalar control
+    the producer reads for itself, here in the coordinates of the tiles it loads (a block table)."""
+    (ok, reason), m = scalar_loads_reason("""    for k in range(cdiv(K, BLOCK)):
+        j = sum(load(I, k, 1))
+        a = load(A, (pid_m, j), (BLOCK, BLOCK))
+        b = load(B, (j, pid_n), (BLOCK, BLOCK))
+        acc = dot(a, b, acc)
 """)
-    assert not ok and "upper bound of the loop" in reason and "depends on the index of the loop" in reason
+    assert (ok, reason) == (True, "")
+    run_passes(m)
+    producer = str(region(m, "producer"))
+    assert "tawa.load_scalar" in producer and "tawa.reduce" not in producer
+
+
+def test_conditional_around_the_loop():
+    """An `if` on scalar control around the K loop (tiles past an expert's rows skip it): the producer takes the
+    same branch."""
+    (ok, reason), m = scalar_loads_reason("""    if pid_m * BLOCK < sum(load(I, pid_n, 1)):
+        for k in range(cdiv(K, BLOCK)):
+            a = load(A, (pid_m, k), (BLOCK, BLOCK))
+            b = load(B, (k, pid_n), (BLOCK, BLOCK))
+            acc = dot(a, b, acc)
+""")
+    assert (ok, reason) == (True, "")
+    run_passes(m)
+    producer = region(m, "producer")
+    assert [op.name for op in walk(producer) if op.name in ("scf.if", "scf.for")] == ["scf.if", "scf.for"]
+
+
+def test_conditional_on_tile_data_or_a_written_tensor():
+    """A condition the producer cannot compute: a reduction of a whole block, or an element of a tensor the kernel
+    writes (its value depends on when it is read)."""
+    (ok, reason), _ = scalar_loads_reason("""    if max(load(I, 0, BLOCK), axis=0) > 0:
+        for k in range(cdiv(K, BLOCK)):
+            acc = dot(load(A, (pid_m, k), (BLOCK, BLOCK)), load(B, (k, pid_n), (BLOCK, BLOCK)), acc)
+""")
+    assert not ok and "condition of the conditional" in reason and "tawa.reduce" in reason
+    (ok, reason), _ = scalar_loads_reason("""    if sum(load(C[0], 0, 1)) > 0.0:
+        for k in range(cdiv(K, BLOCK)):
+            acc = dot(load(A, (pid_m, k), (BLOCK, BLOCK)), load(B, (k, pid_n), (BLOCK, BLOCK)), acc)
+""")
+    assert not ok and "condition of the conditional" in reason and "tawa.reduce" in reason
+
+

@@ -135,8 +135,8 @@ def test_put_inside_conditional(gemm):
         with ir.InsertionPoint(branch.then_block):
             scf.YieldOp([])
         put.move_before(branch.then_block.operations[0])
-    expect_error(m, r"tawa\.aref_put is inside 'scf\.if' at .*; aref puts and gets must run unconditionally",
-                 line=14)
+    expect_error(m, r"tawa\.aref_put is inside 'scf\.if' at .*; aref puts and gets run unconditionally in their "
+                    r"loop \(a conditional may stand only around a whole loop", line=14)
 
 
 def test_get_outside_the_mirrored_loop(gemm):
@@ -145,7 +145,8 @@ def test_get_outside_the_mirrored_loop(gemm):
     loop = ops_named(cons, "scf.for")[0]
     get.move_before(loop)
     ops_named(cons, "tawa.aref_consumed")[0].move_before(loop)
-    expect_error(m, AREF + r": aref_put at .* runs inside 1 loop\(s\) but aref_get at .* inside 0", line=14)
+    expect_error(m, AREF + r": aref_put at .* runs inside 1 loop\(s\) and conditional\(s\) but aref_get at .* "
+                    r"inside 0", line=14)
 
 
 HANDWRITTEN = """

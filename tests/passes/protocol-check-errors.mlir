@@ -279,7 +279,7 @@ func.func @put_inside_conditional(%A: memref<?x?xf32>, %C: memref<?x?xf32>) attr
       %a = "tawa.load"(%A, %c0, %i) : (memref<?x?xf32>, i32, i32) -> tensor<16x16xf32>
       %true = arith.constant true
       scf.if %true {
-// CHECK: protocol-check-errors.mlir:[[# @LINE + 1]]:9: error: tawa.aref_put is inside 'scf.if' at {{.*}}protocol-check-errors.mlir:[[# @LINE - 1]]:7; aref puts and gets must run unconditionally, in loops that the other warp group mirrors
+// CHECK: protocol-check-errors.mlir:[[# @LINE + 1]]:9: error: tawa.aref_put is inside 'scf.if' at {{.*}}protocol-check-errors.mlir:[[# @LINE - 1]]:7; aref puts and gets run unconditionally in their loop (a conditional may stand only around a whole loop, which both warp groups then take or skip together)
         "tawa.aref_put"(%r, %a) {operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0>} : (!R, tensor<16x16xf32>) -> ()
       }
     }
@@ -320,11 +320,90 @@ func.func @get_outside_the_loop(%A: memref<?x?xf32>, %C: memref<?x?xf32>) attrib
     %c0 = arith.constant 0 : i32
     %c1 = arith.constant 1 : i32
     %n = "tawa.dim"(%A) {axis = 1 : i32} : (memref<?x?xf32>) -> i32
-// CHECK: protocol-check-errors.mlir:[[# @LINE + 1]]:10: error: aref #0 <tensor<16x16xf32>; depth 2>: aref_put at {{.*}}protocol-check-errors.mlir:{{[0-9]+}}:7 runs inside 1 loop(s) but aref_get at {{.*}}protocol-check-errors.mlir:[[# @LINE + 1]]:10 inside 0; the two sides must mirror each other
+// CHECK: protocol-check-errors.mlir:[[# @LINE + 1]]:10: error: aref #0 <tensor<16x16xf32>; depth 2>: aref_put at {{.*}}protocol-check-errors.mlir:{{[0-9]+}}:7 runs inside 1 loop(s) and conditional(s) but aref_get at {{.*}}protocol-check-errors.mlir:[[# @LINE + 1]]:10 inside 0; the two sides must mirror each other
     %v = "tawa.aref_get"(%r) {resultSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0>} : (!R) -> tensor<16x16xf32>
     "tawa.aref_consumed"(%r) : (!R) -> ()
     scf.for %i = %c0 to %n step %c1 : i32 {
       "tawa.store"(%C, %v, %c0, %i) : (memref<?x?xf32>, tensor<16x16xf32>, i32, i32) -> ()
+    }
+    scf.yield
+  } {tawa.warp_group = "consumer", tawa.num_warp_groups = 1 : i32}
+  return
+}
+
+// -----
+
+// Conditionals around the two sides' loops on different conditions: one side may skip the loop the other runs.
+!R = !tawa.aref<[tensor<16x16xf32>], 2 : i32>
+
+func.func @conditionals_differ(%A: memref<?x?xf32>, %CNT: memref<?xi32>, %C: memref<?x?xf32>) attributes {tawa.kernel} {
+  %r = "tawa.aref_create"() : () -> !R
+  scf.execute_region {
+    %c0 = arith.constant 0 : i32
+    %c1 = arith.constant 1 : i32
+    %cnt = "tawa.load_scalar"(%CNT, %c0) : (memref<?xi32>, i32) -> i32
+    %go = arith.cmpi slt, %c0, %cnt : i32
+    scf.if %go {
+      %n = "tawa.dim"(%A) {axis = 1 : i32} : (memref<?x?xf32>) -> i32
+      scf.for %i = %c0 to %n step %c1 : i32 {
+        %a = "tawa.load"(%A, %c0, %i) : (memref<?x?xf32>, i32, i32) -> tensor<16x16xf32>
+        "tawa.aref_put"(%r, %a) {operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0>} : (!R, tensor<16x16xf32>) -> ()
+      }
+    }
+    scf.yield
+  } {tawa.warp_group = "producer"}
+  scf.execute_region {
+    %c0 = arith.constant 0 : i32
+    %c1 = arith.constant 1 : i32
+    %cnt = "tawa.load_scalar"(%CNT, %c1) : (memref<?xi32>, i32) -> i32
+    %go = arith.cmpi slt, %c0, %cnt : i32
+    scf.if %go {
+      %n = "tawa.dim"(%A) {axis = 1 : i32} : (memref<?x?xf32>) -> i32
+      scf.for %i = %c0 to %n step %c1 : i32 {
+// CHECK: protocol-check-errors.mlir:[[# @LINE + 1]]:14: error: aref #0 <tensor<16x16xf32>; depth 2>: aref_put at {{.*}}protocol-check-errors.mlir:{{[0-9]+}}:9 and aref_get at {{.*}}protocol-check-errors.mlir:[[# @LINE + 1]]:14 are not in the same branch of conditionals on the same condition; every aref_put must be matched by one aref_get
+        %v = "tawa.aref_get"(%r) {resultSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0>} : (!R) -> tensor<16x16xf32>
+        "tawa.store"(%C, %v, %c0, %i) : (memref<?x?xf32>, tensor<16x16xf32>, i32, i32) -> ()
+        "tawa.aref_consumed"(%r) : (!R) -> ()
+      }
+    }
+    scf.yield
+  } {tawa.warp_group = "consumer", tawa.num_warp_groups = 1 : i32}
+  return
+}
+
+// -----
+
+// The same condition, but the producer's loop in the then branch and the consumer's in the else branch.
+!R = !tawa.aref<[tensor<16x16xf32>], 2 : i32>
+
+func.func @branches_differ(%A: memref<?x?xf32>, %C: memref<?x?xf32>) attributes {tawa.kernel} {
+  %r = "tawa.aref_create"() : () -> !R
+  scf.execute_region {
+    %c0 = arith.constant 0 : i32
+    %c1 = arith.constant 1 : i32
+    %n = "tawa.dim"(%A) {axis = 1 : i32} : (memref<?x?xf32>) -> i32
+    %go = arith.cmpi slt, %c1, %n : i32
+    scf.if %go {
+      scf.for %i = %c0 to %n step %c1 : i32 {
+        %a = "tawa.load"(%A, %c0, %i) : (memref<?x?xf32>, i32, i32) -> tensor<16x16xf32>
+        "tawa.aref_put"(%r, %a) {operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0, 0>} : (!R, tensor<16x16xf32>) -> ()
+      }
+    }
+    scf.yield
+  } {tawa.warp_group = "producer"}
+  scf.execute_region {
+    %c0 = arith.constant 0 : i32
+    %c1 = arith.constant 1 : i32
+    %n = "tawa.dim"(%A) {axis = 1 : i32} : (memref<?x?xf32>) -> i32
+    %go = arith.cmpi slt, %c1, %n : i32
+    scf.if %go {
+    } else {
+      scf.for %i = %c0 to %n step %c1 : i32 {
+// CHECK: protocol-check-errors.mlir:[[# @LINE + 1]]:14: error: aref #0 <tensor<16x16xf32>; depth 2>: aref_put at {{.*}}protocol-check-errors.mlir:{{[0-9]+}}:9 and aref_get at {{.*}}protocol-check-errors.mlir:[[# @LINE + 1]]:14 are not in the same branch of conditionals on the same condition; every aref_put must be matched by one aref_get
+        %v = "tawa.aref_get"(%r) {resultSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0>} : (!R) -> tensor<16x16xf32>
+        "tawa.store"(%C, %v, %c0, %i) : (memref<?x?xf32>, tensor<16x16xf32>, i32, i32) -> ()
+        "tawa.aref_consumed"(%r) : (!R) -> ()
+      }
     }
     scf.yield
   } {tawa.warp_group = "consumer", tawa.num_warp_groups = 1 : i32}

@@ -142,6 +142,38 @@ def rings_used(ctx, for_op) -> tuple:
     return direct, nested
 
 
+def rings_in(ctx, op) -> list:
+    """The rings that aref ops anywhere inside `op` (a conditional around pipelined loops) use."""
+    rings = []
+    for inner in walk(op):
+        if inner.name in AREF_USE_OPS:
+            ring = ctx.get(aref_of(inner))
+            if all(r is not ring for r in rings):
+                rings.append(ring)
+    return rings
+
+
+def branch_with_rings(ctx, rings: list, cond, then_fn, else_fn, types: list) -> list:
+    """A conditional around loops that use `rings` (their use counts grow by the loops' trip counts where the
+    branch is taken): `then_fn` / `else_fn` lower a branch and return its values of `types` to yield; each starts
+    from the rings' counts before the conditional, which then yields each ring's count after it too (both warp
+    groups take the same branch, so they agree). Returns the values of `types`."""
+    before = ring_counts(ctx, rings)
+    saved = dict(ctx.ring_uses)
+
+    def branch(fn):
+        def emit():
+            ctx.ring_uses = dict(saved)
+            set_ring_counts(ctx, rings, before)
+            vals = fn()
+            return ring_counts(ctx, rings) + vals
+        return emit
+    out = ctx.b.if_else_values(cond, branch(then_fn), branch(else_fn), ["i32"] * len(rings) + list(types))
+    ctx.ring_uses = saved
+    set_ring_counts(ctx, rings, out[:len(rings)])
+    return out[len(rings):]
+
+
 def ring_counts(ctx, rings: list) -> list:
     """The uses of each ring so far, as i32 values (for a loop to carry)."""
     return [ctx.ring_uses.get(id(r)) or ctx.b.i32(0) for r in rings]

@@ -131,6 +131,8 @@ def lower_if(ctx: Ctx, op) -> None:
 
     def branch(region):
         def fn():
+            if not len(region.blocks):
+                return []
             blk = region.blocks[0]
             ctx.lower_block(blk)
             y = ops_of(blk)[-1]
@@ -142,7 +144,11 @@ def lower_if(ctx: Ctx, op) -> None:
             return sync.fence_registers(ctx.b, out) if any(lay is not None for lay in layouts) else out
         return fn
 
-    if not types:
+    # A conditional around pipelined loops (warp-specialized): it yields their rings' use counts.
+    rings = arefs.rings_in(ctx, op)
+    if rings:
+        vals = arefs.branch_with_rings(ctx, rings, cond, branch(op.regions[0]), branch(op.regions[1]), types)
+    elif not types:
         b.line(f"scf.if {cond} {{")
         with b.indented():
             ctx.lower_block(op.regions[0].blocks[0])
@@ -152,6 +158,7 @@ def lower_if(ctx: Ctx, op) -> None:
                 ctx.lower_block(op.regions[1].blocks[0])
         b.line("}")
         return
-    vals = b.if_else_values(cond, branch(op.regions[0]), branch(op.regions[1]), types)
+    else:
+        vals = b.if_else_values(cond, branch(op.regions[0]), branch(op.regions[1]), types)
     for r, val in zip(op.results, unflatten(vals, list(op.results), layouts)):
         ctx.set(r, val)

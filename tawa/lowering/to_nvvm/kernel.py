@@ -38,6 +38,7 @@ HANDLERS = {
     "tawa.store": memory.lower_store,
     "tawa.prefetch": memory.lower_prefetch,
     "tawa.dim": memory.lower_dim,
+    "tawa.load_scalar": memory.lower_load_scalar,
     "tawa.dot": dot.lower_dot,
     "tawa.splat": shape.lower_splat,
     "tawa.arange": shape.lower_arange,

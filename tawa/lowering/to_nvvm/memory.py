@@ -1,4 +1,4 @@
-"""Lowering of `tawa.load`, `tawa.store`, `tawa.dim`: TMA into swizzled shared memory, or per-thread global access.
+"""Lowering of `tawa.load`, `tawa.load_scalar`, `tawa.store`, `tawa.dim`: TMA into swizzled shared memory, or per-thread global access.
 
 - A load feeding dots (marked `tawa.smem` by assign-layouts) becomes TMA copies of 128-byte-wide boxes into a
   shared tile (128-byte swizzle, the layout wgmma descriptors expect), completing on an mbarrier with expect-tx.
@@ -13,7 +13,7 @@ import contextlib
 
 from mlir import ir
 
-from tawa.ir.ops import DimOp, LoadOp, PrefetchOp, StoreOp
+from tawa.ir.ops import DimOp, LoadOp, LoadScalarOp, PrefetchOp, StoreOp
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
@@ -555,3 +555,15 @@ def wait_stores_read(ctx: Ctx, pending: int = 0) -> None:
 def lower_dim(ctx: Ctx, op) -> None:
     arg = ctx.params.arg_index(DimOp(op).tensor)
     ctx.set(op.results[0], ctx.params.dim(arg, op.attributes["axis"].value))
+
+
+def lower_load_scalar(ctx: Ctx, op) -> None:
+    """One element of a tensor the kernel never writes, 0 outside it: every thread loads it (the threads of a warp
+    ask for one address, one request) through the read-only path."""
+    load = LoadScalarOp(op)
+    arg = ctx.params.arg_index(load.src)
+    rank = ir.MemRefType(load.src.type).rank
+    offsets = [ctx.get(v) for v in load.offsets]
+    elem = str(load.result.type)
+    ptr, pred = element_address(ctx, arg, rank, offsets, [], leading_in_bounds(ctx, arg, offsets, rank), elem)
+    ctx.set(load.result, predicated_load(ctx.b, ptr, pred, elem, read_only=True, ordered=False))

@@ -15,7 +15,8 @@ from tawa import hopper
 from tawa.errors import CompilationError, InternalCompilerError
 from tawa.ir import attrs
 from tawa.ir.location import where
-from tawa.ir.ops import ArefPutOp, DimOp, ForOp, LoadOp, NextTileOp, TilePutOp, warp_group_role
+from tawa.ir.ops import (ArefPutOp, DimOp, ForOp, IfOp, LoadOp, LoadScalarOp, NextTileOp, TilePutOp,
+                         warp_group_role)
 from tawa.ir.traversal import ops_of
 
 from . import arefs, dynamic_tiles, elementwise, memory, sync
@@ -101,12 +102,16 @@ def lower_producer_block(ctx: Ctx, block) -> None:
             lower_program_index(ctx, op)
         elif name == DimOp.NAME:
             memory.lower_dim(ctx, op)
+        elif name == LoadScalarOp.NAME:
+            memory.lower_load_scalar(ctx, op)
         elif name == "arith.constant":
             elementwise.lower_constant(ctx, op)
         elif is_scalar_control(op):
             elementwise.lower_elementwise(ctx, op)
         elif name == ForOp.NAME and len(op.results) == 0:
             lower_producer_loop(ctx, op)
+        elif name == IfOp.NAME and len(op.results) == 0:
+            lower_producer_if(ctx, op)
         elif name == "scf.while":
             dynamic_tiles.lower_tile_loop(ctx, op, lower_producer_block)
         elif name == NextTileOp.NAME:
@@ -146,6 +151,19 @@ def lower_producer_loop(ctx: Ctx, op) -> None:
         results = [V(res, "i32")] if len(counts) == 1 else [V(f"{res}#{i}", "i32") for i in range(len(counts))]
         arefs.set_ring_counts(ctx, nested, results)
     arefs.advance_rings(ctx, direct, lb, ub, step)
+
+
+def lower_producer_if(ctx: Ctx, op) -> None:
+    """A producer conditional around pipelined loops (a query block past its sequence's end skips its loop): the
+    consumers take the same branch, and both carry the rings' use counts out of it."""
+    def branch(region):
+        def fn():
+            if len(region.blocks):
+                lower_producer_block(ctx, region.blocks[0])
+            return []
+        return fn
+    arefs.branch_with_rings(ctx, arefs.rings_in(ctx, op), ctx.get(IfOp(op).condition), branch(op.regions[0]),
+                            branch(op.regions[1]), [])
 
 
 HANDLERS = {"scf.execute_region": lower_warp_group}

@@ -101,6 +101,22 @@ def _load(c, op):
     return _preemptible(c, run)
 
 
+@handler("tawa.load_scalar")
+def _load_scalar(c, op):
+    src, *offs = c.operands(op)
+    (r,) = c.results(op)
+    dst = c.info(op.results[0].type)
+    if len(offs) != ir.MemRefType(op.operands[0].type).rank:
+        raise c.error(op, "tawa.load_scalar: one offset per dim of the source")
+
+    def run(env):
+        array = env[src]
+        index = tuple(int(env[o]) for o in offs)
+        inside = all(0 <= i < n for i, n in zip(index, array.shape))
+        env[r] = to_repr(np.asarray(array[index] if inside else 0, dtype=dst.dtype), dst)
+    return _preemptible(c, run)
+
+
 @handler("tawa.prefetch")
 def _prefetch(c, op):
     """A hint for the GPU's memory system: nothing to do here."""
