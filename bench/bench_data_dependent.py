@@ -25,6 +25,7 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 USER = os.path.join(ROOT, "tests", "e2e", "kernels", "user")
 VARIANTS = [("specialized", {}), ("uniform warps", {"warp_specialize": False})]
 

@@ -147,6 +147,9 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     if options.target == "cpu" and options.warp_specialize is None:
         return Plan(options.target, False, split_k=options.split_k), []
     loop_plans, note = ws_analysis.decide(func, options)
+    faster = occupancy.uniform_is_faster(func, options, loop_plans)
+    if faster:
+        loop_plans, note = None, f"kernel '{kernel_info.kernel_name(func)}' uses the uniform-warp schedule: {faster}"
     notes = [note] if note else []
     schedule, why_schedule = _tile_schedule(func, options, loop_plans)
     if why_schedule:

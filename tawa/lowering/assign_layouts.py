@@ -190,6 +190,20 @@ def _shape(v):
     return tuple(ir.RankedTensorType(v.type).shape)
 
 
+def _generic_layout(shape, num_warps: int):
+    """The layout of a register tile no op constrains: blocked; a 2-D tile with an extent that is not a power of
+    two (zeros of a 128x192 output tile, stored in a branch that skips the main loop) in the wgmma accumulator
+    fragment instead, which covers any multiple of 8 columns, as the accumulator it stands beside."""
+    pow2 = all(x > 0 and not x & (x - 1) for x in shape)
+    if not pow2 and len(shape) == 2 and shape[1] % 8 == 0 and num_warps % 4 == 0 and \
+            (shape[0] % L.WGMMA_M == 0 or shape[0] in (16, 32)):
+        try:
+            return L.mma(shape[0], shape[1], num_warps)
+        except CompilationError:
+            pass
+    return L.blocked(shape, num_warps)
+
+
 def _elementwise(op) -> bool:
     return (op.name.startswith("arith.") or op.name.startswith("math.")) and op.results and \
         _is_tile(op.results[0])
@@ -435,7 +449,7 @@ def _assign(ops: list, W: int, ctx) -> None:
         return None
 
     def default(v):
-        return want.get(v) or anchor.get(v) or L.blocked(_shape(v), W)
+        return want.get(v) or anchor.get(v) or _generic_layout(_shape(v), W)
 
     def put(op, lay):
         if len(lay.regs) > MAX_TILE_REGISTERS:

@@ -14,13 +14,19 @@ slots 40%. A second resident CTA brings two more consumer warp groups; at 8x16x2
 the kernel from 375 to 425 TFLOP/s (docs/performance.md). FlashAttention-3 gets the same from a third consumer
 warp group over 192-row tiles. A GEMM main loop only accumulates and its ring wants all the shared memory, so
 GEMMs keep one CTA per SM unless asked.
+
+`uniform_is_faster` is the other side of the same reading: where an attention kernel's register tiles are too
+large for two specialized CTAs per SM (128 rows of 128-key blocks at head dim 64: a 64x128 score tile per consumer
+thread), its two consumer warp groups are all the math an SM runs, and the uniform-warp kernel, with no producer
+warp group taking registers, keeps two CTAs of eight warps resident: 486 against 362 TFLOP/s for variable-length
+attention at head dim 64 on an H200, 457 against 413 for the example at 8x16x2048x64 (docs/performance.md).
 """
 from __future__ import annotations
 
 from tawa import hopper
 from tawa.ir.ops import DotOp, LoadOp
 from tawa.ir.traversal import backward_slice, defining_op, ops_of, walk
-from tawa.ir.types import tile_bytes
+from tawa.ir.types import tile_bytes, tile_shape
 from tawa.lowering import aref_insertion, partition
 
 #: Registers per consumer thread that the consumer loop's register tiles may take at two CTAs per SM: of the 104
@@ -78,3 +84,36 @@ def choose(func, options, plans, schedule: str, cluster: str) -> tuple[int, str]
     return 2, (f"keeps 2 CTAs resident per SM: its consumer loop feeds math on one dot's result into another "
                f"dot and its register tiles take {regs} registers per consumer thread, so two CTAs fit and hide "
                f"each other's latencies (ctas_per_sm=1 turns this off)")
+
+
+#: Head dims at or below which attention's exponentials, not its dots, bound the key loop.
+EXPONENTIAL_BOUND_HEAD_DIM = 64
+#: Options that only a warp-specialized kernel reads: any of them set keeps the kernel specialized.
+SPECIALIZED_OPTIONS = ("num_consumer_groups", "consumer_pingpong", "consumer_lookahead", "register_overlap",
+                       "schedule", "group_m", "dynamic_tiles", "ctas_per_sm", "num_buffers", "producer_registers",
+                       "consumer_registers")
+
+
+def uniform_is_faster(func, options, plans) -> str:
+    """Why a kernel that could be specialized runs faster on the uniform-warp path ("" when it does not): an
+    attention loop (one dot on math over another's result) at a head dim where its exponentials bound it, on two
+    consumer warp groups whose register tiles keep the specialized kernel at one CTA per SM. Asked only where the
+    choice is the compiler's: `warp_specialize` left automatic and no option of the specialized schedule given."""
+    if plans is None or options.warp_specialize is not None or options.target != "cuda" or options.split_k > 1:
+        return ""
+    if any(getattr(options, o, None) is not None for o in SPECIALIZED_OPTIONS) or \
+            options.cluster not in (None, "1x1", (1, 1)):
+        return ""
+    loops = [p.loop for p in plans]
+    chained = [loop for loop in loops if chains_dots(loop)]
+    if not chained or partition.num_consumer_groups(loops, options) != 2:
+        return ""
+    first = next(op for op in walk(chained[0]) if op.name == DotOp.NAME)
+    head_dim = tile_shape(DotOp(first).a.type)[-1]
+    regs = max(tile_registers(loop, 2 * hopper.THREADS_PER_WARP_GROUP) for loop in loops)
+    if head_dim > EXPONENTIAL_BOUND_HEAD_DIM or regs <= TILE_REGISTER_LIMIT:
+        return ""
+    return (f"at head dim {head_dim} its exponentials bound the key loop, and specialized it would run one CTA per "
+            f"SM (its register tiles take {regs} registers per consumer thread, more than the {TILE_REGISTER_LIMIT} "
+            f"of two CTAs): two warp groups of math per SM, where the uniform-warp kernel keeps more resident "
+            f"(warp_specialize=True keeps it specialized; 64-key blocks let two specialized CTAs fit)")

@@ -87,3 +87,16 @@ def test_vector_runs_need_aligned_starts_in_every_thread():
     assert runs and all(len(r) == 2 for r in runs) and sorted(sum(runs, [])) == list(range(len(plain.regs)))
     acc = L.mma(128, 128, 8)
     assert L.vector_runs(acc, 1, 2) and L.vector_runs(acc, 1, 4) is None
+
+
+def test_a_free_tile_of_a_non_power_of_two_extent_takes_the_accumulator_layout():
+    """Zeros of a 128x192 output tile (stored where a branch skips the main loop) have no op to lay them out: they
+    take the wgmma accumulator fragment, which covers any multiple of 8 columns; blocked layouts need powers of two,
+    so a tile of 100 columns is still refused."""
+    from tawa.errors import CompilationError
+    from tawa.lowering.assign_layouts import _generic_layout
+    assert _generic_layout((128, 192), 8).desc.startswith("mma<")
+    assert _generic_layout((64, 96), 4).desc.startswith("mma<")
+    assert not _generic_layout((128, 256), 8).desc.startswith("mma<")
+    with pytest.raises(CompilationError, match="not a power of two"):
+        _generic_layout((128, 100), 8)

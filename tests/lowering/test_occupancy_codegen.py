@@ -54,6 +54,33 @@ def test_decision(example, options, ctas):
     assert len(said) == (ctas > 1)
 
 
+@pytest.mark.parametrize("example,options,specialized", [
+    # head dim 64, 128-key blocks: 128 registers of tiles a consumer thread, one specialized CTA per SM; uniform
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 128}, False),
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 128, "CAUSAL": 1}, False),
+    ("gqa_attention", {"HEAD_DIM": 64, "BLOCK_N": 128}, False),
+    # two specialized CTAs fit (64-key blocks); head dim 128; three consumer groups over 192 rows (FA3's tile)
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 64}, True),
+    ("flash_attention", {"HEAD_DIM": 128, "BLOCK_N": 128}, True),
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_M": 192, "BLOCK_N": 128}, True),
+    # the choice is the user's: specialization asked for, or an option only the specialized schedule reads
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 128, "warp_specialize": True}, True),
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 128, "num_buffers": 2}, True),
+    ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 128, "schedule": "tile"}, True),
+    # GEMMs chain no dots
+    ("gemm", {"BLOCK_N": 128}, True),
+])
+def test_attention_at_head_dim_64_on_one_cta_takes_the_uniform_path(example, options, specialized):
+    """Where the register tiles keep a specialized attention kernel at head dim 64 to one CTA per SM (two warp
+    groups of math), the uniform-warp kernel runs faster (occupancy.uniform_is_faster), and the notes say why."""
+    plan, notes = _plan(example, **options)
+    assert plan.warp_specialize is specialized
+    said = [n for n in notes if "its exponentials bound the key loop" in n]
+    assert len(said) == (not specialized), notes
+    if said:
+        assert "uses the uniform-warp schedule" in said[0] and "warp_specialize=True" in said[0]
+
+
 def test_attention_at_two_ctas_per_sm():
     k = compile_example("flash_attention", HEAD_DIM=64, BLOCK_N=64)
     c = k.compiled
