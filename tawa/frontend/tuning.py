@@ -458,18 +458,37 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
         return False
 
     def scalar_read(node) -> bool:
-        """`sum(load(X, i, 1))`: one element read as a scalar (a count, an expert id), not a reduction of a tile
-        (its offsets are checked like any other)."""
-        if len(node.args) != 1 or node.kwargs or not is_call(node.args[0], "load") or len(node.args[0].args) < 3:
+        """`sum(load(X, i, 1))`: one element read as a scalar (a count, an expert id), not a reduction of a tile,
+        where neither its offsets nor its uses bring the tiles into its meaning (`read_values` below)."""
+        if not is_scalar_read(node):
             return False
-        shape = node.args[0].args[2]
-        items = shape.items if isinstance(shape, S.Tuple) else [shape]
-        return all(isinstance(x, S.Num) and x.value == 1 for x in items)
+        offsets = node.args[0].args[1]
+        return not any(is_name(n) and (n.id in index or n.id in checked) or axis_call(n)[0] is not None
+                       for n in _walk([offsets]))
 
     def index_ok(node, parents) -> bool:
         const = index_const(node)
         return block_offset(node, parents, const) or scaled(node, parents, const)
 
+    # Values read from memory or passed as scalar arguments know nothing of the tiles: as a block offset (a work
+    # list's tile row, in blocks of BLOCK_M) or in a loop bound, such a value means something else under other
+    # tiles.
+    read_values = {p.name for p in kernel.params if p.type is not None and p.type.dims is None
+                   and p.type.name in ("i32", "f32")}
+    grew = True
+    while grew:
+        grew = False
+        for n in body:
+            if isinstance(n, S.Assign) and n.target not in read_values and any(
+                    is_scalar_read(x) or (is_name(x) and x.id in read_values) for x in _walk([n.value])):
+                read_values.add(n.target)
+                grew = True
+    for n in body:
+        if is_call(n, "load", "store") and len(n.args) >= 2 and \
+                any(is_name(x) and x.id in read_values for x in _walk([n.args[1]])):
+            return False
+        if isinstance(n, S.For) and any(is_name(x) and x.id in read_values for x in _walk([n.iter])):
+            return False
     todo = [(stmt, []) for stmt in reversed(kernel.body)]
     while todo:
         node, parents = todo.pop()
@@ -519,6 +538,21 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
             if isinstance(child, (list, S.Node)):
                 todo.append((child, parents + [node]))
     return True
+
+
+def is_scalar_read(node) -> bool:
+    """`sum(load(X, i, 1))` (or `max`, `min`): one element of a tensor read as a scalar."""
+    if not (isinstance(node, S.Call) and isinstance(node.func, S.Name) and node.func.id in ("sum", "max", "min")):
+        return False
+    if len(node.args) != 1 or node.kwargs:
+        return False
+    load = node.args[0]
+    if not (isinstance(load, S.Call) and isinstance(load.func, S.Name) and load.func.id == "load") or \
+            len(load.args) < 3:
+        return False
+    shape = load.args[2]
+    return all(isinstance(x, S.Num) and x.value == 1 for x in (shape.items if isinstance(shape, S.Tuple) else
+                                                               [shape]))
 
 
 def has_dot(kernel: S.Kernel) -> bool:

@@ -152,16 +152,18 @@ def _is_block_arg(value, block) -> bool:
 
 
 def consumer_loops(region) -> list:
-    """The loops of a consumer region that may take its schedules: those directly in it, and in a persistent
-    kernel those directly in its tile loop (the pass runs after `persistent-tiles`; with dynamic tiles the tile
-    loop is an `scf.while`, its body the second region)."""
-    loops = []
-    for op in ops_of(region.regions[0].blocks[0]):
-        if op.name == ForOp.NAME:
-            loops.append(op)
-            loops.extend(o for o in ops_of(ForOp(op).body) if o.name == ForOp.NAME)
-        elif op.name == "scf.while":
-            loops.extend(o for o in ops_of(op.regions[1].blocks[0]) if o.name == ForOp.NAME)
+    """The loops of a consumer region that may take its schedules: those directly in it, and those in the loops and
+    conditionals around them (a persistent kernel's tile loop, which the pass sees after `persistent-tiles`: with
+    dynamic tiles an `scf.while`, its body the second region; a batch loop; `if pid_m * BLOCK_M < n:` around a
+    variable-length attention's key loop)."""
+    loops, blocks = [], [region.regions[0].blocks[0]]
+    while blocks:
+        for op in ops_of(blocks.pop(0)):
+            if op.name == ForOp.NAME:
+                loops.append(op)
+            if op.name in (ForOp.NAME, "scf.if", "scf.while"):
+                regions = op.regions[1:] if op.name == "scf.while" else op.regions
+                blocks.extend(r.blocks[0] for r in regions if len(r.blocks))
     return loops
 
 

@@ -222,6 +222,18 @@ def plan(func_op) -> list:
     return result
 
 
+def _check_split_k(func_op, plans) -> None:
+    """Split-K runs the code after the split loop in the last program of a tile only (under a condition on the
+    other programs' arrivals, which the producer does not see): no other pipelined loop may come with it."""
+    body = body_block(func_op.operation)
+    for p in plans:
+        if p.loop.block != body:
+            raise NotSpecializable(
+                f"with split_k, the loop{where(p.loop)} nested in a loop or conditional is not specialized (split-K "
+                f"runs the code after its loop under a condition on the other programs' arrivals, which the "
+                f"producer does not see)", p.loop)
+
+
 def required_plan(func_op) -> list:
     """`plan(func_op)` for a kernel that must be specialized: the reason becomes a located error."""
     try:
@@ -281,6 +293,8 @@ def decide(func_op, options) -> tuple:
                       f"warp group would load through TMA)")
     try:
         plans, reason = plan(func_op), ""
+        if getattr(options, "split_k", 1) > 1:
+            _check_split_k(func_op, plans)
     except NotSpecializable as e:
         plans, reason = None, e.reason
     name = kernel_name(func_op)

@@ -582,7 +582,8 @@ CASES = [
                                    {"warp_specialize": False, "BLOCK_N": 256, "num_stages": 4}]),
     Case("gemm_batch_epilogue", GEMM, [{}, {"warp_specialize": False}]),
     Case("attn_head_loop", ATTN, [{}, {"warp_specialize": False}]),
-    # a paged KV cache: the page of each key block read from a block table in the loop (not pipelined)
+    # a paged KV cache: the page of each key block read from a block table in the loop (the producer reads it;
+    # on the uniform path the loop is not pipelined)
     Case("attn_paged_decode", [(2, 4, 1, 64, 333), (1, 8, 1000, 77)], [{}, {"PAGE": 32}]),
     # fp8 attention: the ring depth chosen beforehand overflows shared memory once laid out, one slot fewer fits
     # (2x8x2048: more tiles than SMs, where 64-key blocks under the persistent schedule once raced: the epilogue's

@@ -149,3 +149,32 @@ def test_a_scalar_read_is_not_a_reduction():
     assert space_info(with_line("n = sum(load(A[0], 0, 1))"))["tile_invariant"] is True
     assert space_info(with_line("n = sum(load(A[0], 0, 2))"))["tile_invariant"] is False
     assert space_info(with_line("n = max(load(A[0], pid_m, 1))"))["tile_invariant"] is False
+
+
+@pytest.mark.parametrize("line,offsets", [
+    # the expert of the tile's first row: its meaning follows BLOCK_M
+    ("e = sum(load(T[0], pid_m * BLOCK_M, 1))", "(pid_m, k)"),
+    # a work list's tile row, in blocks of BLOCK_M, read from memory or passed as an argument
+    ("r = sum(load(T[0], 0, 1))", "(r, k)"),
+    ("r = rr + 1", "(r, k)"),
+])
+def test_read_values_that_bring_the_tiles_into_a_program(line, offsets):
+    source = f"""
+@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))
+def g(A: bf16[M, K], B: bf16[K, N], T: i32[E, M], C: bf16[M, N], rr: i32, BLOCK_M: const = 128,
+      BLOCK_N: const = 128, BLOCK_K: const = 64):
+    pid_m = program_id(0)
+    pid_n = program_id(1)
+    {line}
+    acc = zeros((BLOCK_M, BLOCK_N), f32)
+    for k in range(cdiv(K, BLOCK_K)):
+        acc = dot(load(A, {offsets}, (BLOCK_M, BLOCK_K)), load(B, (k, pid_n), (BLOCK_K, BLOCK_N)), acc)
+    store(C, (pid_m, pid_n), acc.to(bf16))
+"""
+    assert space_info(source)["tile_invariant"] is False
+    plain = source.replace(f"    {line}\n", "").replace(f"load(A, {offsets},", "load(A, (pid_m, k),")
+    assert space_info(plain)["tile_invariant"] is True
+    # a count read at an offset free of the tiles, compared with row indices: no tile in its meaning
+    count = source.replace(f"    {line}\n", "    n = sum(load(T[0], 0, 1))\n").replace(
+        f"load(A, {offsets},", "load(A, (pid_m, k),").replace("acc.to(bf16)", "where(pid_m * BLOCK_M < n, acc, 0.0).to(bf16)")
+    assert space_info(count)["tile_invariant"] is True

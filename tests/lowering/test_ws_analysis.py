@@ -264,3 +264,18 @@ def test_conditional_on_tile_data_or_a_written_tensor():
     assert not ok and "condition of the conditional" in reason and "tawa.reduce" in reason
 
 
+def test_split_k_with_a_loop_under_a_conditional_falls_back():
+    """Split-K puts the code after its loop under a condition on the other programs' arrivals: a second K loop
+    under an `if` after it cannot be followed by the producer, so the kernel takes the uniform path and says why
+    (it used to fail in aref-insertion, naming a conditional the user never wrote)."""
+    from tawa.compiler import compile_source
+    source = HEADER.replace("f32[M, K], B: f32[K, N]", "bf16[M, K], B: bf16[K, N]").replace(
+        "I: i32[K]", "I: i32[K], V: bf16[M, K], U: bf16[K, N]") + """    for k in range(cdiv(K, BLOCK)):
+        acc = dot(load(A, (pid_m, k), (BLOCK, BLOCK)), load(B, (k, pid_n), (BLOCK, BLOCK)), acc)
+    if sum(load(I, pid_m, 1)) > 0:
+        for k in range(cdiv(K, BLOCK)):
+            acc = dot(load(V, (pid_m, k), (BLOCK, BLOCK)), load(U, (k, pid_n), (BLOCK, BLOCK)), acc)
+""" + STORE
+    k = compile_source(source, "kernel.tawa", CompileOptions(split_k=2))
+    notes = "\n".join(k.notes)
+    assert "uses the uniform-warp schedule: with split_k" in notes and "kernel.tawa:" in notes
