@@ -471,8 +471,8 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
         return block_offset(node, parents, const) or scaled(node, parents, const)
 
     # Values read from memory or passed as scalar arguments know nothing of the tiles: as a block offset (a work
-    # list's tile row, in blocks of BLOCK_M) or in a loop bound, such a value means something else under other
-    # tiles.
+    # list's tile row, in blocks of BLOCK_M) such a value means something else under other tiles. (In a loop
+    # bound it is an element count: a loop whose index addresses blocks is held to `range(cdiv(n, CONST))` below.)
     read_values = {p.name for p in kernel.params if p.type is not None and p.type.dims is None
                    and p.type.name in ("i32", "f32")}
     grew = True
@@ -486,8 +486,6 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
     for n in body:
         if is_call(n, "load", "store") and len(n.args) >= 2 and \
                 any(is_name(x) and x.id in read_values for x in _walk([n.args[1]])):
-            return False
-        if isinstance(n, S.For) and any(is_name(x) and x.id in read_values for x in _walk([n.iter])):
             return False
     todo = [(stmt, []) for stmt in reversed(kernel.body)]
     while todo:

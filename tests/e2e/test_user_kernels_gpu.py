@@ -4,7 +4,9 @@ accumulator, constexpr flags, an i32 mask, a second reduced output, an f16 resid
 nn.Linear's [N, K] W, an A scaled in registers, tf32), fp8 in (e5m2) and out (e4m3), a weight-only fp8 GEMM (its B
 converted in registers; also stored [N, K], as nn.Linear does), a hand-written grouped 1-D grid, a dual GEMM, a batched GEMM on a 3-D grid, six attention
 variants (no scale, Triton-style causal at head dim 256 in f16, an additive bias, cross attention, a causal
-sliding window, logit soft-capping), and row reductions and norms
+sliding window, logit soft-capping), kernels that read scalars from memory into loop bounds, branches and tile
+coordinates (MoE grouped GEMMs by tile expert and by expert row counts, an expert loop, variable-length attention,
+paged decode, block-sparse attention from a block list, a GEMM with a K extent per batch), and row reductions and norms
 (RMSNorm, LayerNorm, softmax, logsumexp), and a tiled transpose.
 
 Each kernel is launched as a user would, `kernel(*args)` in its signature order, compiled with its own defaults
@@ -296,6 +298,33 @@ def moe_counts(rng, shape, **_):
     keep = np.arange(cap)[None, :, None] < np.array(counts)[:, None, None]
     ref = np.where(keep, f64(x) @ f64(w), 0.0)
     return [x, w, np.array(counts, np.int32), Out("bf16", ref, BF16)]
+
+
+def attn_block_sparse(rng, shape, D=128, BLOCK_N=128, **_):
+    """(heads, S): each 128-row query block attends to a random nonempty set of key blocks, listed in random
+    order."""
+    h, s = shape
+    nqb, nkb = -(-s // 128), -(-s // BLOCK_N)
+    cnt = rng.integers(1, nkb + 1, nqb).astype(np.int32)
+    idx = np.zeros((nqb, nkb), np.int32)
+    keep = np.zeros((s, s), bool)
+    for i in range(nqb):
+        idx[i, :cnt[i]] = rng.permutation(nkb)[:cnt[i]]
+        for kb in idx[i, :cnt[i]]:
+            keep[i * 128:(i + 1) * 128, kb * BLOCK_N:(kb + 1) * BLOCK_N] = True
+    q, k, v = (randn(rng, (h, s, D), "bf16") for _ in range(3))
+    scale = D ** -0.5
+    ref = softmax(np.where(keep, f64(q) @ f64(k).swapaxes(-1, -2) * scale, -np.inf)) @ f64(v)
+    return [q, k, v, cnt, idx, Out("bf16", ref, ATTENTION), scale]
+
+
+def gemm_ragged_k(rng, shape, **_):
+    """(Z, M, N, K, K of each batch...): batch z multiplies only its first KLEN[z] columns of A / rows of B."""
+    z, m, n, k, klen = shape[0], shape[1], shape[2], shape[3], list(shape[4:])
+    a, b = randn(rng, (z, m, k), "bf16"), randn(rng, (z, k, n), "bf16")
+    bias = randn(rng, (z, n), "f32")
+    ref = np.stack([f64(a[i, :, :kl]) @ f64(b[i, :kl]) for i, kl in enumerate(klen)]) + f64(bias)[:, None]
+    return [a, b, np.array(klen, np.int32), bias, Out("bf16", ref, BF16)]
 
 
 def gemm_user_persistent(rng, shape, **_):
@@ -606,6 +635,12 @@ CASES = [
     Case("moe_counts", [(1, 8, 48, 32, 5), (4, 333, 528, 208, 333, 0, 129, 17), (3, 1100, 1056, 720, 1100, 700, 1)],
          [{}, {"BLOCK_M": 64}, {"BLOCK_N": 192}, {"warp_specialize": False}, {"warp_specialize": False,
                                                                              "BLOCK_N": 192}]),
+    # a block-sparse layout read from memory: each key block's index read in the loop (the producer reads it)
+    Case("attn_block_sparse", [(1, 24), (2, 333), (3, 1100)], [{}, {"BLOCK_N": 64}, {"schedule": "tile"},
+                                                               {"warp_specialize": False}]),
+    # a K extent per batch read from memory (the loop bound), zero included
+    Case("gemm_ragged_k", [(1, 8, 48, 32, 32), (3, 333, 528, 208, 208, 100, 0), (2, 1100, 1056, 720, 17, 720)],
+         [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False}]),
     # the same with the experts in a loop: the conditional around the K loop inside it, on the loop's index
     Case("moe_expert_loop", [(1, 8, 48, 32, 5), (4, 333, 528, 208, 333, 0, 129, 17)],
          [{}, {"BLOCK_M": 64, "BLOCK_N": 256}, {"warp_specialize": False}]),

@@ -198,6 +198,33 @@ def test_conditional_inside_an_expert_loop(depth):
                   num_buffers=depth)
 
 
+@pytest.mark.parametrize("depth", [1, 2])
+def test_block_sparse_attention(depth):
+    """Each key block's index read from a list in the loop: the producer reads it for itself, ahead of the
+    consumers, and issues the copy of that block."""
+    rng = np.random.default_rng(depth)
+    H, S, D, B = 2, 70, 16, 16
+    nqb = nkb = -(-S // B)
+    cnt = rng.integers(1, nkb + 1, nqb).astype(np.int32)
+    idx = np.zeros((nqb, nkb), np.int32)
+    keep = np.zeros((S, S), bool)
+    for i in range(nqb):
+        idx[i, :cnt[i]] = rng.permutation(nkb)[:cnt[i]]
+        for kb in idx[i, :cnt[i]]:
+            keep[i * B:(i + 1) * B, kb * B:(kb + 1) * B] = True
+    q, k, v = (rng.standard_normal((H, S, D)).astype(BF16) for _ in range(3))
+    scale = D ** -0.5
+    s = np.where(keep, q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * scale, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    ref = (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+    consts = {"D": D, "BLOCK_M": B, "BLOCK_N": B}
+    m = run_all_seeds("attn_block_sparse", consts, lambda: [q, k, v, cnt, idx, np.zeros((H, S, D), BF16),
+                                                            np.float32(scale)], 5, ref, 3e-2, num_buffers=depth)
+    producer = next(op for op in walk(kernels(m)[0]) if warp_group_role(op) == "producer")
+    loop = next(op for op in walk(producer) if op.name == "scf.for")
+    assert any(op.name == "tawa.load_scalar" for op in walk(loop))
+
+
 def test_varlen_attention():
     """Variable-length attention: sequence starts and lengths read from memory, query blocks past a sequence's end
     skip the key loop (a zero-length sequence among them)."""
