@@ -169,11 +169,19 @@ class ShapeVariants:
                 self._variants[label] = self._compile_variant(config)
             except ImportError:             # not in the kernel cache, and no compiler here: the kernel's own
                 self._variants[label] = None
-            except CompilationError:        # try without split-K, then without the clusters, then give up
-                smaller = next(({k: v for k, v in config.items() if k != drop} for drop in ("split_k", "cluster")
-                                if drop in config), None)
+            except CompilationError:
+                # Try without split-K, then without the clusters, then with the tile the rule chose but the
+                # schedule the compiler picks (a K loop under an `if` refuses the persistent ones; a wider tile
+                # on one program per CTA still beats the kernel's own), then give up.
+                smaller = next(({k: v for k, v in config.items() if k not in _DROPPED_WITH[drop]}
+                                for drop in ("split_k", "cluster", "schedule") if drop in config), None)
                 self._variants[label] = self._variant(smaller) if smaller else None
         return self._variants[label]
+
+
+#: The options a launch variant loses together when it is retried without the first of them.
+_DROPPED_WITH = {"split_k": ("split_k",), "cluster": ("cluster",),
+                 "schedule": ("schedule", "cluster", "dynamic_tiles", "group_m")}
 
 
 class Kernel:

@@ -133,6 +133,23 @@ def test_a_kernel_that_cannot_stream_k_launches_itself(gemm):
     assert tried == [{"schedule": "streamk"}] and gemm._launcher.calls == [None, None]
 
 
+def test_a_refused_schedule_keeps_the_chosen_tile(gemm):
+    """A kernel whose K loop sits under an `if` refuses the persistent schedules: the launch keeps the tile the rule
+    chose (192 x 192 here, one full wave) on the schedule the compiler picks, rather than the kernel's own tile."""
+    tried = []
+
+    def compile_variant(config):
+        tried.append(config)
+        if "schedule" in config:
+            raise CompilationError("cannot make kernel 'moe' persistent: its pipelined loop is nested in a "
+                                   "conditional the program writes")
+        return fake_kernel(f"variant {sorted(config.items())}")
+    gemm._shapes._compile_variant = compile_variant
+    gemm(*gemm_args(1100, 4096, 4096))
+    assert tried == [{"BLOCK_M": 192, "BLOCK_N": 192, "schedule": "persistent"}, {"BLOCK_M": 192, "BLOCK_N": 192}]
+    assert gemm.variant_for(*gemm_args(1100, 4096, 4096)) is not gemm
+
+
 def test_b_rows_off_the_sector_grid_launch_the_clustered_variant(gemm, made):
     gemm(Strided(8192, 4096), Strided(4096, 5000), Strided(8192, 5000))     # B's rows 10000 bytes apart
     gemm(Strided(8192, 4096), Strided(4096, 5008), Strided(8192, 5008))     # 10016: on the grid
