@@ -150,6 +150,17 @@ def test_a_refused_schedule_keeps_the_chosen_tile(gemm):
     assert gemm.variant_for(*gemm_args(1100, 4096, 4096)) is not gemm
 
 
+def test_a_variant_missing_from_the_cache_tries_the_smaller_one(gemm):
+    """Where no compiler is installed, a variant the cache lacks (refused when the cache was filled, so never
+    stored) leads to the smaller variant the cache holds, not straight to the kernel's own."""
+    def compile_variant(config):
+        if "schedule" in config:
+            raise ImportError("no module named 'mlir'")
+        return fake_kernel(f"variant {sorted(config.items())}")
+    gemm._shapes._compile_variant = compile_variant
+    assert gemm.variant_for(*gemm_args(1100, 4096, 4096)).name == "variant [('BLOCK_M', 192), ('BLOCK_N', 192)]"
+
+
 def test_b_rows_off_the_sector_grid_launch_the_clustered_variant(gemm, made):
     gemm(Strided(8192, 4096), Strided(4096, 5000), Strided(8192, 5000))     # B's rows 10000 bytes apart
     gemm(Strided(8192, 4096), Strided(4096, 5008), Strided(8192, 5008))     # 10016: on the grid
