@@ -50,6 +50,9 @@ class Plan:
     cluster: str = "1x1"
     #: CTAs kept resident per SM (`tawa.lowering.occupancy`): 2 splits the registers and shared memory in half.
     ctas_per_sm: int = 1
+    #: Uniform warps chosen over a possible specialization (`occupancy.uniform_is_faster`), on the premise that
+    #: two CTAs per SM fit: ptxas's report checks it.
+    uniform_by_choice: bool = False
 
 
 def _always(plan: Plan) -> bool: return True
@@ -186,7 +189,8 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     ctas, why = occupancy.choose(func, options, loop_plans, schedule, cluster)
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
-    return Plan(options.target, loop_plans is not None, schedule, options.split_k, cluster, ctas), notes
+    return Plan(options.target, loop_plans is not None, schedule, options.split_k, cluster, ctas,
+                bool(faster)), notes
 
 
 def _cluster(func, options: CompileOptions, loop_plans, schedule: str) -> tuple[str, str]:
@@ -360,6 +364,9 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         elif plan.warp_specialize and plan.schedule == "pingpong" and options.schedule is None:
             fallback = (dataclasses.replace(options, schedule="persistent"),
                         "shares each tile between its consumer warp groups: under ping-pong, {why}")
+        elif plan.uniform_by_choice:
+            fallback = (dataclasses.replace(options, warp_specialize=True),
+                        "is warp-specialized after all: on the uniform-warp path {why}")
     # The ring depth chosen automatically is estimated before the passes too: where the backend lays out more
     # shared memory than estimated (a layout conversion's scratch), fewer slots are tried.
     fewer_slots = not (tile_level_only or stop_after) and plan.warp_specialize and options.num_buffers is None
@@ -388,6 +395,8 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     try:
         kernel = build_kernel(module)
         why = f"ptxas spilled {kernel.spill_bytes} bytes of registers" if kernel.spill_bytes else ""
+        if plan.uniform_by_choice and not why:
+            why = occupancy.uniform_residency(kernel)
     except CompilationError as e:
         if fallback is None:
             if e.location is None:

@@ -471,8 +471,9 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
         return block_offset(node, parents, const) or scaled(node, parents, const)
 
     # Values read from memory or passed as scalar arguments know nothing of the tiles: as a block offset (a work
-    # list's tile row, in blocks of BLOCK_M) such a value means something else under other tiles. (In a loop
-    # bound it is an element count: a loop whose index addresses blocks is held to `range(cdiv(n, CONST))` below.)
+    # list's tile row, in blocks of BLOCK_M) such a value means something else under other tiles. (A loop whose
+    # index addresses blocks takes one in its bound only as an element count divided right there,
+    # `range(cdiv(n, CONST))`: see the loop rule below.)
     read_values = {p.name for p in kernel.params if p.type is not None and p.type.dims is None
                    and p.type.name in ("i32", "f32")}
     grew = True
@@ -485,7 +486,8 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
                 grew = True
     for n in body:
         if is_call(n, "load", "store") and len(n.args) >= 2 and \
-                any(is_name(x) and x.id in read_values for x in _walk([n.args[1]])):
+                any((is_name(x) and x.id in read_values) or (is_scalar_read(x) and x is not n)
+                    for x in _walk([n.args[1]])):
             return False
     todo = [(stmt, []) for stmt in reversed(kernel.body)]
     while todo:
@@ -515,6 +517,12 @@ def tile_invariant(kernel: S.Kernel, constants: dict, symbols) -> bool:
                 if (is_call(n, "cdiv") and len(n.args) == 2 and not is_name(n.args[1], index[node.var])) or \
                         (isinstance(n, S.BinOp) and n.op == "//" and not is_name(n.right, index[node.var])):
                     return False
+            # a block count read from memory or passed in (`range(nkb)`) counts blocks of the kernel's own size;
+            # an element count is divided by the constant right in the bound (`range(cdiv(n, BLOCK_K))`)
+            direct = node.iter.args[0]
+            counted = is_call(direct, "cdiv") and len(direct.args) == 2 and is_name(direct.args[1], index[node.var])
+            if not counted and any((is_name(n) and n.id in read_values) or is_scalar_read(n) for n in _walk(exprs)):
+                return False
         kind, axis = axis_call(node)
         if kind == "program_id":
             if not index_ok(node, parents):

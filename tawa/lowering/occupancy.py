@@ -24,7 +24,7 @@ attention at head dim 64 on an H200, 457 against 413 for the example at 8x16x204
 from __future__ import annotations
 
 from tawa import hopper
-from tawa.ir.ops import DotOp, LoadOp
+from tawa.ir.ops import DotOp, LoadOp, LoadScalarOp
 from tawa.ir.traversal import backward_slice, defining_op, ops_of, walk
 from tawa.ir.types import tile_bytes, tile_shape
 from tawa.lowering import aref_insertion, partition
@@ -86,6 +86,27 @@ def choose(func, options, plans, schedule: str, cluster: str) -> tuple[int, str]
                f"each other's latencies (ctas_per_sm=1 turns this off)")
 
 
+def _softmax(loop) -> bool:
+    """Whether the loop takes exponentials (a softmax between its dots, not some other math)."""
+    return any(op.name in ("math.exp", "math.exp2") for op in walk(loop))
+
+
+def uniform_residency(kernel) -> str:
+    """Why the uniform-warp kernel `uniform_is_faster` chose keeps only one CTA per SM after all ("" when two
+    fit): ptxas's registers, or the shared memory; from its notes."""
+    import re
+    regs = next((int(m.group(1)) for n in kernel.notes for m in [re.match(r"ptxas: (\d+) registers", n)] if m),
+                None)
+    if regs is None:
+        return ""
+    rounded = -(-regs // 8) * 8
+    if 2 * rounded * kernel.num_threads > hopper.REGISTER_FILE or \
+            2 * (kernel.shared_bytes + hopper.SMEM_RESERVED_PER_BLOCK) > hopper.SMEM_PER_SM:
+        return (f"ptxas gives it {regs} registers a thread beside {kernel.shared_bytes} bytes of shared memory, so "
+                f"it keeps one CTA per SM too")
+    return ""
+
+
 #: Head dims at or below which attention's exponentials, not its dots, bound the key loop.
 EXPONENTIAL_BOUND_HEAD_DIM = 64
 #: Options that only a warp-specialized kernel reads: any of them set keeps the kernel specialized.
@@ -105,9 +126,11 @@ def uniform_is_faster(func, options, plans) -> str:
             options.cluster not in (None, "1x1", (1, 1)):
         return ""
     loops = [p.loop for p in plans]
-    chained = [loop for loop in loops if chains_dots(loop)]
+    chained = [loop for loop in loops if chains_dots(loop) and _softmax(loop)]
     if not chained or partition.num_consumer_groups(loops, options) != 2:
         return ""
+    if any(op.name == LoadScalarOp.NAME for loop in loops for op in walk(loop)):
+        return ""       # (tile coordinates read in the loop: the uniform path would not pipeline its loads)
     first = next(op for op in walk(chained[0]) if op.name == DotOp.NAME)
     head_dim = tile_shape(DotOp(first).a.type)[-1]
     regs = max(tile_registers(loop, 2 * hopper.THREADS_PER_WARP_GROUP) for loop in loops)

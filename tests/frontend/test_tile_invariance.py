@@ -179,3 +179,40 @@ def g(A: bf16[M, K], B: bf16[K, N], T: i32[E, M], C: bf16[M, N], rr: i32, BLOCK_
     count = source.replace(f"    {line}\n", "    n = sum(load(T[0], 0, 1))\n").replace(
         f"load(A, {offsets},", "load(A, (pid_m, k),").replace("acc.to(bf16)", "where(pid_m * BLOCK_M < n, acc, 0.0).to(bf16)")
     assert space_info(count)["tile_invariant"] is True
+
+
+def test_block_counts_read_from_memory_and_inline_reads():
+    """`for j in range(nkb)` over key blocks, nkb read from memory or passed in: a count of blocks of the kernel's
+    own size (the launch's 64-key variant would visit half the keys); `range(cdiv(n, BLOCK_N))` divides an element
+    count right there. A scalar read written inline as a block offset counts as one assigned to a name."""
+    source = """
+@grid(cdiv(S, BLOCK_M), H, Z)
+def att(Q: bf16[Z, H, S, D], K: bf16[Z, H, S, D], V: bf16[Z, H, S, D], NKB: i32[Z], O: bf16[Z, H, S, D],
+        nb: i32, D: const = 64, BLOCK_M: const = 128, BLOCK_N: const = 128):
+    pid_m = program_id(0)
+    h = program_id(1)
+    z = program_id(2)
+    nkb = sum(load(NKB, z, 1))
+    q = load(Q[z, h], (pid_m, 0), (BLOCK_M, D))
+    m_i = full((BLOCK_M,), -inf, f32)
+    l_i = zeros((BLOCK_M,), f32)
+    acc = zeros((BLOCK_M, D), f32)
+    for j in range(BOUND):
+        s = dot(q, load(K[z, h], (j, 0), (BLOCK_N, D)).T)
+        m_new = maximum(m_i, max(s, axis=1))
+        p = exp(s - m_new[:, None])
+        alpha = exp(m_i - m_new)
+        l_i = l_i * alpha + sum(p, axis=1)
+        acc = dot(p.to(bf16), load(V[z, h], (j, 0), (BLOCK_N, D)), acc * alpha[:, None])
+        m_i = m_new
+    store(O[z, h], (pid_m, 0), (acc / l_i[:, None]).to(bf16))
+"""
+    assert space_info(source.replace("BOUND", "nkb"))["tile_invariant"] is False
+    assert space_info(source.replace("BOUND", "nb"))["tile_invariant"] is False
+    assert space_info(source.replace("BOUND", "cdiv(nkb * 64, BLOCK_N)"))["tile_invariant"] is True
+    gemm = (ROOT / "examples" / "gemm.tawa").read_text()
+    assert "load(A, (pid_m, k)," in gemm
+    inline = gemm.replace("load(A, (pid_m, k),", "load(A, (sum(load(I, 0, 1)), k),").replace(
+        "C: DTYPE[M, N]", "I: i32[T], C: DTYPE[M, N]")
+    assert inline.count("I: i32[T]") == 1 and space_info(inline)["tile_invariant"] is False
+    assert space_info(inline.replace("(sum(load(I, 0, 1)), k)", "(pid_m, k)"))["tile_invariant"] is True

@@ -81,6 +81,34 @@ def test_attention_at_head_dim_64_on_one_cta_takes_the_uniform_path(example, opt
         assert "uses the uniform-warp schedule" in said[0] and "warp_specialize=True" in said[0]
 
 
+def test_the_uniform_choice_is_checked_against_ptxas():
+    """The uniform kernel chosen at head dim 64 must keep two CTAs per SM: where ptxas gives it too many registers
+    (a key-padding mask's row, loaded in the loop) the kernel is compiled specialized after all, and says why;
+    where it fits (the plain example) it stays uniform. A loop without exponentials (two chained GEMMs) or whose
+    tile coordinates are read in the loop (not pipelined on the uniform path) is left specialized."""
+    from tawa.frontend import read_source
+    src, fn = read_source(str(EXAMPLES.parent / "tests" / "e2e" / "kernels" / "user" / "attn_keypad.tawa"))
+    k = compile_source(src, fn, CompileOptions(constants={"D": 64, "BLOCK_N": 128}))
+    notes = "\n".join(k.notes)
+    assert k.num_threads == 384 and "is warp-specialized after all" in notes and "one CTA per SM" in notes
+    plain = compile_example("flash_attention", HEAD_DIM=64, BLOCK_N=128)
+    assert plain.compiled.num_threads == 256 and "its exponentials bound the key loop" in "\n".join(
+        plain.compiled.notes)
+    b2b = """
+@grid(cdiv(M, 128))
+def b2b(A: bf16[M, 64], B: bf16[64, N], C: bf16[N, 64], O: f32[M, 64]):
+    pid = program_id(0)
+    a = load(A, (pid, 0), (128, 64))
+    acc = zeros((128, 64), f32)
+    for j in range(cdiv(N, 128)):
+        t = dot(a, load(B, (0, j), (64, 128)))
+        acc = dot(t.to(bf16), load(C, (j, 0), (128, 64)), acc)
+    store(O, (pid, 0), acc)
+"""
+    plan, _ = decide(parse_and_lower(b2b, "b2b.tawa", {}), CompileOptions())
+    assert plan.warp_specialize
+
+
 def test_attention_at_two_ctas_per_sm():
     k = compile_example("flash_attention", HEAD_DIM=64, BLOCK_N=64)
     c = k.compiled
