@@ -26,6 +26,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 USER = os.path.join(ROOT, "tests", "e2e", "kernels", "user")
 VARIANTS = [("specialized", {}), ("uniform warps", {"warp_specialize": False})]
 
@@ -85,25 +86,7 @@ def run() -> None:
     import torch
     import torch.nn.functional as F
     import tawa
-
-    def time_ms(fn, reps=50):
-        for _ in range(10):
-            fn()
-        start, end = torch.cuda.Event(True), torch.cuda.Event(True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / reps
-
-    def race(fns: dict, rounds: int = 5) -> dict:
-        """The best time of each function over alternating rounds."""
-        best = {name: float("inf") for name in fns}
-        for _ in range(rounds):
-            for name, fn in fns.items():
-                best[name] = min(best[name], time_ms(fn))
-        return best
+    from event_timing import race
 
     def check(name, out, ref, tol=2e-2):
         out = out.float()

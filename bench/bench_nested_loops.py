@@ -19,6 +19,8 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 USER = os.path.join(ROOT, "tests", "e2e", "kernels", "user")
 
 #: name, kernel file, (M, N, K), batch (None: a plain GEMM), compile options
@@ -55,17 +57,7 @@ def build() -> None:
 def run() -> None:
     import torch
     import tawa
-
-    def time_ms(fn, reps=100):
-        for _ in range(20):
-            fn()
-        start, end = torch.cuda.Event(True), torch.cuda.Event(True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / reps
+    from event_timing import time_ms
 
     print(f"{'kernel':40s} {'rel err':>9s} {'Tawa TFLOP/s':>13s} {'cuBLAS':>8s} {'Tawa / cuBLAS':>14s}")
     for name, path, (m, n, k), batch, options in CASES:
@@ -79,7 +71,8 @@ def run() -> None:
         err = ((c.float() - ref).norm() / ref.norm()).item()
         if not err < 1e-2:
             sys.exit(f"{name}: relative error {err:.3e}")
-        rounds = [(time_ms(lambda: kernel(a, b, c)), time_ms(lambda: torch.matmul(a, b))) for _ in range(3)]
+        rounds = [(time_ms(lambda: kernel(a, b, c), 100, 20), time_ms(lambda: torch.matmul(a, b), 100, 20))
+                  for _ in range(3)]
         ours, theirs = min(r[0] for r in rounds), min(r[1] for r in rounds)
         flops = 2 * m * n * k * (batch or 1)
         print(f"{name:40s} {err:9.2e} {flops / ours / 1e9:13.0f} {flops / theirs / 1e9:8.0f} {theirs / ours:14.3f}")
