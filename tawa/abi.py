@@ -81,12 +81,18 @@ class CompiledKernel:
     #: A loop's dot takes, as its A operand, math on another dot's result of the same iteration (attention's P V
     #: on the softmax of Q K^T); the launch defaults' attention rule applies only to such kernels.
     chained_dots: bool = False
+    #: The compiler ran the kernel on the uniform-warp path by its own rule, where warp specialization applied
+    #: (`occupancy.uniform_is_faster`: attention at a head dim its exponentials bound), with two CTAs resident per
+    #: SM (`ctas_per_sm` 2, checked against ptxas's registers); the launch rules then keep its key block.
+    uniform_by_choice: bool = False
     #: Indices of the scalar arguments the code assumes positive (compile option `positive_scales`): the launcher
     #: checks each lies within POSITIVE_ARG_RANGE at every launch (`PositiveScaleError` otherwise).
     positive_params: list = field(default_factory=list)
     #: Bytes of registers ptxas spilled (stores + loads), from its report; None where ptxas did not run (no ptxas
     #: where the kernel was compiled, or the CPU target).
     spill_bytes: Optional[int] = None
+    #: Registers per thread ptxas allocated, from its report; None where ptxas did not run.
+    registers: Optional[int] = None
     ptx: Optional[str] = None
     cubin: Optional[bytes] = None
     ir: Optional[str] = None        # the final MLIR text (cpu target: what the interpreter runs)

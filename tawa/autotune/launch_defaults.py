@@ -445,10 +445,13 @@ ATTENTION_192_RATE, ATTENTION_192_MIN_WAVES = 1.1, 2
 ATTENTION_TILE_MIN_BLOCKS = 20
 ATTENTION_TILE = {"schedule": "tile"}
 #: Key blocks per head dim (up to the key), for an attention kernel whose own BLOCK_N is another: 64 keys up to head
-#: dim 64 (two CTAs per SM, whose four consumer warp groups hide each other's softmax), 128 above, up to 128. The
-#: examples' own choice, measured (docs/performance.md): at head dim 96, 128-key blocks ran 1.20x a user kernel's
-#: 64 (521 against 434 TFLOP/s, 4x16x4096, H200); at head dim 64, 64-key blocks 1.07x a user kernel's 128 (383
-#: against 364 at 8x16x512 queries over 2048 keys). Head dims above 128 keep the kernel's own blocks.
+#: dim 64 (two CTAs per SM, whose four consumer warp groups hide each other's softmax), 128 above, up to 128.
+#: Measured (docs/performance.md): at head dim 96, 128-key blocks ran 1.20x a user kernel's 64 (521 against 434
+#: TFLOP/s, 4x16x4096, H200); at head dim 64, 64-key blocks 1.07x a user kernel's 128 specialized at one CTA per SM
+#: (383 against 364 at 8x16x512 queries over 2048 keys). A kernel whose own 128-key block the compiler put on the
+#: uniform-warp path at head dim 64 (`CompiledKernel.uniform_by_choice`: two CTAs per SM, as the examples' own now)
+#: keeps it: 1.03-1.10x the 64-key blocks over S = 512 to 16384, causal or not (H200). Head dims above 128 keep
+#: the kernel's own blocks.
 ATTENTION_KEY_BLOCKS = ((64, 64), (128, 128))
 #: Options given explicitly under which an attention kernel keeps its own configuration.
 _ATTENTION_OPTIONS = _SCHEDULE_OPTIONS + ("cluster", "ctas_per_sm", "consumer_pingpong", "consumer_lookahead")
@@ -515,8 +518,11 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     own_keys = constants.get("BLOCK_N")
     # the own configuration with the key block its head dim wants (the rules below compare against that one); a
     # larger block only where it visits the same keys (`_larger_keys_safe`)
+    # (not smaller where the compiler took the uniform-warp path for the own block: 128-key blocks at head dim 64
+    # there run two CTAs per SM and beat the 64-key specialized kernel, `ATTENTION_KEY_BLOCKS`)
     base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and \
-        (keys < own_keys or _larger_keys_safe(info, extents, keys, masked_or_divided=False)) else {}
+        (_larger_keys_safe(info, extents, keys, masked_or_divided=False) if keys > own_keys
+         else not getattr(own, "uniform_by_choice", False)) else {}
     length = extents.get(symbol)
     if getattr(own, "dynamic_tiles", False) and length is not None and length >= ATTENTION_TILE_MIN_BLOCKS * 128:
         return dict(ATTENTION_TILE, **base)

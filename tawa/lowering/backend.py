@@ -49,10 +49,10 @@ def _build_kernel(module: ir.Module, ptxas: bool) -> CompiledKernel:
                  "num_buffers)")
     text = str(module)
     ptx = emit_ptx.emit_ptx(module, text)
-    cubin, notes, spills = None, [], None
+    cubin, notes, spills, registers = None, [], None, None
     if ptxas and emit_ptx.find_ptxas():
         cubin, rep = emit_ptx.assemble(ptx)
-        spills = rep.spill_stores + rep.spill_loads
+        spills, registers = rep.spill_stores + rep.spill_loads, rep.registers
         notes.append(f"ptxas: {rep.registers} registers, {rep.spill_stores} bytes spill stores, "
                      f"{rep.spill_loads} bytes spill loads, {rep.stack_bytes} bytes stack")
         notes.extend(f"ptxas: {w}" for w in rep.warnings)
@@ -62,7 +62,7 @@ def _build_kernel(module: ir.Module, ptxas: bool) -> CompiledKernel:
         shared_bytes=info["shared_bytes"], persistent=info.get("persistent", False),
         split_k=info.get("split_k", 1), stream_k=info.get("stream_k", False),
         workspace_per_tile=info.get("workspace_per_tile", 0), dynamic_tiles=info.get("dynamic_tiles", False),
-        cluster=info.get("cluster"), ctas_per_sm=info.get("ctas_per_sm", 1), spill_bytes=spills, ptx=ptx,
+        cluster=info.get("cluster"), ctas_per_sm=info.get("ctas_per_sm", 1), spill_bytes=spills, registers=registers, ptx=ptx,
         positive_params=info.get("positive_params", []),
         cubin=cubin,
         ir=text, notes=notes)

@@ -93,10 +93,8 @@ def _softmax(loop) -> bool:
 
 def uniform_residency(kernel) -> str:
     """Why the uniform-warp kernel `uniform_is_faster` chose keeps only one CTA per SM after all ("" when two
-    fit): ptxas's registers, or the shared memory; from its notes."""
-    import re
-    regs = next((int(m.group(1)) for n in kernel.notes for m in [re.match(r"ptxas: (\d+) registers", n)] if m),
-                None)
+    fit): ptxas's registers, or the shared memory."""
+    regs = kernel.registers
     if regs is None:
         return ""
     rounded = -(-regs // 8) * 8

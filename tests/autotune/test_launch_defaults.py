@@ -380,13 +380,14 @@ def attention_info(example="flash_attention.tawa", source=None):
     return space_info(source or path.read_text(), str(path))
 
 
-def own(head_dim=64, uneven=False, chained=True, ctas_per_sm=2, dynamic_tiles=False, **constants):
+def own(head_dim=64, uneven=False, chained=True, ctas_per_sm=2, dynamic_tiles=False, uniform_by_choice=False,
+        **constants):
     """What the attention rule reads of the kernel's own compiled configuration (a `CompiledKernel`'s fields)."""
     from types import SimpleNamespace
     return SimpleNamespace(constants={"HEAD_DIM": head_dim, "BLOCK_M": 128, "BLOCK_N": 64 + 64 * (head_dim > 64),
                                       **constants},
                            uneven_programs=uneven, chained_dots=chained, ctas_per_sm=ctas_per_sm,
-                           dynamic_tiles=dynamic_tiles)
+                           dynamic_tiles=dynamic_tiles, uniform_by_choice=uniform_by_choice)
 
 
 def heads(s, z=8, h=16):
@@ -502,6 +503,22 @@ def test_attention_takes_the_key_block_its_head_dim_wants():
     assert choose(info, heads(16384, z=2), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == M192
     # small grids compare 192-row CTAs against the 64-key blocks at two CTAs per SM: those stay
     assert choose(info, heads(2048, z=1), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}
+
+
+def test_attention_keeps_the_128_key_blocks_the_compiler_put_on_uniform_warps():
+    """At head dim 64 a 128-key kernel the compiler ran on uniform warps (`uniform_by_choice`, two CTAs per SM, as
+    the examples compile by default) keeps its key block: it beat the 64-key specialized blocks on every shape
+    measured. It still takes 192-row blocks on long sequences, weighed against its two CTAs per SM."""
+    info = attention_info()
+    uni = own(64, BLOCK_N=128, uniform_by_choice=True)
+    for s in (512, 1024, 2047):
+        assert choose(info, heads(s), own=uni) == {}
+    assert choose(info, heads(2048, z=1), own=uni) == {}
+    assert choose(info, heads(4096), own=own(64, uneven=True, BLOCK_N=128, uniform_by_choice=True)) == {}
+    assert choose(info, heads(2048), own=uni) == M192
+    assert choose(info, heads(16384, z=2), own=uni) == M192
+    # the same block specialized at one CTA per SM (ptxas left the uniform kernel too many registers) goes to 64
+    assert choose(info, heads(512), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}
 
 
 def test_attention_takes_a_larger_key_block_only_where_it_visits_the_same_keys():

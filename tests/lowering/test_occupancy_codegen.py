@@ -30,9 +30,6 @@ def _plan(example, **options):
     ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 64}, 2),
     ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 64, "CAUSAL": 1}, 2),
     ("gqa_attention", {"HEAD_DIM": 64, "BLOCK_N": 64}, 2),
-    # the examples' default key block is 64 at head dims up to 64
-    ("flash_attention", {"HEAD_DIM": 64}, 2),
-    ("gqa_attention", {"HEAD_DIM": 64, "CAUSAL": 1}, 2),
     # too many registers for half the register file: 128-key blocks, or head dim 128
     ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 128}, 1),
     ("flash_attention", {"HEAD_DIM": 128, "BLOCK_N": 64}, 1),
@@ -59,6 +56,9 @@ def test_decision(example, options, ctas):
     ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 128}, False),
     ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 128, "CAUSAL": 1}, False),
     ("gqa_attention", {"HEAD_DIM": 64, "BLOCK_N": 128}, False),
+    # the examples' default key block: 128 at every head dim
+    ("flash_attention", {"HEAD_DIM": 64}, False),
+    ("gqa_attention", {"HEAD_DIM": 64, "CAUSAL": 1}, False),
     # two specialized CTAs fit (64-key blocks); head dim 128; three consumer groups over 192 rows (FA3's tile)
     ("flash_attention", {"HEAD_DIM": 64, "BLOCK_N": 64}, True),
     ("flash_attention", {"HEAD_DIM": 128, "BLOCK_N": 128}, True),
@@ -91,9 +91,16 @@ def test_the_uniform_choice_is_checked_against_ptxas():
     k = compile_source(src, fn, CompileOptions(constants={"D": 64, "BLOCK_N": 128}))
     notes = "\n".join(k.notes)
     assert k.num_threads == 384 and "is warp-specialized after all" in notes and "one CTA per SM" in notes
+    assert not k.uniform_by_choice and k.ctas_per_sm == 1
+    assert f"ptxas: {k.registers} registers" in notes     # (ptxas's count, recorded for the check)
     plain = compile_example("flash_attention", HEAD_DIM=64, BLOCK_N=128)
     assert plain.compiled.num_threads == 256 and "its exponentials bound the key loop" in "\n".join(
         plain.compiled.notes)
+    # (what the launch rules read: the compiler's own choice, two CTAs resident)
+    assert plain.compiled.uniform_by_choice and plain.compiled.ctas_per_sm == 2
+    assert 2 * plain.compiled.registers * plain.compiled.num_threads <= hopper.REGISTER_FILE
+    asked = compile_example("flash_attention", HEAD_DIM=64, BLOCK_N=128, warp_specialize=False)
+    assert not asked.compiled.uniform_by_choice and asked.compiled.num_threads == 256
     b2b = """
 @grid(cdiv(M, 128))
 def b2b(A: bf16[M, 64], B: bf16[64, N], C: bf16[N, 64], O: f32[M, 64]):

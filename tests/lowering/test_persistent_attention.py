@@ -53,8 +53,8 @@ def test_persistent_refused_where_the_rings_do_not_fit(head_dim):
     (96, 0, {}, "persistent", "a ring of its own that the producer fills for the next tile"),
     (128, 1, {}, "persistent", "the dot operand loaded at"),
     (128, 1, {"dynamic_tiles": False}, "tile", "its loop's length depends on the program"),
-    (64, 0, {}, "tile", "two CTAs per SM already overlap"),
-    (64, 1, {}, "tile", "two CTAs per SM already overlap"),
+    (64, 0, {"BLOCK_N": 64}, "tile", "two CTAs per SM already overlap"),
+    (64, 1, {"BLOCK_N": 64}, "tile", "two CTAs per SM already overlap"),
 ])
 def test_the_compiler_chooses_the_schedule_and_says_why(head_dim, causal, options, schedule, why):
     """Persistent where every query block's loop has the same length, and with causal masking where the CTAs take
