@@ -72,8 +72,9 @@ class CompiledKernel:
     #: A clustered persistent kernel: [CTAs along grid axis 0, along axis 1] of its thread-block clusters, which
     #: the runtime launches where the grid divides into them (`runtime.grid.cluster_size_for`); None: no clusters.
     cluster: Optional[list] = None
-    #: CTAs the kernel keeps resident per SM (its registers and shared memory sized for that many); a persistent
-    #: kernel is launched with this many CTAs per SM.
+    #: CTAs the kernel keeps resident per SM (a specialized kernel's registers and shared memory sized for that many;
+    #: a uniform-warp kernel's as ptxas left them, `uniform_by_choice`); a persistent kernel is launched with this
+    #: many CTAs per SM.
     ctas_per_sm: int = 1
     #: The programs' loops with dots run different numbers of iterations (their bounds depend on the program id:
     #: causal attention); the launch defaults weigh tiles by it (`tawa.autotune.launch_defaults`).
@@ -83,7 +84,8 @@ class CompiledKernel:
     chained_dots: bool = False
     #: The compiler ran the kernel on the uniform-warp path by its own rule, where warp specialization applied
     #: (`occupancy.uniform_is_faster`: attention at a head dim its exponentials bound), with two CTAs resident per
-    #: SM (`ctas_per_sm` 2, checked against ptxas's registers); the launch rules then keep its key block.
+    #: SM (`ctas_per_sm` 2, checked against ptxas's registers; False where ptxas did not run); the launch rules
+    #: then keep its key block at head dim 64.
     uniform_by_choice: bool = False
     #: Indices of the scalar arguments the code assumes positive (compile option `positive_scales`): the launcher
     #: checks each lies within POSITIVE_ARG_RANGE at every launch (`PositiveScaleError` otherwise).

@@ -412,8 +412,9 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
                          f"{', '.join(overlaps)} (register_overlap=False leaves them out)"]
     kernel.notes = notes + list(kernel.notes)
     kernel.uneven_programs, kernel.chained_dots = traits["uneven_programs"], traits["chained_dots"]
-    if plan.uniform_by_choice:
-        # (uniform_residency found two CTAs fit: say so to the launch rules, which weigh waves by it)
+    if plan.uniform_by_choice and kernel.registers is not None:
+        # (uniform_residency found two CTAs fit: say so to the launch rules, which weigh waves by it; without
+        # ptxas's count the premise is unchecked, and the launch rules treat the kernel as any other)
         kernel.uniform_by_choice, kernel.ctas_per_sm = True, 2
     return kernel
 

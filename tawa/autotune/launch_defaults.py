@@ -453,6 +453,9 @@ ATTENTION_TILE = {"schedule": "tile"}
 #: keeps it: 1.03-1.10x the 64-key blocks over S = 512 to 16384, causal or not (H200). Head dims above 128 keep
 #: the kernel's own blocks.
 ATTENTION_KEY_BLOCKS = ((64, 64), (128, 128))
+#: Head dims above which a kernel the compiler ran on uniform warps keeps its key block (see above; at head dim 32
+#: the uniform kernel was not measured, and the examples keep 64-key specialized blocks there).
+UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM = 32
 #: Options given explicitly under which an attention kernel keeps its own configuration.
 _ATTENTION_OPTIONS = _SCHEDULE_OPTIONS + ("cluster", "ctas_per_sm", "consumer_pingpong", "consumer_lookahead")
 
@@ -518,11 +521,12 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     own_keys = constants.get("BLOCK_N")
     # the own configuration with the key block its head dim wants (the rules below compare against that one); a
     # larger block only where it visits the same keys (`_larger_keys_safe`)
-    # (not smaller where the compiler took the uniform-warp path for the own block: 128-key blocks at head dim 64
-    # there run two CTAs per SM and beat the 64-key specialized kernel, `ATTENTION_KEY_BLOCKS`)
+    # (not smaller where the compiler took the uniform-warp path for the own block at head dim 64: 128-key blocks
+    # there run two CTAs per SM and beat the 64-key specialized kernel, `ATTENTION_KEY_BLOCKS`; measured at 64 only)
+    uniform_kept = getattr(own, "uniform_by_choice", False) and max(widths) > UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM
     base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and \
         (_larger_keys_safe(info, extents, keys, masked_or_divided=False) if keys > own_keys
-         else not getattr(own, "uniform_by_choice", False)) else {}
+         else not uniform_kept) else {}
     length = extents.get(symbol)
     if getattr(own, "dynamic_tiles", False) and length is not None and length >= ATTENTION_TILE_MIN_BLOCKS * 128:
         return dict(ATTENTION_TILE, **base)

@@ -133,7 +133,7 @@ def default_configs(info: dict) -> list:
 def plain_defaults(info: dict) -> dict:
     """The kernel's constants whose default is a value of its own, not computed from other constants: a candidate
     restating one of these is the same kernel as without it (`Config.without_defaults`). A derived default
-    (`BLOCK_N = 64 + 64 * (HEAD_DIM > 64)`) changes with the constants it reads, so a candidate's BLOCK_N=128 next to
+    (`BLOCK_N = 64 + 64 * (HEAD_DIM >= 64)`) changes with the constants it reads, so a candidate's BLOCK_N=128 next to
     HEAD_DIM=64 must stay."""
     derived = set(info.get("derived_constants", ()))
     return {n: v for n, v in info.get("constants", {}).items() if n not in derived}

@@ -206,7 +206,7 @@ def const_values(kernel: S.Kernel, diag) -> dict:
 
 
 def derived_constants(kernel: S.Kernel, constants: dict) -> list:
-    """The `const` parameters whose default is computed from other constants (`BLOCK_N = 64 + 64 * (HEAD_DIM > 64)`):
+    """The `const` parameters whose default is computed from other constants (`BLOCK_N = 64 + 64 * (HEAD_DIM >= 64)`):
     their default value holds only while those keep theirs, so a candidate that sets one to that value still
     sets it (`Config.without_defaults`)."""
     return [p.name for p in kernel.params

@@ -519,6 +519,8 @@ def test_attention_keeps_the_128_key_blocks_the_compiler_put_on_uniform_warps():
     assert choose(info, heads(16384, z=2), own=uni) == M192
     # the same block specialized at one CTA per SM (ptxas left the uniform kernel too many registers) goes to 64
     assert choose(info, heads(512), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}
+    # below head dim 64 (not measured on uniform warps) the rule for the head dim holds
+    assert choose(info, heads(512), own=own(32, BLOCK_N=128, uniform_by_choice=True)) == {"BLOCK_N": 64}
 
 
 def test_attention_takes_a_larger_key_block_only_where_it_visits_the_same_keys():

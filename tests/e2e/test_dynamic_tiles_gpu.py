@@ -165,7 +165,7 @@ def test_dynamic_gemm_three_consumer_groups(shape):
 @pytest.mark.parametrize("causal", [0, 1])
 def test_dynamic_attention_two_ctas_per_sm(causal):
     """Head dim 64 at two CTAs per SM with dynamic tiles (264 CTAs share one counter)."""
-    kernel = _attention(causal, head_dim=64, dynamic_tiles=True, ctas_per_sm=2)
+    kernel = _attention(causal, head_dim=64, BLOCK_N=64, dynamic_tiles=True, ctas_per_sm=2)
     assert kernel.compiled.dynamic_tiles and kernel.compiled.ctas_per_sm == 2
     import torch
     check_attention(torch, kernel, (4, 16, 700, 64), causal, seed=90 + causal)

@@ -151,7 +151,7 @@ def test_gemm_fp8(ws):
 
 ATTENTION_SCHEDULES = [pytest.param({}, id="auto"), pytest.param({"consumer_pingpong": False}, id="ws-no-pingpong"),
                        pytest.param({"consumer_lookahead": False}, id="ws-no-lookahead"),
-                       # the key block the example's default (64 up to head dim 64, 128 above) does not take here
+                       # a key block other than the example's default (128): 64
                        pytest.param({"other_block_n": True}, id="auto-other-n"),
                        # key blocks that are not powers of two: 176 at head dim 128 (K and V in rings of their own,
                        # two slots each), 80 at head dim 64 (two CTAs per SM)
@@ -168,7 +168,7 @@ ATTENTION_SHAPES = [(2, 4, 1000, 128), (1, 2, 256, 128), (1, 3, 77, 64), (2, 2, 
 def test_flash_attention(shape, causal, options):
     options = dict(options)
     if options.pop("other_block_n", False):
-        options["BLOCK_N"] = 128 if shape[-1] == 64 else 64
+        options["BLOCK_N"] = 64
     if options.pop("odd_block_n", False):
         options.update({"BLOCK_N": 176} if shape[-1] == 128 else {"BLOCK_N": 80, "ctas_per_sm": 2})
     kernel = compiled("flash_attention.tawa", CAUSAL=causal, HEAD_DIM=shape[-1], **options)
@@ -178,15 +178,16 @@ def test_flash_attention(shape, causal, options):
 
 # The persistent attention schedule (`schedule="persistent"`: each CTA loops over query blocks, Q through a ring of
 # its own): grids of several query blocks per CTA (512 and 384 of them over 132 or 264 resident CTAs), ragged S, a
-# single key, and S smaller than one block; head dim 64 runs two persistent CTAs per SM.
+# single key, and S smaller than one block; head dim 64 with 64-key blocks runs two persistent CTAs per SM.
 PERSISTENT_ATTENTION_SHAPES = [(4, 16, 1000, 128), (4, 16, 700, 64), (2, 2, 1, 128), (1, 3, 77, 64)]
 
 
 @pytest.mark.parametrize("causal", [0, 1])
 @pytest.mark.parametrize("shape", PERSISTENT_ATTENTION_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_flash_attention_persistent(shape, causal):
-    kernel = compiled("flash_attention.tawa", CAUSAL=causal, HEAD_DIM=shape[-1], schedule="persistent")
-    assert kernel.compiled.persistent
+    keys = {"BLOCK_N": 64} if shape[-1] == 64 else {}
+    kernel = compiled("flash_attention.tawa", CAUSAL=causal, HEAD_DIM=shape[-1], schedule="persistent", **keys)
+    assert kernel.compiled.persistent and kernel.compiled.ctas_per_sm == (2 if keys else 1)
     import torch
     check_attention(torch, kernel, shape, causal, seed=7 + sum(shape))
 

@@ -679,7 +679,7 @@ CASES = [
     Case("attn_bias", ATTN_S4, [{}, {"D": 128, "BLOCK_N": 128}]),
     Case("attn_additive_mask", ATTN, [{}, {"D": 128, "BLOCK_N": 128}]),
     # (Z, H, SQ, SK): queries shorter and longer than the keys, ragged both ways
-    # (D=64 alone: the launch takes 64-key blocks for the kernel's own 128, `launch_defaults.ATTENTION_KEY_BLOCKS`)
+    # (D=64 alone: the compiler runs the kernel's own 128-key blocks on uniform warps, which the launch keeps)
     Case("attn_cross", [(1, 1, 24, 40), (2, 3, 333, 1100), (2, 8, 1100, 200)], [{}, {"D": 64, "BLOCK_N": 64},
                                                                                  {"D": 64}]),
     Case("attn_cross", [(2, 3, 333, 1100)], [{}, {"D": 64}], name="attn_cross-negative-scale", scale_factor=-1.0),

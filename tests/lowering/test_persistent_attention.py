@@ -115,13 +115,15 @@ def test_dynamic_gemm_codegen(constants, options, consumers):
 
 def test_dynamic_tiles_asked_for_choose_the_persistent_schedule():
     """Where the compiler would pick ping-pong (a GEMM's 128x128 tiles) or one block per CTA (causal attention at
-    head dim 64, two CTAs per SM), `dynamic_tiles=True` makes it pick the persistent schedule instead."""
+    head dim 64 with 64-key blocks, two CTAs per SM), `dynamic_tiles=True` makes it pick the persistent schedule
+    instead."""
     gemm = EXAMPLES / "gemm.tawa"
     own = compile_source(gemm.read_text(), str(gemm), CompileOptions(constants={"BLOCK_N": 128}))
     assert any("uses the pingpong schedule" in n for n in own.notes)
     k = compile_source(gemm.read_text(), str(gemm), CompileOptions(constants={"BLOCK_N": 128}, dynamic_tiles=True))
     assert k.dynamic_tiles and any("uses the persistent schedule" in n for n in k.notes)
-    k = attention(HEAD_DIM=64, CAUSAL=1, dynamic_tiles=True)
+    assert not attention(HEAD_DIM=64, CAUSAL=1, BLOCK_N=64).persistent
+    k = attention(HEAD_DIM=64, CAUSAL=1, BLOCK_N=64, dynamic_tiles=True)
     assert k.persistent and k.dynamic_tiles
 
 
