@@ -454,8 +454,10 @@ ATTENTION_TILE = {"schedule": "tile"}
 #: the kernel's own blocks.
 ATTENTION_KEY_BLOCKS = ((64, 64), (128, 128))
 #: Head dims above which a kernel the compiler ran on uniform warps keeps its key block (see above; at head dim 32
-#: the uniform kernel was not measured, and the examples keep 64-key specialized blocks there).
-UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM = 32
+#: the uniform kernel was not measured, and the examples keep 64-key specialized blocks there), up to the head dim
+#: where the compiler takes that path (`occupancy.EXPONENTIAL_BOUND_HEAD_DIM`). Between them a kernel of smaller
+#: specialized key blocks launches UNIFORM_KEY_BLOCK ones where the compiler runs those on uniform warps.
+UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM, UNIFORM_KEY_BLOCK_MAX_HEAD_DIM, UNIFORM_KEY_BLOCK = 32, 64, 128
 #: Options given explicitly under which an attention kernel keeps its own configuration.
 _ATTENTION_OPTIONS = _SCHEDULE_OPTIONS + ("cluster", "ctas_per_sm", "consumer_pingpong", "consumer_lookahead")
 
@@ -488,6 +490,33 @@ def _larger_keys_safe(info: dict, extents: dict, block: int, masked_or_divided: 
     return bool(rows)
 
 
+def _attention_head_dim(info: dict, constants: dict):
+    """The widest constant last extent of the tensors the grid tiles, at the compiled kernel's `constants` (derived
+    ones included): an attention kernel's head dim; None where one is not a constant."""
+    symbol = info["tiles"][0][1]
+    tiled = {index for index, dims in info.get("operands", []) if symbol in dims}
+    widths = [constants.get(d, d) for index, dims in info.get("operand_constants", []) if index in tiled
+              for d in dims[-1:] if d is not None]
+    if not widths or not all(isinstance(w, int) and not isinstance(w, bool) for w in widths):
+        return None
+    return max(widths)
+
+
+def keeps_variant(info, config: dict, own, compiled) -> bool:
+    """Whether the launch takes the variant compiled for `config` (else the kernel's own): a key block the attention
+    rule raised to UNIFORM_KEY_BLOCK at head dim 64 only where the compiler ran it on uniform warps
+    (`CompiledKernel.uniform_by_choice`), the premise of the raise; where ptxas left the uniform kernel one CTA per
+    SM (a bias or a mask row in the loop) the variant is specialized at one CTA per SM, slower than the own blocks."""
+    if own is None or info is None or config != {"BLOCK_N": UNIFORM_KEY_BLOCK}:
+        return True
+    constants = dict(getattr(own, "constants", None) or {})
+    own_keys, head_dim = constants.get("BLOCK_N"), _attention_head_dim(info, constants)
+    if not isinstance(own_keys, int) or own_keys >= UNIFORM_KEY_BLOCK or head_dim is None or \
+            not UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM < head_dim <= UNIFORM_KEY_BLOCK_MAX_HEAD_DIM:
+        return True
+    return bool(getattr(compiled, "uniform_by_choice", False))
+
+
 def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: int = 132) -> dict:
     """ATTENTION_TILE for an attention-family kernel whose compiled configuration (`own`) chains its loop's dots,
     has query blocks of ATTENTION_OWN_ROWS and takes dynamic tiles, on sequences of at least
@@ -512,26 +541,31 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     if constants.get("BLOCK_M") != ATTENTION_OWN_ROWS:
         return {}
     symbol = info["tiles"][0][1]
-    tiled = {index for index, dims in info.get("operands", []) if symbol in dims}
-    widths = [constants.get(d, d) for index, dims in info.get("operand_constants", []) if index in tiled
-              for d in dims[-1:] if d is not None]
-    if not widths or not all(isinstance(w, int) and not isinstance(w, bool) for w in widths):
+    head_dim = _attention_head_dim(info, constants)
+    if head_dim is None:
         return {}
-    keys = next((block for most, block in ATTENTION_KEY_BLOCKS if max(widths) <= most), None)
+    keys = next((block for most, block in ATTENTION_KEY_BLOCKS if head_dim <= most), None)
     own_keys = constants.get("BLOCK_N")
     # the own configuration with the key block its head dim wants (the rules below compare against that one); a
     # larger block only where it visits the same keys (`_larger_keys_safe`)
     # (not smaller where the compiler took the uniform-warp path for the own block at head dim 64: 128-key blocks
     # there run two CTAs per SM and beat the 64-key specialized kernel, `ATTENTION_KEY_BLOCKS`; measured at 64 only)
-    uniform_kept = getattr(own, "uniform_by_choice", False) and max(widths) > UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM
+    uniform_head_dim = UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM < head_dim <= UNIFORM_KEY_BLOCK_MAX_HEAD_DIM
+    uniform_kept = getattr(own, "uniform_by_choice", False) and uniform_head_dim
     base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and \
         (_larger_keys_safe(info, extents, keys, masked_or_divided=False) if keys > own_keys
          else not uniform_kept) else {}
+    # (and larger, from a smaller specialized block, where the compiler would run it on uniform warps: checked on the
+    # compiled variant, `keeps_variant`)
+    if not base and uniform_head_dim and isinstance(own_keys, int) and own_keys < UNIFORM_KEY_BLOCK and \
+            not getattr(own, "uniform_by_choice", False) and \
+            _larger_keys_safe(info, extents, UNIFORM_KEY_BLOCK, masked_or_divided=False):
+        base = {"BLOCK_N": UNIFORM_KEY_BLOCK}
     length = extents.get(symbol)
     if getattr(own, "dynamic_tiles", False) and length is not None and length >= ATTENTION_TILE_MIN_BLOCKS * 128:
         return dict(ATTENTION_TILE, **base)
     least = ATTENTION_192_MIN_BLOCKS_UNEVEN if getattr(own, "uneven_programs", True) else ATTENTION_192_MIN_BLOCKS
-    if length is None or max(widths) > ATTENTION_192_MAX_HEAD_DIM or length < least * 128:
+    if length is None or head_dim > ATTENTION_192_MAX_HEAD_DIM or length < least * 128:
         return base
     # the programs along the grid's other axes (heads, batch): each must be a shape symbol alone
     others = 1

@@ -4,6 +4,7 @@ where B's rows sit off the 32-byte sector grid; and the options given that keep 
 from __future__ import annotations
 
 import pytest
+from types import SimpleNamespace
 
 from tawa.autotune import launch_defaults
 
@@ -380,12 +381,15 @@ def attention_info(example="flash_attention.tawa", source=None):
     return space_info(source or path.read_text(), str(path))
 
 
-def own(head_dim=64, uneven=False, chained=True, ctas_per_sm=2, dynamic_tiles=False, uniform_by_choice=False,
+def own(head_dim=64, uneven=False, chained=True, ctas_per_sm=2, dynamic_tiles=False, uniform_by_choice=None,
         **constants):
-    """What the attention rule reads of the kernel's own compiled configuration (a `CompiledKernel`'s fields)."""
+    """What the attention rule reads of the kernel's own compiled configuration (a `CompiledKernel`'s fields); by
+    default the examples': 128-key blocks from head dim 64 on, on uniform warps at 64 (two CTAs per SM)."""
     from types import SimpleNamespace
-    return SimpleNamespace(constants={"HEAD_DIM": head_dim, "BLOCK_M": 128, "BLOCK_N": 64 + 64 * (head_dim > 64),
-                                      **constants},
+    constants = {"HEAD_DIM": head_dim, "BLOCK_M": 128, "BLOCK_N": 64 + 64 * (head_dim >= 64), **constants}
+    if uniform_by_choice is None:
+        uniform_by_choice = head_dim == 64 and constants["BLOCK_N"] == 128 and ctas_per_sm == 2
+    return SimpleNamespace(constants=constants,
                            uneven_programs=uneven, chained_dots=chained, ctas_per_sm=ctas_per_sm,
                            dynamic_tiles=dynamic_tiles, uniform_by_choice=uniform_by_choice)
 
@@ -505,6 +509,28 @@ def test_attention_takes_the_key_block_its_head_dim_wants():
     assert choose(info, heads(2048, z=1), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}
 
 
+def test_attention_at_head_dim_64_takes_128_key_blocks_for_the_uniform_warp_path():
+    """A kernel of 64-key specialized blocks at head dim 64 launches 128-key blocks where they visit the same keys
+    (the compiler runs those on uniform warps, two CTAs per SM); `keeps_variant` launches that variant only where
+    the compiler did take the uniform path. Below head dim 64, or with options given, the kernel keeps its own."""
+    info = attention_info()
+    keys64 = own(64, BLOCK_N=64)
+    raised = {"BLOCK_N": 128}
+    assert choose(info, heads(512), own=keys64) == raised
+    assert choose(info, heads(4096), own=own(64, uneven=True, BLOCK_N=64)) == raised
+    assert choose(info, heads(1000), own=keys64) == {}              # 1000 keys are not whole 128-key blocks
+    assert choose(info, heads(512), own=own(32, BLOCK_N=64)) == {}
+    assert choose(info, heads(512), fixed={"warp_specialize": True}, own=keys64) == {}
+    assert choose(info, heads(16384, z=2), own=keys64) == M192
+    uniform, specialized = SimpleNamespace(uniform_by_choice=True), SimpleNamespace(uniform_by_choice=False)
+    assert launch_defaults.keeps_variant(info, raised, keys64, uniform)
+    assert not launch_defaults.keeps_variant(info, raised, keys64, specialized)
+    # other variants are launched as compiled: 192 rows; the key block a head dim of 96 wants
+    assert launch_defaults.keeps_variant(info, M192, keys64, specialized)
+    assert launch_defaults.keeps_variant(info, raised, own(96, ctas_per_sm=1, BLOCK_N=64), specialized)
+    assert launch_defaults.keeps_variant(info, raised, None, specialized)
+
+
 def test_attention_keeps_the_128_key_blocks_the_compiler_put_on_uniform_warps():
     """At head dim 64 a 128-key kernel the compiler ran on uniform warps (`uniform_by_choice`, two CTAs per SM, as
     the examples compile by default) keeps its key block: it beat the 64-key specialized blocks on every shape
@@ -536,9 +562,10 @@ def test_attention_takes_a_larger_key_block_only_where_it_visits_the_same_keys()
     assert choose(masked, heads(1088), own=keys64) == {}                              # 1088 = 17 x 64
     assert choose(unmasked, heads(1152), own=keys64) == {}
     assert choose(unmasked, heads(1088), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}   # smaller
-    assert choose(masked, heads(16384 + 64, z=2), own=own()) == M192
-    assert choose(unmasked, heads(16384, z=2), own=own()) == M192
-    assert choose(unmasked, heads(16384 + 64, z=2), own=own()) == {}
+    keys64 = own(64, BLOCK_N=64)                    # (specialized, two CTAs per SM)
+    assert choose(masked, heads(16384 + 64, z=2), own=keys64) == M192
+    assert choose(unmasked, heads(16384, z=2), own=keys64) == M192
+    assert choose(unmasked, heads(16384 + 64, z=2), own=keys64) == {}
     # cross attention: the keys' length decides, the queries' (tiled by BLOCK_M, stored masked) does not
     from tawa.frontend.tuning import space_info
     cross = EXAMPLES.parent / "tests" / "e2e" / "kernels" / "user" / "attn_cross.tawa"

@@ -674,10 +674,15 @@ CASES = [
     Case("geglu", GEMM + [SPLIT], [{}, {"BLOCK_M": 64, "BLOCK_N": 128}]),
     Case("batched_gemm_epi", [(1, 8, 48, 32), (3, 333, 528, 208), (2, 1100, 1504, 720)], [{}, {"BLOCK_N": 256}]),
     # (S = 256 and 1152, multiples of 128: the launch takes 128-key blocks for the kernel's own 64 at head dim 96)
-    Case("attn_noscale", ATTN + [(2, 3, 256), (1, 2, 1152)], [{}, {"HEAD_DIM": 128, "BLOCK_N": 128}]),
+    # (HEAD_DIM=64: its own 64-key blocks, two specialized CTAs per SM; on S = 256 and 1152 the launch takes
+    # 128-key blocks, which the compiler runs on uniform warps)
+    Case("attn_noscale", ATTN + [(2, 3, 256), (1, 2, 1152)], [{}, {"HEAD_DIM": 128, "BLOCK_N": 128},
+                                                              {"HEAD_DIM": 64}]),
     Case("attn_causal_scale", ATTN, [{}, {"D": 128, "BLOCK_N": 128}]),
-    Case("attn_bias", ATTN_S4, [{}, {"D": 128, "BLOCK_N": 128}]),
-    Case("attn_additive_mask", ATTN, [{}, {"D": 128, "BLOCK_N": 128}]),
+    # (S = 512: the launch asks for 128-key blocks for the uniform-warp path, which ptxas's registers refuse
+    # (`launch_defaults.keeps_variant`): the kernel's own blocks run)
+    Case("attn_bias", ATTN_S4 + [(2, 3, 512)], [{}, {"D": 128, "BLOCK_N": 128}]),
+    Case("attn_additive_mask", ATTN + [(2, 3, 512)], [{}, {"D": 128, "BLOCK_N": 128}]),
     # (Z, H, SQ, SK): queries shorter and longer than the keys, ragged both ways
     # (D=64 alone: the compiler runs the kernel's own 128-key blocks on uniform warps, which the launch keeps)
     Case("attn_cross", [(1, 1, 24, 40), (2, 3, 333, 1100), (2, 8, 1100, 200)], [{}, {"D": 64, "BLOCK_N": 64},

@@ -330,8 +330,9 @@ def test_attention_at_head_dim_64_launches_its_192_row_variant_on_long_sequences
         shapes = ShapeVariants(lambda: space_info(source, "flash_attention.tawa"), compile_variant,
                                fixed={"HEAD_DIM": 64, "CAUSAL": causal})
         own = Kernel(types.SimpleNamespace(name="fa", target="cuda", params=[{"name": n} for n in "QKVO"],
-                                           constants={"HEAD_DIM": 64, "BLOCK_M": 128, "BLOCK_N": 64},
-                                           uneven_programs=bool(causal), chained_dots=True, ctas_per_sm=2),
+                                           constants={"HEAD_DIM": 64, "BLOCK_M": 128, "BLOCK_N": 128},
+                                           uneven_programs=bool(causal), chained_dots=True, ctas_per_sm=2,
+                                           uniform_by_choice=True),
                      shape_variants=shapes)
         q = Array(8, 16, short, 64)
         assert own.variant_for(q, q, q, q, 0.1) is own
@@ -339,6 +340,35 @@ def test_attention_at_head_dim_64_launches_its_192_row_variant_on_long_sequences
         assert own.variant_for(q, q, q, q, 0.1) is not own
         assert own.variant_for(q, q, q, q, 0.1) is own.variant_for(q, q, q, q, 0.1)
         assert compiled == [{"BLOCK_M": 192, "BLOCK_N": 128, "schedule": "tile"}]
+
+
+def test_a_raised_key_block_that_did_not_take_the_uniform_path_is_not_launched():
+    """A kernel of 64-key specialized blocks at head dim 64 asks for 128-key blocks on S = 512 (for the uniform-warp
+    path); where the compiled variant is specialized after all (ptxas left the uniform kernel one CTA per SM) the
+    launch keeps the kernel itself, and asks no more for those extents; where it is uniform, the variant runs."""
+    source = (pathlib.Path(__file__).resolve().parents[2] / "examples" / "flash_attention.tawa").read_text()
+    from tawa.frontend.tuning import space_info
+    for uniform in (False, True):
+        compiled = []
+
+        def compile_variant(config):
+            compiled.append(dict(config))
+            k = fake_kernel(f"v{len(compiled)}")
+            k.compiled.uniform_by_choice = uniform
+            return k
+
+        shapes = ShapeVariants(lambda: space_info(source, "flash_attention.tawa"), compile_variant,
+                               fixed={"HEAD_DIM": 64})
+        own = Kernel(types.SimpleNamespace(name="fa", target="cuda", params=[{"name": n} for n in "QKVO"],
+                                           constants={"HEAD_DIM": 64, "BLOCK_M": 128, "BLOCK_N": 64},
+                                           uneven_programs=False, chained_dots=True, ctas_per_sm=2,
+                                           uniform_by_choice=False),
+                     shape_variants=shapes)
+        q = Array(8, 16, 512, 64)
+        got = own.variant_for(q, q, q, q, 0.1)
+        assert (got is own) == (not uniform)
+        assert own.variant_for(q, q, q, q, 0.1) is got
+        assert compiled == [{"BLOCK_N": 128}]
 
 
 def test_a_program_whose_results_depend_on_its_tiles_keeps_them(made):
