@@ -48,3 +48,17 @@ def test_gqa_attention(shape, group, causal, resident):
     kernel = compiled("gqa_attention.tawa", CAUSAL=causal, HEAD_DIM=64, BLOCK_N=64)
     _attention(kernel, shape, causal, gqa=group)
     assert resident == [2]
+
+
+@pytest.mark.parametrize("example", ["flash_attention.tawa", "gqa_attention.tawa"])
+@pytest.mark.parametrize("causal", [0, 1])
+@pytest.mark.parametrize("shape", [(1, 4, 77, 64), (2, 4, 640, 64), (1, 8, 1000, 64)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_uniform_warps_by_choice_keep_two_ctas_per_sm(example, shape, causal, resident):
+    """The examples' default at head dim 64: 128-key blocks that the compiler runs on uniform warps because two of
+    their CTAs fit an SM (`CompiledKernel.uniform_by_choice`): the driver must agree, on every launch (the shapes
+    here keep the kernel's own blocks: S below 2048)."""
+    kernel = compiled(example, CAUSAL=causal, HEAD_DIM=64)
+    assert kernel.compiled.uniform_by_choice and kernel.compiled.num_threads == 256
+    _attention(kernel, shape, causal, gqa=2 if example.startswith("gqa") else 1)
+    assert resident and set(resident) == {2}
