@@ -107,7 +107,7 @@ def can_persist(func_op, plans: list, options=None) -> tuple:
     epilogue's staging, which in a persistent kernel cannot reuse the drained ring."""
     body = body_block(func_op)
     for p in plans:
-        if p.loop.block != body:
+        if p.loop.block != body and not _under_top_level_conditionals(p.loop, body):
             # (a loop the program writes around its K loop, a hand-written tile loop, is its own schedule; a
             # conditional around it may skip it for some tiles)
             kind = "a conditional" if parent_op(p.loop).name == "scf.if" else "a loop"
@@ -126,6 +126,16 @@ def can_persist(func_op, plans: list, options=None) -> tuple:
         op = next(iter(prologue))
         return False, f"split-K and the dot operand loaded{where(op)} before the loop, once per tile, do not combine"
     return aref_insertion.smallest_ring_fits(func_op, heavy, options, persistent=True)
+
+
+def _under_top_level_conditionals(loop, body) -> bool:
+    """Whether `loop` sits in the kernel's body under conditionals only (`if pid_m * BLOCK_M < count:`), no loop."""
+    op = parent_op(loop)
+    while op is not None and op.name == "scf.if":
+        if op.block == body:
+            return True
+        op = parent_op(op)
+    return False
 
 
 def prologue_operand(func_op, plans: list):
@@ -155,6 +165,9 @@ def can_pingpong(func_op, plans: list, options=None) -> tuple:
     for p in plans:
         if ws_ir.computed_from_program(p.loop.operands[:3]):
             return False, f"the trip count of the loop{where(p.loop)} depends on the program"
+        if parent_op(p.loop).name == "scf.if":
+            # (a group passes over the other's tiles by their trip count, and cannot tell which of them ran it)
+            return False, f"the loop{where(p.loop)} is nested in a conditional, which some tiles skip"
     rows = carried_rows(func_op)
     if takes_three_groups(rows):
         return False, f"its {rows}-row tiles take three consumer warp groups together (64 rows each)"
@@ -192,6 +205,12 @@ def can_cluster(func_op, plans: list, options, schedule: str) -> tuple:
             return False, (f"the trip count of its loop{f' on line {line.line}' if line else ''} depends on "
                            f"program_id({axis}), so the CTAs of a cluster along it would run different numbers of "
                            f"iterations")
+        outer = parent_op(p.loop)
+        while outer is not None and outer.name == "scf.if":
+            if _depends_on_program(outer.operands[:1], axis):
+                return False, (f"the condition around its loop{where(p.loop)} depends on program_id({axis}), so "
+                               f"one CTA of a cluster along it could run the loop and the other skip it")
+            outer = parent_op(outer)
     loads = [ld for p in plans for ld in p.loads]
     shared = [ld for ld in loads if multicast_parts(ld, axis, size)]
     if not shared:

@@ -49,6 +49,11 @@ def reduction_loop(func) -> tuple:
     body = ops_of(body_block(func))
     loops = [op for op in body if op.name == ForOp.NAME and any(o.name == DotOp.NAME for o in walk(op))]
     if not loops:
+        nested = next((op for op in walk(func)
+                       if op.name == ForOp.NAME and any(o.name == DotOp.NAME for o in walk(op))), None)
+        if nested is not None:      # (under a conditional or in a loop the program writes)
+            return None, ("its loop with a dot is not at the top level of the kernel (the K loop split must be "
+                          "one that every program runs, once)", nested)
         return None, ("it has no loop with a dot to split", func)
     if len(loops) > 1:
         return None, ("it has more than one loop with a dot (split-K splits one K loop)", loops[1])

@@ -634,7 +634,8 @@ CASES = [
     # (BLOCK_N = 192: the zeros of the skipped tiles in the accumulator's layout, 192 not being a power of two)
     Case("moe_counts", [(1, 8, 48, 32, 5), (4, 333, 528, 208, 333, 0, 129, 17), (3, 1100, 1056, 720, 1100, 700, 1)],
          [{}, {"BLOCK_M": 64}, {"BLOCK_N": 192}, {"BLOCK_N": 320}, {"warp_specialize": False},
-          {"warp_specialize": False, "BLOCK_N": 192}]),
+          {"warp_specialize": False, "BLOCK_N": 192}, {"schedule": "tile"}, {"schedule": "persistent"},
+          {"schedule": "persistent", "BLOCK_N": 256}, {"dynamic_tiles": True}, {"cluster": "1x2"}]),
     # a block-sparse layout read from memory: each key block's index read in the loop (the producer reads it)
     Case("attn_block_sparse", [(1, 24), (2, 333), (3, 1100)], [{}, {"BLOCK_N": 64}, {"schedule": "tile"},
                                                                {"warp_specialize": False}]),

@@ -182,6 +182,24 @@ def test_conditional_around_the_k_loop(counts, depth):
     assert any(op.name == "tawa.load_scalar" for op in walk(producer))
 
 
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic-tiles"])
+@pytest.mark.parametrize("counts,depth", [((45, 0, 20), 2), ((0, 33, 1), 1), ((45, 45, 0), 3), ((7, 0, 0), 4)])
+def test_conditional_around_the_k_loop_persistent(counts, depth, dynamic):
+    """The same in a persistent kernel: each CTA's tiles run the K loop or skip it in turn, the ring's use count
+    carried through the branches from one tile to the next (tiles in a fixed order, or taken from a counter)."""
+    rng = np.random.default_rng(sum(counts) + depth)
+    E, CAP, N, K = 3, 45, 37, 40
+    X = rng.standard_normal((E, CAP, K)).astype(BF16)
+    W = rng.standard_normal((E, K, N)).astype(BF16)
+    C = np.array(counts, np.int32)
+    keep = np.arange(CAP)[None, :, None] < C[:, None, None]
+    ref = np.where(keep, X.astype(np.float32) @ W.astype(np.float32), 0.0)
+    consts = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+    m = run_all_seeds("moe_counts", consts, lambda: [X, W, C, np.zeros((E, CAP, N), BF16)], 3, ref, 2e-2,
+                      num_buffers=depth, schedule="persistent", dynamic_tiles=dynamic)
+    assert "tawa.persistent" in str(m) and ("tawa.next_tile" in str(m)) == dynamic
+
+
 @pytest.mark.parametrize("depth", [1, 2, 4])
 def test_conditional_inside_an_expert_loop(depth):
     """The experts in a loop the program writes, the K loop under an `if` on the expert's count: the ring's use

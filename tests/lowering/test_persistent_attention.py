@@ -226,3 +226,27 @@ def test_rows_off_the_128_byte_grid_are_stored_through_narrower_staging_boxes(he
         in k.ptx or "cp.async.bulk.tensor.4d.global.shared::cta" in k.ptx
     assert "st.global" not in k.ptx
     assert k.spill_bytes == 0
+
+
+def test_a_k_loop_under_a_conditional_in_the_body_persists():
+    """MoE in the capacity layout (`if pid_m * BLOCK_M < count:` around the K loop): the persistent schedule wraps
+    the conditional (its interleavings: tests/interleavings), with dynamic tiles and in 1x2 clusters, whose pairs
+    share pid_m and so the branch; ping-pong, 2x1 clusters (the condition reads pid_m), stream-K and split-K are
+    refused with a located reason. The compiler's own choice is the persistent schedule."""
+    path = EXAMPLES.parent / "tests" / "e2e" / "kernels" / "user" / "moe_counts.tawa"
+
+    def moe(**options):
+        return compile_source(path.read_text(), str(path), CompileOptions(**options))
+    auto = moe()
+    assert auto.persistent and any("uses the persistent schedule" in n for n in auto.notes)
+    assert moe(dynamic_tiles=True).dynamic_tiles
+    assert moe(schedule="persistent", cluster="1x2").cluster == [1, 2]
+    for options, message in (({"schedule": "pingpong"}, "is nested in a conditional, which some tiles skip"),
+                             ({"schedule": "persistent", "cluster": "2x1"}, "depends on program_id(0)"),
+                             ({"schedule": "streamk"}, "not at the top level of the kernel"),
+                             ({"split_k": 2}, "not at the top level of the kernel")):
+        with pytest.raises(CompilationError, match=re.escape(message)) as info:
+            moe(**options)
+        # (at the kernel, naming the loop; split-K's at the loop)
+        assert info.value.location is not None and (info.value.location.line == 13 or
+                                                    "moe_counts.tawa:13:9" in info.value.message), options

@@ -134,8 +134,9 @@ def test_a_kernel_that_cannot_stream_k_launches_itself(gemm):
 
 
 def test_a_refused_schedule_keeps_the_chosen_tile(gemm):
-    """A kernel whose K loop sits under an `if` refuses the persistent schedules: the launch keeps the tile the rule
-    chose (192 x 192 here, one full wave) on the schedule the compiler picks, rather than the kernel's own tile."""
+    """A kernel that refuses the persistent schedules (a K loop under an `if` in a loop the program writes): the
+    launch keeps the tile the rule chose (192 x 192 here, one full wave) on the schedule the compiler picks, rather
+    than the kernel's own tile."""
     tried = []
 
     def compile_variant(config):
