@@ -29,6 +29,10 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 USER = os.path.join(ROOT, "tests", "e2e", "kernels", "user")
 VARIANTS = [("specialized", {}), ("uniform warps", {"warp_specialize": False})]
+#: ... and for the MoE capacity layout, the K loop under an `if`: one program per CTA (what it launched before
+#: it could persist), and the persistent 128x128 tile.
+MOE_COUNTS_VARIANTS = VARIANTS + [("one program per CTA, 128x256", {"schedule": "tile", "BLOCK_N": 256}),
+                                  ("persistent 128x128", {"schedule": "persistent"})]
 
 #: (experts, K, N, rows per expert): Mixtral-like routing of 16k tokens over 8 experts, unevenly.
 MOE = (8, 4096, 4096, [3000, 1100, 2500, 700, 4100, 1900, 1500, 1584])
@@ -60,13 +64,14 @@ def build() -> None:
     bf16, i32 = ml_dtypes.bfloat16, np.int32
     e, k, n, counts = MOE
     tiles, m = _moe_rows(counts)
-    for label, options in VARIANTS:
-        _kernel(tawa, "moe_gemm", options).variant_for(np.zeros((m, k), bf16), np.zeros((e, k, n), bf16),
-                                                       np.zeros(sum(tiles), i32), np.zeros((m, n), bf16))
-        e2, cap, k2, n2, _ = MOE_CAP
+    e2, cap, k2, n2, _ = MOE_CAP
+    for label, options in MOE_COUNTS_VARIANTS:
         _kernel(tawa, "moe_counts", options).variant_for(
             np.zeros((e2, cap, k2), bf16), np.zeros((e2, k2, n2), bf16), np.zeros(e2, i32),
             np.zeros((e2, cap, n2), bf16))
+    for label, options in VARIANTS:
+        _kernel(tawa, "moe_gemm", options).variant_for(np.zeros((m, k), bf16), np.zeros((e, k, n), bf16),
+                                                       np.zeros(sum(tiles), i32), np.zeros((m, n), bf16))
         for h, d, lens in VARLEN:
             t = sum(_cdiv(x, 128) * 128 for x in lens)
             for causal in (0, 1):
@@ -141,7 +146,7 @@ def run() -> None:
     keep = (torch.arange(cap, device=dev)[None, :, None] < cnt[:, None, None])
     ref = torch.where(keep, torch.bmm(x, w).float(), 0.0)
     fns = {}
-    for label, options in VARIANTS:
+    for label, options in MOE_COUNTS_VARIANTS:
         kern = _kernel(tawa, "moe_counts", options)
         y = torch.full((e, cap, n), float("nan"), device=dev, dtype=bf)
         kern(x, w, cnt, y)

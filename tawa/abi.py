@@ -79,6 +79,9 @@ class CompiledKernel:
     #: The programs' loops with dots run different numbers of iterations (their bounds depend on the program id:
     #: causal attention); the launch defaults weigh tiles by it (`tawa.autotune.launch_defaults`).
     uneven_programs: bool = False
+    #: A loop with dots sits under a conditional that some programs skip (MoE tiles past an expert's rows): the
+    #: launch defaults keep such kernels on one program per CTA (`launch_defaults._balanced`).
+    skipping_programs: bool = False
     #: A loop's dot takes, as its A operand, math on another dot's result of the same iteration (attention's P V
     #: on the softmax of Q K^T); the launch defaults' attention rule applies only to such kernels.
     chained_dots: bool = False

@@ -246,6 +246,14 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
         return "persistent", ("about one CTA per SM, each looping over tiles; the dot operand loaded"
                               f"{where(prologue)} before the loop comes through a ring of its own that the producer "
                               "fills for the next tile while the consumers finish this one")
+    skipped = next((p.loop for p in loop_plans if ws_ir.skipped_by_program(p.loop)), None)
+    if ok and skipped is not None and options.schedule is None and not options.dynamic_tiles:
+        # Measured (H200, MoE in the capacity layout, 128x256 tiles; docs/performance.md): one program per CTA ran
+        # 585-603 TFLOP/s where a fixed share of tiles per persistent CTA ran 524-527 and dynamic tiles 576-585:
+        # the hardware hands the programs to SMs as they free up, and the skipped tiles are short.
+        return "tile", (f"one program per CTA: its loop{where(skipped)} sits under a conditional that some programs "
+                        f"skip, and the hardware hands programs to SMs as they free up, where persistent CTAs "
+                        f"would take fixed shares of unequal tiles (schedule='persistent' makes it persistent)")
     if ok and options.schedule == "streamk":
         ok, reason = stream_k.can_stream_k(func, options)
         if ok:
@@ -353,7 +361,8 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     plan, notes = decide(module, options)
     # (read on the tile-level module, before the passes rewrite it; only a compiled kernel records them)
     traits = {} if tile_level_only or stop_after else \
-        {"uneven_programs": uneven_programs(module), "chained_dots": chained_dots(module)}
+        {"uneven_programs": uneven_programs(module), "chained_dots": chained_dots(module),
+         "skipping_programs": any(ws_ir.skipped_dot_loops(func) for func in kernel_info.kernels(module))}
     where = source_location(kernel_info.kernel_function(module))     # for errors of the backend's tools
     # Choices made automatically that ptxas may find too tight are checked below (two CTAs per SM; ping-pong, whose
     # groups each hold a whole tile's accumulators beside their epilogue): keep the input to compile again.
@@ -412,6 +421,7 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
                          f"{', '.join(overlaps)} (register_overlap=False leaves them out)"]
     kernel.notes = notes + list(kernel.notes)
     kernel.uneven_programs, kernel.chained_dots = traits["uneven_programs"], traits["chained_dots"]
+    kernel.skipping_programs = traits["skipping_programs"]
     if plan.uniform_by_choice and kernel.registers is not None:
         # (uniform_residency found two CTAs fit: say so to the launch rules, which weigh waves by it; without
         # ptxas's count the premise is unchecked, and the launch rules treat the kernel as any other)

@@ -11,7 +11,7 @@ from mlir import ir
 from mlir.dialects import arith
 
 from tawa.ir.ops import ArefPutOp, ClusterSizeOp, DimOp, GridExtentOp, LoadScalarOp, NumProgramsOp, ProgramIdOp
-from tawa.ir.traversal import defining_op, users, walk
+from tawa.ir.traversal import defining_op, parent_op, users, walk
 from tawa.ir.types import is_tile
 
 #: Ops without regions that compute scalar control and index math: safe to replicate into every warp group.
@@ -48,6 +48,24 @@ def uneven_dot_loops(func_op) -> bool:
     key loop): the kernel's programs then differ in length."""
     return any(op.name == "scf.for" and computed_from_program(op.operands[:3])
                and any(inner.name == "tawa.dot" for inner in walk(op)) for op in walk(func_op))
+
+
+def skipped_dot_loops(func_op) -> bool:
+    """Whether some loop with a dot sits under a conditional that some programs skip (an MoE tile past its expert's
+    rows): their programs differ in length too, but in kind: a skipped tile is only its epilogue."""
+    return any(op.name == "scf.for" and skipped_by_program(op)
+               and any(inner.name == "tawa.dot" for inner in walk(op)) for op in walk(func_op))
+
+
+def skipped_by_program(loop) -> bool:
+    """Whether `loop` sits under a conditional whose condition depends on the program (directly, or through a
+    scalar read at an offset that does)."""
+    outer = parent_op(loop)
+    while outer is not None and outer.name in ("scf.if", "scf.for", "scf.while"):
+        if outer.name == "scf.if" and computed_from_program(outer.operands[:1]):
+            return True
+        outer = parent_op(outer)
+    return False
 
 
 def i32(value: int) -> ir.Value:

@@ -586,3 +586,18 @@ def test_attention_takes_a_larger_key_block_only_where_it_visits_the_same_keys()
 def test_few_rows_split_never_overrides_a_given_option(fixed):
     got = choose(GEMM_INFO, {"M": 512, "N": 512, "K": 8192}, fixed=fixed)
     assert got.get("BLOCK_M") != 64 and not (set(got) & set(fixed)), got
+
+
+def test_programs_that_skip_their_k_loop_keep_one_program_per_cta():
+    """A kernel some of whose programs skip the K loop (`skipping_programs`: MoE tiles past an expert's rows) takes
+    the rules' tile on one program per CTA, where the hardware balances the skipped tiles; clusters go with the
+    persistent schedule. A K loop of varying length (`uneven_programs`, a K per batch) keeps the rules' choice."""
+    rule = choose(GEMM_INFO, {"M": 1100, "N": 4096, "K": 4096})
+    assert rule["schedule"] == "persistent"
+    skipping = SimpleNamespace(skipping_programs=True)
+    assert choose(GEMM_INFO, {"M": 1100, "N": 4096, "K": 4096}, own=skipping) == dict(rule, schedule="tile")
+    assert choose(GEMM_INFO, {"M": 1100, "N": 4096, "K": 4096},
+                  own=SimpleNamespace(uneven_programs=True, skipping_programs=False)) == rule
+    assert launch_defaults._balanced({"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"}, skipping) == \
+        {"BLOCK_N": 256, "schedule": "tile"}
+    assert launch_defaults._balanced({"BLOCK_M": 64, "split_k": 4}, skipping) == {"BLOCK_M": 64, "split_k": 4}

@@ -230,17 +230,24 @@ def test_rows_off_the_128_byte_grid_are_stored_through_narrower_staging_boxes(he
 
 def test_a_k_loop_under_a_conditional_in_the_body_persists():
     """MoE in the capacity layout (`if pid_m * BLOCK_M < count:` around the K loop): the persistent schedule wraps
-    the conditional (its interleavings: tests/interleavings), with dynamic tiles and in 1x2 clusters, whose pairs
-    share pid_m and so the branch; ping-pong, 2x1 clusters (the condition reads pid_m), stream-K and split-K are
-    refused with a located reason. The compiler's own choice is the persistent schedule."""
+    the conditional when asked for (its interleavings: tests/interleavings), taking its tiles from a counter by
+    default, or in 1x2 clusters, whose pairs share pid_m and so the branch; ping-pong, 2x1 clusters (the condition
+    reads pid_m), stream-K and split-K are refused with a located reason. The compiler's own choice is one program
+    per CTA (the hardware balances the skipped tiles), and the kernel records why (`skipping_programs`)."""
     path = EXAMPLES.parent / "tests" / "e2e" / "kernels" / "user" / "moe_counts.tawa"
 
     def moe(**options):
         return compile_source(path.read_text(), str(path), CompileOptions(**options))
     auto = moe()
-    assert auto.persistent and any("uses the persistent schedule" in n for n in auto.notes)
+    assert not auto.persistent and auto.skipping_programs and not auto.uneven_programs
+    assert any("uses the tile schedule" in n and "some programs skip" in n for n in auto.notes), auto.notes
+    persistent = moe(schedule="persistent")
+    assert persistent.persistent and persistent.dynamic_tiles
+    assert not moe(schedule="persistent", dynamic_tiles=False).dynamic_tiles
     assert moe(dynamic_tiles=True).dynamic_tiles
     assert moe(schedule="persistent", cluster="1x2").cluster == [1, 2]
+    gemm = EXAMPLES / "gemm.tawa"
+    assert not compile_source(gemm.read_text(), str(gemm), CompileOptions()).skipping_programs
     for options, message in (({"schedule": "pingpong"}, "is nested in a conditional, which some tiles skip"),
                              ({"schedule": "persistent", "cluster": "2x1"}, "depends on program_id(0)"),
                              ({"schedule": "streamk"}, "not at the top level of the kernel"),
