@@ -247,7 +247,8 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
                               f"{where(prologue)} before the loop comes through a ring of its own that the producer "
                               "fills for the next tile while the consumers finish this one")
     skipped = next((p.loop for p in loop_plans if ws_ir.skipped_by_program(p.loop)), None)
-    if ok and skipped is not None and options.schedule is None and not options.dynamic_tiles:
+    if ok and skipped is not None and options.schedule is None and not options.dynamic_tiles and \
+            options.cluster in (None, "1x1", (1, 1)):
         # Measured (H200, MoE in the capacity layout, 128x256 tiles; docs/performance.md): one program per CTA ran
         # 585-603 TFLOP/s where a fixed share of tiles per persistent CTA ran 524-527 and dynamic tiles 576-585:
         # the hardware hands the programs to SMs as they free up, and the skipped tiles are short.

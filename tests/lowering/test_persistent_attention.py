@@ -246,6 +246,7 @@ def test_a_k_loop_under_a_conditional_in_the_body_persists():
     assert not moe(schedule="persistent", dynamic_tiles=False).dynamic_tiles
     assert moe(dynamic_tiles=True).dynamic_tiles
     assert moe(schedule="persistent", cluster="1x2").cluster == [1, 2]
+    assert moe(cluster="1x2").persistent                # (clusters asked for: the persistent schedule they need)
     gemm = EXAMPLES / "gemm.tawa"
     assert not compile_source(gemm.read_text(), str(gemm), CompileOptions()).skipping_programs
     for options, message in (({"schedule": "pingpong"}, "is nested in a conditional, which some tiles skip"),
