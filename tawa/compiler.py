@@ -221,6 +221,15 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
         return "tile", ""
     ok, reason = persistent_tiles.can_persist(func, loop_plans, options)
     prologue = persistent_tiles.prologue_operand(func, loop_plans)
+    skipped = next((p.loop for p in loop_plans if ws_ir.skipped_by_program(p.loop)), None)
+    if ok and skipped is not None and options.schedule is None and not options.dynamic_tiles and \
+            options.cluster in (None, "1x1", (1, 1)):
+        # Measured (H200, MoE in the capacity layout, 128x256 tiles; docs/performance.md): one program per CTA ran
+        # 585-603 TFLOP/s where a fixed share of tiles per persistent CTA ran 524-527 and dynamic tiles 576-585:
+        # the hardware hands the programs to SMs as they free up, and the skipped tiles are short.
+        return "tile", (f"one program per CTA: its loop{where(skipped)} sits under a conditional that some programs "
+                        f"skip, and the hardware hands programs to SMs as they free up, where persistent CTAs "
+                        f"would take fixed shares of unequal tiles (schedule='persistent' makes it persistent)")
     if ok and prologue is not None and options.schedule is None:
         # Measured (docs/performance.md, persistent attention): where every tile's loop has the same length, the
         # persistent kernel runs level with one program per CTA on long loops and up to a fifth faster on short
@@ -246,15 +255,6 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
         return "persistent", ("about one CTA per SM, each looping over tiles; the dot operand loaded"
                               f"{where(prologue)} before the loop comes through a ring of its own that the producer "
                               "fills for the next tile while the consumers finish this one")
-    skipped = next((p.loop for p in loop_plans if ws_ir.skipped_by_program(p.loop)), None)
-    if ok and skipped is not None and options.schedule is None and not options.dynamic_tiles and \
-            options.cluster in (None, "1x1", (1, 1)):
-        # Measured (H200, MoE in the capacity layout, 128x256 tiles; docs/performance.md): one program per CTA ran
-        # 585-603 TFLOP/s where a fixed share of tiles per persistent CTA ran 524-527 and dynamic tiles 576-585:
-        # the hardware hands the programs to SMs as they free up, and the skipped tiles are short.
-        return "tile", (f"one program per CTA: its loop{where(skipped)} sits under a conditional that some programs "
-                        f"skip, and the hardware hands programs to SMs as they free up, where persistent CTAs "
-                        f"would take fixed shares of unequal tiles (schedule='persistent' makes it persistent)")
     if ok and options.schedule == "streamk":
         ok, reason = stream_k.can_stream_k(func, options)
         if ok:

@@ -63,6 +63,11 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fix
     (`own`, a `CompiledKernel`; None where there is none at hand: then it keeps the kernel's)."""
     if is_attention_family(info):
         return attention_defaults(info, extents, dict(fixed or {}), own, sms)
+    return _balanced(_gemm_defaults(info, extents, sms, misaligned, fixed), own)
+
+
+def _gemm_defaults(info: dict, extents: dict, sms: int, misaligned, fixed) -> dict:
+    """`shape_defaults` for a GEMM-family kernel."""
     if not has_shape_defaults(info):
         return {}
     tiles = dict((c, sym) for c, sym in info.get("tiles", []))
@@ -75,8 +80,7 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fix
         few = _few_rows_split(info, m, n, k, sms, dict(fixed or {}))
         if few:
             return few
-        return _balanced(_large_m_defaults(info, extents, m, n, k, batch, sms, set(misaligned), dict(fixed or {})),
-                         own)
+        return _large_m_defaults(info, extents, m, n, k, batch, sms, set(misaligned), dict(fixed or {}))
     config = {"BLOCK_M": SMALL_M, "BLOCK_N": 128}
     programs = -(-m // SMALL_M) * -(-n // 128)
     for splits in SPLITS if not _asks_dynamic_tiles(dict(fixed or {})) else ():
@@ -88,17 +92,18 @@ def shape_defaults(info: dict, extents: dict, sms: int = 132, misaligned=(), fix
 
 
 def _balanced(config: dict, own) -> dict:
-    """`config` with one program per CTA instead of a persistent schedule where some of the kernel's programs skip
-    its K loop (`CompiledKernel.skipping_programs`: MoE tiles past an expert's rows): the hardware hands programs to
-    SMs as they free up, where persistent CTAs take fixed shares (or, with dynamic tiles, pay a counter per tile).
+    """`config` with one program per CTA instead of a persistent schedule, and without clusters or split-K (which
+    such a kernel refuses or which need a persistent schedule), where some of the kernel's programs skip its K loop
+    (`CompiledKernel.skipping_programs`: MoE tiles past an expert's rows): the hardware hands programs to SMs as
+    they free up, where persistent CTAs take fixed shares (or, with dynamic tiles, pay a counter per tile).
     Measured (H200, MoE in the capacity layout, 128x256; docs/performance.md): 585-603 TFLOP/s against 524-527
     persistent and 576-585 with dynamic tiles. (K loops whose length varies, a K per batch, keep the rules' choice:
     there fixed shares mix the batches and ran fastest.)"""
-    if not getattr(own, "skipping_programs", False) or config.get("schedule") not in ("persistent", "pingpong",
-                                                                                       "streamk"):
+    if not getattr(own, "skipping_programs", False):
         return config
-    config = {k: v for k, v in config.items() if k not in ("cluster", "group_m", "dynamic_tiles")}
-    return dict(config, schedule="tile")
+    persistent = config.get("schedule") in ("persistent", "pingpong", "streamk")
+    config = {k: v for k, v in config.items() if k not in ("cluster", "group_m", "dynamic_tiles", "split_k")}
+    return dict(config, schedule="tile") if persistent else config
 
 
 #: Split counts a grid of 64-row tiles may take, the most first: the most that keep the programs within one wave

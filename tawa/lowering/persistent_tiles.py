@@ -166,8 +166,9 @@ def can_pingpong(func_op, plans: list, options=None) -> tuple:
         if ws_ir.computed_from_program(p.loop.operands[:3]):
             return False, f"the trip count of the loop{where(p.loop)} depends on the program"
         if parent_op(p.loop).name == "scf.if":
-            # (a group passes over the other's tiles by their trip count, and cannot tell which of them ran it)
-            return False, f"the loop{where(p.loop)} is nested in a conditional, which some tiles skip"
+            # (a group passes over the other's tiles by their trip count, and cannot tell which of them ran it;
+            # the groups' turns are taken around a loop directly in the tile loop)
+            return False, f"the loop{where(p.loop)} is nested in a conditional, which some tiles may skip"
     rows = carried_rows(func_op)
     if takes_three_groups(rows):
         return False, f"its {rows}-row tiles take three consumer warp groups together (64 rows each)"

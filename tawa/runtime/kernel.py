@@ -173,8 +173,8 @@ class ShapeVariants:
                 # Refused, or not in the kernel cache with no compiler here (where it was refused when the cache
                 # was filled, the smaller variant below is the one in the cache). Try without split-K, then
                 # without the clusters, then with the tile the rule chose but the schedule the compiler picks (a
-                # K loop under an `if` refuses the persistent ones; a wider tile on one program per CTA still
-                # beats the kernel's own), then the kernel's own.
+                # K loop under an `if` in a loop the program writes refuses the persistent ones; a wider tile on
+                # one program per CTA still beats the kernel's own), then the kernel's own.
                 smaller = next(({k: v for k, v in config.items() if k not in _DROPPED_WITH[drop]}
                                 for drop in ("split_k", "cluster", "schedule") if drop in config), None)
                 self._variants[label] = self._variant(smaller) if smaller else None

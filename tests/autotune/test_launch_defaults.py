@@ -590,8 +590,8 @@ def test_few_rows_split_never_overrides_a_given_option(fixed):
 
 def test_programs_that_skip_their_k_loop_keep_one_program_per_cta():
     """A kernel some of whose programs skip the K loop (`skipping_programs`: MoE tiles past an expert's rows) takes
-    the rules' tile on one program per CTA, where the hardware balances the skipped tiles; clusters go with the
-    persistent schedule. A K loop of varying length (`uneven_programs`, a K per batch) keeps the rules' choice."""
+    the rules' tile on one program per CTA, where the hardware balances the skipped tiles; clusters and split-K go.
+    A K loop of varying length (`uneven_programs`, a K per batch) keeps the rules' choice."""
     rule = choose(GEMM_INFO, {"M": 1100, "N": 4096, "K": 4096})
     assert rule["schedule"] == "persistent"
     skipping = SimpleNamespace(skipping_programs=True)
@@ -600,4 +600,7 @@ def test_programs_that_skip_their_k_loop_keep_one_program_per_cta():
                   own=SimpleNamespace(uneven_programs=True, skipping_programs=False)) == rule
     assert launch_defaults._balanced({"BLOCK_N": 256, "schedule": "persistent", "cluster": "2x1"}, skipping) == \
         {"BLOCK_N": 256, "schedule": "tile"}
-    assert launch_defaults._balanced({"BLOCK_M": 64, "split_k": 4}, skipping) == {"BLOCK_M": 64, "split_k": 4}
+    # (split-K and clusters, which such a kernel refuses or which need a persistent schedule, are left out too)
+    assert launch_defaults._balanced({"BLOCK_M": 64, "split_k": 4}, skipping) == {"BLOCK_M": 64}
+    assert launch_defaults._balanced({"BLOCK_N": 192, "cluster": "2x1"}, skipping) == {"BLOCK_N": 192}
+    assert launch_defaults._balanced({"BLOCK_M": 64, "split_k": 4}, None) == {"BLOCK_M": 64, "split_k": 4}

@@ -249,7 +249,7 @@ def test_a_k_loop_under_a_conditional_in_the_body_persists():
     assert moe(cluster="1x2").persistent                # (clusters asked for: the persistent schedule they need)
     gemm = EXAMPLES / "gemm.tawa"
     assert not compile_source(gemm.read_text(), str(gemm), CompileOptions()).skipping_programs
-    for options, message in (({"schedule": "pingpong"}, "is nested in a conditional, which some tiles skip"),
+    for options, message in (({"schedule": "pingpong"}, "is nested in a conditional, which some tiles may skip"),
                              ({"schedule": "persistent", "cluster": "2x1"}, "depends on program_id(0)"),
                              ({"schedule": "streamk"}, "not at the top level of the kernel"),
                              ({"split_k": 2}, "not at the top level of the kernel")):
@@ -258,3 +258,33 @@ def test_a_k_loop_under_a_conditional_in_the_body_persists():
         # (at the kernel, naming the loop; split-K's at the loop)
         assert info.value.location is not None and (info.value.location.line == 13 or
                                                     "moe_counts.tawa:13:9" in info.value.message), options
+
+
+def test_skipping_programs_with_a_q_block_and_conditions_the_same_for_every_program():
+    """A query block loaded before the `if` (a ring of its own in a persistent kernel) does not make a kernel whose
+    programs skip the K loop persistent by default; a condition that is the same for every program (a flag passed
+    in) skips no program's tile: the kernel takes the persistent schedule (ping-pong takes its groups' turns around
+    a loop directly in the tile loop, and refuses any conditional around it)."""
+    path = EXAMPLES.parent / "tests" / "e2e" / "kernels" / "user" / "attn_varlen.tawa"
+    source = path.read_text()
+    q_line = "        q = load(Q[h], (qb, 0), (BLOCK_M, D))\n"
+    assert q_line in source
+    source = source.replace(q_line, "").replace("    if pid_m * BLOCK_M < n:\n",
+                                                "    qb = start // BLOCK_M + pid_m\n    q = load(Q[h], (qb, 0), "
+                                                "(BLOCK_M, D))\n    if pid_m * BLOCK_M < n:\n")
+    k = compile_source(source, "varlen_q_first.tawa", CompileOptions())
+    assert k.skipping_programs and not k.persistent, k.notes
+    flag = """
+@grid(cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))
+def gemm_flag(A: bf16[M, K], B: bf16[K, N], C: bf16[M, N], FLAG: i32, BLOCK_M: const = 128, BLOCK_N: const = 128,
+              BLOCK_K: const = 64):
+    pid_m = program_id(0)
+    pid_n = program_id(1)
+    acc = zeros((BLOCK_M, BLOCK_N), f32)
+    if FLAG > 0:
+        for k in range(cdiv(K, BLOCK_K)):
+            acc = dot(load(A, (pid_m, k), (BLOCK_M, BLOCK_K)), load(B, (k, pid_n), (BLOCK_K, BLOCK_N)), acc)
+    store(C, (pid_m, pid_n), acc.to(bf16))
+"""
+    g = compile_source(flag, "gemm_flag.tawa", CompileOptions())
+    assert not g.skipping_programs and any("uses the persistent schedule" in n for n in g.notes), g.notes
