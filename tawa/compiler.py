@@ -223,7 +223,7 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
     prologue = persistent_tiles.prologue_operand(func, loop_plans)
     skipped = next((p.loop for p in loop_plans if ws_ir.skipped_by_program(p.loop)), None)
     if ok and skipped is not None and options.schedule is None and not options.dynamic_tiles and \
-            options.cluster in (None, "1x1", (1, 1)):
+            options.cluster_dims() == (1, 1):
         # Measured (H200, MoE in the capacity layout, 128x256 tiles; docs/performance.md): one program per CTA ran
         # 585-603 TFLOP/s where a fixed share of tiles per persistent CTA ran 524-527 and dynamic tiles 576-585:
         # the hardware hands the programs to SMs as they free up, and the skipped tiles are short.
@@ -363,7 +363,7 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     # (read on the tile-level module, before the passes rewrite it; only a compiled kernel records them)
     traits = {} if tile_level_only or stop_after else \
         {"uneven_programs": uneven_programs(module), "chained_dots": chained_dots(module),
-         "skipping_programs": any(ws_ir.skipped_dot_loops(func) for func in kernel_info.kernels(module))}
+         "skipping_programs": skipping_programs(module)}
     where = source_location(kernel_info.kernel_function(module))     # for errors of the backend's tools
     # Choices made automatically that ptxas may find too tight are checked below (two CTAs per SM; ping-pong, whose
     # groups each hold a whole tile's accumulators beside their epilogue): keep the input to compile again.
@@ -421,8 +421,8 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         notes = notes + [f"kernel '{kernel.name}' holds registers to overlap work with the tensor cores: "
                          f"{', '.join(overlaps)} (register_overlap=False leaves them out)"]
     kernel.notes = notes + list(kernel.notes)
-    kernel.uneven_programs, kernel.chained_dots = traits["uneven_programs"], traits["chained_dots"]
-    kernel.skipping_programs = traits["skipping_programs"]
+    for trait, value in traits.items():
+        setattr(kernel, trait, value)
     if plan.uniform_by_choice and kernel.registers is not None:
         # (uniform_residency found two CTAs fit: say so to the launch rules, which weigh waves by it; without
         # ptxas's count the premise is unchecked, and the launch rules treat the kernel as any other)
@@ -474,6 +474,11 @@ def uneven_programs(module) -> bool:
     """Whether some loop with a dot runs a number of iterations that depends on the program (causal attention's
     key loop), in the tile-level module."""
     return any(ws_ir.uneven_dot_loops(func) for func in kernel_info.kernels(module))
+
+
+def skipping_programs(module) -> bool:
+    """Whether some loop with a dot sits under a conditional that some programs skip, in the tile-level module."""
+    return any(ws_ir.skipped_dot_loops(func) for func in kernel_info.kernels(module))
 
 
 def _decided(options: CompileOptions, plan: Plan) -> CompileOptions:

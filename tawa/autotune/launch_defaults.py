@@ -530,11 +530,20 @@ def keeps_variant(info, config: dict, own, compiled) -> bool:
     if own is None or info is None or config != {"BLOCK_N": UNIFORM_KEY_BLOCK}:
         return True
     constants = dict(getattr(own, "constants", None) or {})
-    own_keys, head_dim = constants.get("BLOCK_N"), _attention_head_dim(info, constants)
-    if not isinstance(own_keys, int) or own_keys >= UNIFORM_KEY_BLOCK or head_dim is None or \
-            not UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM < head_dim <= UNIFORM_KEY_BLOCK_MAX_HEAD_DIM:
+    if not _raises_to_uniform(constants.get("BLOCK_N"), _attention_head_dim(info, constants)):
         return True
     return bool(getattr(compiled, "uniform_by_choice", False))
+
+
+def _uniform_head_dim(head_dim) -> bool:
+    """Whether at this head dim the compiler runs 128-key attention blocks on uniform warps, as measured."""
+    return head_dim is not None and UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM < head_dim <= UNIFORM_KEY_BLOCK_MAX_HEAD_DIM
+
+
+def _raises_to_uniform(own_keys, head_dim) -> bool:
+    """Whether a kernel's own key block is one the attention rule may raise to UNIFORM_KEY_BLOCK for the uniform
+    path (`keeps_variant` checks the compiled variant)."""
+    return isinstance(own_keys, int) and own_keys < UNIFORM_KEY_BLOCK and _uniform_head_dim(head_dim)
 
 
 def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: int = 132) -> dict:
@@ -570,15 +579,13 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     # larger block only where it visits the same keys (`_larger_keys_safe`)
     # (not smaller where the compiler took the uniform-warp path for the own block at head dim 64: 128-key blocks
     # there run two CTAs per SM and beat the 64-key specialized kernel, `ATTENTION_KEY_BLOCKS`; measured at 64 only)
-    uniform_head_dim = UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM < head_dim <= UNIFORM_KEY_BLOCK_MAX_HEAD_DIM
-    uniform_kept = getattr(own, "uniform_by_choice", False) and uniform_head_dim
+    uniform_kept = getattr(own, "uniform_by_choice", False) and _uniform_head_dim(head_dim)
     base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and \
         (_larger_keys_safe(info, extents, keys, masked_or_divided=False) if keys > own_keys
          else not uniform_kept) else {}
     # (and larger, from a smaller specialized block, where the compiler would run it on uniform warps: checked on the
     # compiled variant, `keeps_variant`)
-    if not base and uniform_head_dim and isinstance(own_keys, int) and own_keys < UNIFORM_KEY_BLOCK and \
-            not getattr(own, "uniform_by_choice", False) and \
+    if not base and _raises_to_uniform(own_keys, head_dim) and not getattr(own, "uniform_by_choice", False) and \
             _larger_keys_safe(info, extents, UNIFORM_KEY_BLOCK, masked_or_divided=False):
         base = {"BLOCK_N": UNIFORM_KEY_BLOCK}
     length = extents.get(symbol)

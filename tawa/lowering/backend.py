@@ -62,7 +62,7 @@ def _build_kernel(module: ir.Module, ptxas: bool) -> CompiledKernel:
         shared_bytes=info["shared_bytes"], persistent=info.get("persistent", False),
         split_k=info.get("split_k", 1), stream_k=info.get("stream_k", False),
         workspace_per_tile=info.get("workspace_per_tile", 0), dynamic_tiles=info.get("dynamic_tiles", False),
-        cluster=info.get("cluster"), ctas_per_sm=info.get("ctas_per_sm", 1), spill_bytes=spills, registers=registers, ptx=ptx,
-        positive_params=info.get("positive_params", []),
+        cluster=info.get("cluster"), ctas_per_sm=info.get("ctas_per_sm", 1), spill_bytes=spills, registers=registers,
+        ptx=ptx, positive_params=info.get("positive_params", []),
         cubin=cubin,
         ir=text, notes=notes)

@@ -206,12 +206,9 @@ def can_cluster(func_op, plans: list, options, schedule: str) -> tuple:
             return False, (f"the trip count of its loop{f' on line {line.line}' if line else ''} depends on "
                            f"program_id({axis}), so the CTAs of a cluster along it would run different numbers of "
                            f"iterations")
-        outer = parent_op(p.loop)
-        while outer is not None and outer.name == "scf.if":
-            if _depends_on_program(outer.operands[:1], axis):
-                return False, (f"the condition around its loop{where(p.loop)} depends on program_id({axis}), so "
-                               f"one CTA of a cluster along it could run the loop and the other skip it")
-            outer = parent_op(outer)
+        if _depends_on_program(ws_ir.enclosing_conditions(p.loop), axis):
+            return False, (f"the condition around its loop{where(p.loop)} depends on program_id({axis}), so "
+                           f"one CTA of a cluster along it could run the loop and the other skip it")
     loads = [ld for p in plans for ld in p.loads]
     shared = [ld for ld in loads if multicast_parts(ld, axis, size)]
     if not shared:

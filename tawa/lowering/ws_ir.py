@@ -43,29 +43,37 @@ def computed_from_program(values) -> bool:
     return computed_from(values, lambda op: op.name in PROGRAM_QUERIES)
 
 
+def _dot_loops(func_op):
+    """The `scf.for` loops under `func_op` that hold a dot."""
+    return (op for op in walk(func_op) if op.name == "scf.for" and any(inner.name == "tawa.dot" for inner in walk(op)))
+
+
 def uneven_dot_loops(func_op) -> bool:
     """Whether some loop with a dot runs a number of iterations that depends on the program (causal attention's
     key loop): the kernel's programs then differ in length."""
-    return any(op.name == "scf.for" and computed_from_program(op.operands[:3])
-               and any(inner.name == "tawa.dot" for inner in walk(op)) for op in walk(func_op))
+    return any(computed_from_program(op.operands[:3]) for op in _dot_loops(func_op))
 
 
 def skipped_dot_loops(func_op) -> bool:
     """Whether some loop with a dot sits under a conditional that some programs skip (an MoE tile past its expert's
     rows): their programs differ in length too, but in kind: a skipped tile is only its epilogue."""
-    return any(op.name == "scf.for" and skipped_by_program(op)
-               and any(inner.name == "tawa.dot" for inner in walk(op)) for op in walk(func_op))
+    return any(skipped_by_program(op) for op in _dot_loops(func_op))
+
+
+def enclosing_conditions(op) -> list:
+    """The conditions of the `scf.if`s around `op`, innermost first, through the loops between them."""
+    conditions, outer = [], parent_op(op)
+    while outer is not None and outer.name in ("scf.if", "scf.for", "scf.while"):
+        if outer.name == "scf.if":
+            conditions.append(outer.operands[0])
+        outer = parent_op(outer)
+    return conditions
 
 
 def skipped_by_program(loop) -> bool:
     """Whether `loop` sits under a conditional whose condition depends on the program (directly, or through a
     scalar read at an offset that does)."""
-    outer = parent_op(loop)
-    while outer is not None and outer.name in ("scf.if", "scf.for", "scf.while"):
-        if outer.name == "scf.if" and computed_from_program(outer.operands[:1]):
-            return True
-        outer = parent_op(outer)
-    return False
+    return computed_from_program(enclosing_conditions(loop))
 
 
 def i32(value: int) -> ir.Value:

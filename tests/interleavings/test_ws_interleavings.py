@@ -164,10 +164,8 @@ def test_attention_in_a_head_loop():
     assert any(op.name == "tawa.load" for op in walk(consumer))          # Q, copied by the consumers
 
 
-@pytest.mark.parametrize("counts,depth", [((45, 0, 20), 2), ((45, 0, 20), 1), ((0, 0, 1), 3)])
-def test_conditional_around_the_k_loop(counts, depth):
-    """Tiles past an expert's row count skip the K loop (MoE in the capacity layout): the producer reads the count
-    and takes the same branch; in some programs neither side touches the ring."""
+def _moe_counts(counts, depth, **options):
+    """moe_counts (3 experts of capacity 45, `counts` valid rows each) under SEEDS interleavings against numpy."""
     rng = np.random.default_rng(sum(counts) + depth)
     E, CAP, N, K = 3, 45, 37, 40
     X = rng.standard_normal((E, CAP, K)).astype(BF16)
@@ -176,8 +174,15 @@ def test_conditional_around_the_k_loop(counts, depth):
     keep = np.arange(CAP)[None, :, None] < C[:, None, None]
     ref = np.where(keep, X.astype(np.float32) @ W.astype(np.float32), 0.0)
     consts = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
-    m = run_all_seeds("moe_counts", consts, lambda: [X, W, C, np.zeros((E, CAP, N), BF16)], 3, ref, 2e-2,
-                      num_buffers=depth)
+    return run_all_seeds("moe_counts", consts, lambda: [X, W, C, np.zeros((E, CAP, N), BF16)], 3, ref, 2e-2,
+                         num_buffers=depth, **options)
+
+
+@pytest.mark.parametrize("counts,depth", [((45, 0, 20), 2), ((45, 0, 20), 1), ((0, 0, 1), 3)])
+def test_conditional_around_the_k_loop(counts, depth):
+    """Tiles past an expert's row count skip the K loop (MoE in the capacity layout): the producer reads the count
+    and takes the same branch; in some programs neither side touches the ring."""
+    m = _moe_counts(counts, depth)
     producer = next(op for op in walk(kernels(m)[0]) if warp_group_role(op) == "producer")
     assert any(op.name == "tawa.load_scalar" for op in walk(producer))
 
@@ -187,16 +192,7 @@ def test_conditional_around_the_k_loop(counts, depth):
 def test_conditional_around_the_k_loop_persistent(counts, depth, dynamic):
     """The same in a persistent kernel: each CTA's tiles run the K loop or skip it in turn, the ring's use count
     carried through the branches from one tile to the next (tiles in a fixed order, or taken from a counter)."""
-    rng = np.random.default_rng(sum(counts) + depth)
-    E, CAP, N, K = 3, 45, 37, 40
-    X = rng.standard_normal((E, CAP, K)).astype(BF16)
-    W = rng.standard_normal((E, K, N)).astype(BF16)
-    C = np.array(counts, np.int32)
-    keep = np.arange(CAP)[None, :, None] < C[:, None, None]
-    ref = np.where(keep, X.astype(np.float32) @ W.astype(np.float32), 0.0)
-    consts = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
-    m = run_all_seeds("moe_counts", consts, lambda: [X, W, C, np.zeros((E, CAP, N), BF16)], 3, ref, 2e-2,
-                      num_buffers=depth, schedule="persistent", dynamic_tiles=dynamic)
+    m = _moe_counts(counts, depth, schedule="persistent", dynamic_tiles=dynamic)
     assert "tawa.persistent" in str(m) and ("tawa.next_tile" in str(m)) == dynamic
 
 
