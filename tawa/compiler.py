@@ -29,9 +29,9 @@ from tawa.ir.location import source_location, where
 from tawa.ir.traversal import walk
 from tawa.lowering import (aref_insertion, assign_layouts, assign_warp_groups, canonicalize, divide_by_row,
                            epilogue_prefetch, exp_base2, launch_order, lazy_rescale, loop_guards, loop_load_prefetch,
-                           lower_to_llvm, mask_elision, occupancy, partition, persistent_tiles, protocol_check,
-                           register_realloc, scalar_loads, scale_after_max, software_pipeline, split_k, stream_k,
-                           to_nvvm, ws_analysis, ws_ir)
+                           lower_to_llvm, mask_elision, masked_dots, occupancy, partition, persistent_tiles,
+                           protocol_check, register_realloc, scalar_loads, scale_after_max, software_pipeline,
+                           split_k, stream_k, to_nvvm, ws_analysis, ws_ir)
 from tawa.options import PERSISTENT_SCHEDULES, CompileOptions
 
 
@@ -104,6 +104,9 @@ PIPELINE = [
     Pass("divide-by-row", divide_by_row.run, when=_gpu),
     # Split-K: small grids split each tile's K loop over several programs; the last to finish sums and stores.
     Pass("split-k", split_k.run, when=_split),
+    # A dot on a masked loaded tile (`dot(where(k < K, a, 0), b)`) reads the tile as loaded where the mask is
+    # all-true (warp-specialized kernels: wgmma reads it from its ring slot).
+    Pass("masked-dots", masked_dots.run, when=_ws),
     # Warp specialization (tile level): loads feeding dots become aref puts in a producer warp group.
     Pass("aref-insertion", aref_insertion.run, when=_ws),
     Pass("partition", partition.run, when=_ws),

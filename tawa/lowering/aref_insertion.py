@@ -310,10 +310,21 @@ def insert_for_loop(p: ws_analysis.LoopPlan, depth: int, lookahead: bool = True)
 def prologue_loads(func_op, heavy) -> list:
     """Dot operands loaded directly in the kernel's body, outside the pipelined loops (attention's Q block), that
     a producer can copy into a ring: 2-D tiles whose offsets it can recompute (scalar control of program ids,
-    arguments and constants)."""
+    arguments and constants) and that TMA can write as a dot's operand tiles are written. Others, such as a
+    column of per-query segment ids read only by a mask on the scores, stay the consumers' loads."""
     return [op for op in ops_of(body_block(func_op)) if op.name == LoadOp.NAME and op not in heavy
             and ws_analysis.feeds_dot(op) and len(tile_shape(LoadOp(op).result.type)) == 2
-            and ws_analysis.replicable(op)]
+            and copyable(LoadOp(op).result.type) and ws_analysis.replicable(op)]
+
+
+def copyable(t) -> bool:
+    """Whether TMA can copy a tile of type `t` into a ring slot (`assign_layouts.check_dot_tile` accepts it)."""
+    from tawa.lowering.assign_layouts import check_dot_tile
+    try:
+        check_dot_tile(t, None)
+    except CompilationError:
+        return False
+    return True
 
 
 def prologue_bytes(func_op, heavy) -> int:

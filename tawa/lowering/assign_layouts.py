@@ -303,6 +303,24 @@ def _branch_values(if_op) -> list:
     return list(zip(if_op.results, yields[0], yields[1]))
 
 
+def _yielding_dot(value):
+    """The dot whose result `value` is, directly or through the branches of `scf.if`s (a dot on a masked operand
+    in one branch and on the loaded one in the other: `mask_elision`), or None."""
+    op = owner_op(value)
+    if op is None:
+        return None
+    if op.name == DotOp.NAME:
+        return op
+    if op.name == "scf.if":
+        index = next(i for i, r in enumerate(op.results) if r == value)
+        for region in op.regions:
+            if len(region.blocks):
+                dot = _yielding_dot(ops_of(region.blocks[0])[-1].operands[index])
+                if dot is not None:
+                    return dot
+    return None
+
+
 def _assign(ops: list, W: int, ctx) -> None:
     """Layouts for the tiles produced by `ops` (one kernel body or one warp-group region) over W warps."""
     smem = set()
@@ -369,8 +387,8 @@ def _assign(ops: list, W: int, ctx) -> None:
         elif name == ForOp.NAME:
             loop = ForOp(op)
             for j, res in enumerate(op.results):
-                producer = owner_op(loop.yield_op.operands[j])
-                if producer is not None and producer.name == DotOp.NAME:
+                producer = _yielding_dot(loop.yield_op.operands[j])
+                if producer is not None:
                     anchor[res] = anchor[loop.iter_args[j]] = mma_for(producer)
 
     # Backward: what layout do users want?
@@ -414,8 +432,8 @@ def _assign(ops: list, W: int, ctx) -> None:
                 w = want.get(barg) or want.get(res)
                 if w is None and _is_tile(res):
                     # The loop-carried value's producer inside the body decides (a dot's accumulator).
-                    producer = owner_op(yield_op.operands[j])
-                    if producer is not None and producer.name == "tawa.dot":
+                    producer = _yielding_dot(yield_op.operands[j])
+                    if producer is not None:
                         w = mma_for(producer)
                 if w is not None:
                     want.setdefault(init, w)

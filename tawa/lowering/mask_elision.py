@@ -31,7 +31,7 @@ _RESHAPES = (ExpandDimsOp.NAME, BroadcastOp.NAME)
 _PURE = ("arith.", "tawa.splat", "tawa.arange", "tawa.expand_dims", "tawa.broadcast")
 
 
-class _Bounds:
+class Bounds:
     """Scalar i32 lower and upper bounds of index tiles, built at one insertion point."""
 
     def __init__(self):
@@ -121,7 +121,7 @@ class _Bounds:
         return arith.CmpIOp(pred, ba[0], bb[1]).result   # a > b (a >= b) everywhere: min(a) > max(b)
 
 
-def _mask_slice(select_op) -> list:
+def mask_slice(select_op) -> list:
     """The mask's ops in the select's block used only by the select or by each other, in program order."""
     block = select_op.block
     taken = [select_op]
@@ -144,7 +144,7 @@ def _index(block, op) -> int:
     return -1
 
 
-def _loaded(value) -> bool:
+def loaded(value) -> bool:
     """Whether a tile is a load's result as it is (or transposed)."""
     op = defining_op(value)
     while op is not None and op.name == "tawa.trans":
@@ -169,14 +169,13 @@ def elide(select_op) -> bool:
     mask, x, _ = select_op.operands
     if not isinstance(mask.type, ir.RankedTensorType) or enclosing(select_op, (ForOp.NAME,)) is None:
         return False
-    # A dot operand loaded and masked (`where(mask, a, 0.0)` before `dot(a, b)`) stays one select: the unmasked
-    # branch would hand the loaded tile itself to the dot from inside an scf.if, which the warp-specialized ring
-    # (a slot released within its iteration) cannot deliver. As a select it is a dot operand computed in
-    # registers, as any other.
-    if _loaded(x) and _reaches_dot_operand(select_op.results[0]):
+    # A dot operand loaded and masked (`where(mask, a, 0.0)` before `dot(a, b)`) stays one select: as a branch
+    # result, the loaded tile would reach the dot through registers on both paths. `masked-dots` moves the dot
+    # itself into the branches where the kernel is warp-specialized.
+    if loaded(x) and _reaches_dot_operand(select_op.results[0]):
         return False
     with ir.InsertionPoint(select_op), select_op.location:
-        cond = _Bounds().all_true(mask)
+        cond = Bounds().all_true(mask)
         if cond is None:
             return False
         result = select_op.results[0]
@@ -186,7 +185,7 @@ def elide(select_op) -> bool:
             scf.YieldOp([x])
         with ir.InsertionPoint(branch.else_block):
             done = scf.YieldOp([result])
-    for op in _mask_slice(select_op) + [select_op]:
+    for op in mask_slice(select_op) + [select_op]:
         op.move_before(done)
     return True
 

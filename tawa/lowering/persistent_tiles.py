@@ -116,9 +116,11 @@ def can_persist(func_op, plans: list, options=None) -> tuple:
     prologue = set(aref_insertion.prologue_loads(func_op, heavy))
     for op in walk(func_op.operation):
         # (a 1-D block reaches a dot only through math on a tile, in the consumers' registers: it is loaded again
-        # for each tile, as the kernel's body reads it)
+        # for each tile, as the kernel's body reads it; so is a 2-D tile that TMA could not copy for a dot, such as
+        # a column of per-query segment ids that masks the scores)
         if op.name == LoadOp.NAME and op not in heavy and op not in prologue and ws_analysis.feeds_dot(op) \
-                and len(tile_shape(LoadOp(op).result.type)) != 1:
+                and len(tile_shape(LoadOp(op).result.type)) != 1 \
+                and aref_insertion.copyable(LoadOp(op).result.type):
             return False, (f"the dot operand loaded{where(op)} outside the pipelined loop is staged once per "
                            f"program (a ring of its own per tile needs a 2-D tile loaded in the kernel's body at "
                            f"offsets the producer can compute)")

@@ -506,6 +506,18 @@ def attn_window(rng, shape, D=128, **_):
     return [q, k, v, Out("bf16", softmax(scores) @ f64(v), ATTENTION), scale, window]
 
 
+def attn_segments(rng, shape, D=64, **_):
+    """(Z, H, S): documents of random lengths packed along S, the same for every head of a batch."""
+    z, h, s = shape
+    q, k, v = _qkv(rng, z, h, s, D, "bf16")
+    seg = np.cumsum(rng.random((z, s)) < 0.01, axis=1).astype(np.int32)      # documents of about 100 tokens
+    scale = D ** -0.5
+    same = seg[:, None, :, None] == seg[:, None, None, :]
+    scores = np.where(same, f64(q) @ f64(k).swapaxes(-1, -2) * scale, -np.inf)
+    return [q, k, v, seg.reshape(z, s, 1), seg.reshape(z, 1, s), Out("bf16", softmax(scores) @ f64(v), ATTENTION),
+            scale]
+
+
 def attn_softcap(rng, shape, D=128, **_):
     z, h, s = shape
     q, k, v = _qkv(rng, z, h, s, D, "bf16", q_scale=3.0)        # scores well past the cap, so it bites
@@ -595,7 +607,7 @@ CASES = [
     Case("gemm_bias_init", GEMM + [SPLIT], [{}, {"BLOCK_N": 256}]),
     Case("gemm_hasbias", GEMM, [{}, {"ACT": 1, "BLOCK_N": 192}], interpret_options=[{}, {"ACT": 1}]),
     Case("gemm_mask", GEMM, [{}, {"BLOCK_N": 256}, {"BLOCK_N": 128, "schedule": "pingpong"}]),
-    Case("gemm_tril_a", GEMM, [{}, {"BLOCK_N": 256}, {"warp_specialize": False}]),
+    Case("gemm_tril_a", GEMM, [{}, {"BLOCK_N": 256}, {"warp_specialize": False}, {"schedule": "tile"}]),
     Case("gemm_act_if", GEMM, [{}, {"BLOCK_N": 256}], name="gemm_act_if-sigmoid", act=2),
     Case("gemm_act_if", GEMM[1:], [{}], name="gemm_act_if-relu", act=1),
     Case("gemm_act_if", GEMM[1:], [{}], name="gemm_act_if-identity", act=0),
@@ -640,12 +652,17 @@ CASES = [
     Case("attn_block_sparse", [(1, 24), (2, 333), (3, 1100)], [{}, {"BLOCK_N": 64}, {"schedule": "tile"},
                                                                {"warp_specialize": False}]),
     # a K extent per batch read from memory (the loop bound), zero included
-    Case("gemm_ragged_k", [(1, 8, 48, 32, 32), (3, 333, 528, 208, 208, 100, 0), (2, 1100, 1056, 720, 17, 720)],
-         [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False}]),
+    Case("gemm_ragged_k", [(1, 8, 48, 32, 32), (3, 333, 528, 208, 208, 100, 0), (2, 1100, 1056, 720, 17, 720),
+                           (2, 200, 300, 400, 256, 400)],
+         [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False},
+          {"schedule": "persistent", "dynamic_tiles": False}]),
+    # segment ids as a column loaded before the key loop (persistent at head dim 128, the column a register load)
+    Case("attn_segments", [(1, 1, 1), (2, 3, 333), (1, 2, 1100)],
+         [{}, {"D": 128, "BLOCK_N": 128}, {"D": 128, "BLOCK_N": 128, "dynamic_tiles": True}]),
     # the same with the experts in a loop: the conditional around the K loop inside it, on the loop's index
     Case("moe_expert_loop", [(1, 8, 48, 32, 5), (4, 333, 528, 208, 333, 0, 129, 17)],
          [{}, {"BLOCK_M": 64, "BLOCK_N": 256}, {"warp_specialize": False}]),
-    Case("gemm_mask_b", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}]),
+    Case("gemm_mask_b", GEMM, [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False}]),
     # partial's rows are per BLOCK_N tile: the tile is part of the program's meaning, so the launch keeps the
     # kernel's own on every shape (`tuning.tile_invariant`; it used to switch tiles on some shapes)
     Case("gemm_rowmax", GEMM_M8, [{}, {"BLOCK_M": 64, "BLOCK_N": 256}],
