@@ -383,8 +383,13 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     # The ring depth chosen automatically is estimated before the passes too: where the backend lays out more
     # shared memory than estimated (a layout conversion's scratch), fewer slots are tried.
     fewer_slots = not (tile_level_only or stop_after) and plan.warp_specialize and options.num_buffers is None
+    # The consumer lookahead (the next scores' dot issued before this block's softmax) holds a second score tile:
+    # where ptxas spills with it, the kernel is compiled again without it, and kept so where that spills nothing.
+    lookahead_retry = not (tile_level_only or stop_after) and plan.warp_specialize and \
+        options.consumer_lookahead is None and not plan.ctas_per_sm > 1
     # (with its locations: an error of the second compile points into the source as the first's would)
-    retry = module.operation.get_asm(enable_debug_info=True) if fallback or fewer_slots else None
+    retry = module.operation.get_asm(enable_debug_info=True) if fallback or fewer_slots or lookahead_retry \
+        else None
     try:
         module = run_pipeline(module, _decided(options, plan), plan, stop_after=stop_after,
                               tile_level_only=tile_level_only)
@@ -419,6 +424,10 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     if fallback is not None and why:
         # Half the register file, or a ping-pong group's share, was too little after all: compile again without.
         return _compile_fallback(retry, module.context, fallback, why)
+    if lookahead_retry and kernel.spill_bytes:
+        without = _without_lookahead(retry, module.context, options, kernel.spill_bytes)
+        if without is not None:
+            return without
     overlaps = _register_overlaps(module)
     if overlaps:
         notes = notes + [f"kernel '{kernel.name}' holds registers to overlap work with the tensor cores: "
@@ -430,6 +439,26 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         # (uniform_residency found two CTAs fit: say so to the launch rules, which weigh waves by it; without
         # ptxas's count the premise is unchecked, and the launch rules treat the kernel as any other)
         kernel.uniform_by_choice, kernel.ctas_per_sm = True, 2
+    return kernel
+
+
+def _without_lookahead(retry: str, context, options: CompileOptions, spilled: int):
+    """The kernel compiled again with `consumer_lookahead=False`, if ptxas spills none of it where the compile
+    with the lookahead spilled `spilled` bytes (a 64-row attention tile of one consumer warp group, whose lookahead
+    holds a second score tile beside the first: 624 bytes against none at 64x256 blocks), else None: where both
+    spill, which runs faster is not known here, and the lookahead stays."""
+    from mlir import ir
+    try:
+        kernel = compile_module(ir.Module.parse(retry, context),
+                                dataclasses.replace(options, consumer_lookahead=False))
+    except CompilationError:
+        return None
+    if kernel.spill_bytes != 0:
+        return None
+    kernel.notes = list(kernel.notes) + [
+        f"kernel '{kernel.name}' runs its consumer loops without the lookahead (the next block's dot issued before "
+        f"this block's math): with it, ptxas spilled {spilled} bytes of registers, without it none "
+        f"(consumer_lookahead=True keeps it)"]
     return kernel
 
 
