@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from tawa import hopper
 from tawa.abi import CompiledKernel
 from tawa.errors import CompilationError, InternalCompilerError, SharedMemoryError, TawaError
 from tawa.ir import kernel_info, verify
@@ -520,5 +521,10 @@ def _decided(options: CompileOptions, plan: Plan) -> CompileOptions:
     lookahead = options.consumer_lookahead
     if plan.ctas_per_sm > 1 and lookahead is None:
         lookahead = False
+    # The uniform-warp path taken by choice runs the two warp groups of math the specialized kernel would have had
+    # (at head dim 32 one group would hold its 128x128 scores and output in 226 registers a thread: two CTAs of
+    # four warps per SM instead of eight)
+    warps = options.num_warps or (2 * hopper.WARPS_PER_GROUP if plan.uniform_by_choice else None)
     return dataclasses.replace(options, schedule=plan.schedule if plan.warp_specialize else options.schedule,
-                               cluster=plan.cluster, ctas_per_sm=plan.ctas_per_sm, consumer_lookahead=lookahead)
+                               cluster=plan.cluster, ctas_per_sm=plan.ctas_per_sm, consumer_lookahead=lookahead,
+                               num_warps=warps)

@@ -474,10 +474,11 @@ ATTENTION_TILE = {"schedule": "tile"}
 #: the kernel's own blocks.
 ATTENTION_KEY_BLOCKS = ((64, 64), (128, 128))
 #: Head dims above which a kernel the compiler ran on uniform warps keeps its key block (see above; at head dim 32
-#: the uniform kernel was not measured, and the examples keep 64-key specialized blocks there), up to the head dim
-#: where the compiler takes that path (`occupancy.EXPONENTIAL_BOUND_HEAD_DIM`). Between them a kernel of smaller
-#: specialized key blocks launches UNIFORM_KEY_BLOCK ones where the compiler runs those on uniform warps.
-UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM, UNIFORM_KEY_BLOCK_MAX_HEAD_DIM, UNIFORM_KEY_BLOCK = 32, 64, 128
+#: too: 1.04-1.10x the 64-key specialized blocks over S = 1024 to 16384, causal or not, H200; head dim 16 was not
+#: measured), up to the head dim where the compiler takes that path (`occupancy.EXPONENTIAL_BOUND_HEAD_DIM`).
+#: Between them a kernel of smaller specialized key blocks launches UNIFORM_KEY_BLOCK ones where the compiler runs
+#: those on uniform warps.
+UNIFORM_KEEPS_KEYS_ABOVE_HEAD_DIM, UNIFORM_KEY_BLOCK_MAX_HEAD_DIM, UNIFORM_KEY_BLOCK = 16, 64, 128
 #: Options given explicitly under which an attention kernel keeps its own configuration.
 _ATTENTION_OPTIONS = _SCHEDULE_OPTIONS + ("cluster", "ctas_per_sm", "consumer_pingpong", "consumer_lookahead")
 
