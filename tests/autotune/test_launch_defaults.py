@@ -421,7 +421,8 @@ def test_attention_keeps_its_own_blocks_where_192_rows_do_not_pay_or_were_ruled_
     long = heads(16384, z=2)
     assert choose(info, long, own=own(128, ctas_per_sm=1)) == {}
     assert choose(info, long, own=own(96, ctas_per_sm=1)) == {}                     # 192 rows spill there
-    assert choose(info, long, own=own(32)) == M192
+    assert choose(info, long, own=own(48, ctas_per_sm=1)) == M192
+    assert choose(info, long, own=own(32)) == {}         # the uniform 128-row kernel was level or ahead at 32
     assert choose(info, long, own=own(chained=False)) == {}       # two dots, but not attention's (X @ A @ B)
     for option in ({"BLOCK_M": 64}, {"schedule": "persistent"}, {"warp_specialize": False}, {"ctas_per_sm": 2},
                    {"num_consumer_groups": 2}, {"consumer_pingpong": True}, {"consumer_registers": 232}):
