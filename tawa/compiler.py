@@ -158,7 +158,7 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     if faster:
         loop_plans, note = None, f"kernel '{kernel_info.kernel_name(func)}' uses the uniform-warp schedule: {faster}"
     notes = [note] if note else []
-    schedule, why_schedule = _tile_schedule(func, options, loop_plans)
+    schedule, why_schedule = _tile_schedule(func, options, loop_plans, note)
     if why_schedule:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' uses the {schedule} schedule: {why_schedule}")
     cluster, why = _cluster(func, options, loop_plans, schedule)
@@ -208,9 +208,9 @@ def _cluster(func, options: CompileOptions, loop_plans, schedule: str) -> tuple[
     return options.cluster, f"runs in {options.cluster} thread-block clusters: {why}"
 
 
-def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]:
+def _tile_schedule(func, options: CompileOptions, loop_plans, uniform_note: str = "") -> tuple[str, str]:
     """("tile" | "persistent" | "pingpong" | "streamk", why) for one kernel; `loop_plans`: its `ws_analysis.plan` where it is
-    warp-specialized, else None."""
+    warp-specialized, else None (`uniform_note` then says why)."""
     name = kernel_info.kernel_name(func)
     if options.schedule == "tile":
         return "tile", "one program per CTA (schedule='tile')"
@@ -218,8 +218,9 @@ def _tile_schedule(func, options: CompileOptions, loop_plans) -> tuple[str, str]
     what = {"pingpong": "ping-pong", "streamk": "stream-K"}.get(options.schedule, "persistent")
     if loop_plans is None:
         if asked:
-            raise CompilationError(f"cannot make kernel '{name}' {what}: it is not warp-specialized",
-                                   source_location(func),
+            reason = uniform_note.split("uses the uniform-warp schedule: ", 1)[-1] if uniform_note else ""
+            raise CompilationError(f"cannot make kernel '{name}' {what}: it is not warp-specialized" +
+                                   (f" ({reason})" if reason else ""), source_location(func),
                                    note="the persistent schedules loop the producer and consumer warp groups over "
                                         "tiles; compile with schedule='tile' or let the kernel specialize")
         return "tile", ""
@@ -401,7 +402,7 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
             raise
         if fallback is not None:
             return _compile_fallback(retry, module.context, fallback, e.message)
-        if not isinstance(e, SharedMemoryError) or e.ring_depth <= 1:
+        if not fewer_slots or not isinstance(e, SharedMemoryError) or e.ring_depth <= 1:
             raise
         return _compile_with_fewer_slots(retry, module.context, options, e)
     if tile_level_only or stop_after:

@@ -197,6 +197,9 @@ class BodyLowering:
         """'did you mean' a name in scope; for a math function the language lacks, the ones it has."""
         import difflib
         known = list(env) + list(self.globals) + list(BUILTIN_VALUES) + list(DTYPES)
+        if name in ("break", "continue"):
+            return f"'{name}' is not part of the language: loops are `for i in range(...)` and run to their end " \
+                   "(an `if` in the body skips an iteration's work); see docs/language.md"
         if name in _MATH_ELSEWHERE:
             return f"'{name}' is not a builtin; the elementwise math functions are {', '.join(UNARY_MATH)}"
         close = difflib.get_close_matches(name, known, n=1)

@@ -107,7 +107,26 @@ def _unsupported_syntax(source: str, tok) -> str | None:
         return "comparisons do not chain: write (a <= x) & (x < b)"
     if str(tok) == "[" and before.rstrip().endswith(("(", ",")):
         return "shapes and block coordinates are tuples, not lists: (BLOCK_M, BLOCK_N), or (BLOCK_M,) for one dim"
+    if str(tok) == "[" and before.rstrip().endswith("="):
+        return "there are no lists: a tile comes from load, zeros, full or arange; shapes are tuples"
+    if str(tok) == "@":
+        return "there is no '@' operator: use dot(a, b), or dot(a, b, acc) to add the product to acc"
+    if str(tok) == ":" and "[" in before and before.count("[") > before.count("]"):
+        return "tiles are not sliced: load the block you need with load(T, coords, shape), or reduce over an axis " \
+               "(sum, max); a subscript may only be ':' and None (x[:, None])"
+    if str(tok) == "," and "=" in after and "(" not in before and before.strip().isidentifier():
+        return "there is no tuple unpacking: assign one name at a time (x = ...; y = ...)"
+    if str(tok) == "if" and before.strip():
+        return "there is no conditional expression: where(cond, x, y) chooses between tiles or scalars; an if " \
+               "statement chooses between statements"
+    if str(tok) == "*" and before.rstrip().endswith(("(", ",")):
+        return "there is no argument unpacking: pass each argument"
+    if before.rstrip().endswith("lambda"):
+        return "'lambda' is not part of the language (a kernel is assignments, `if`, `for i in range(...)` and " \
+               "calls of its builtins); see docs/language.md"
     first = line.split()[0] if line.split() else ""
+    if first == "return":
+        return "a kernel returns nothing: store() its results; a bare `return` may end the kernel"
     if first in ("while", "break", "continue"):
         return f"'{first}' is not part of the language: loops are `for i in range(...)` and run to their end; " \
                "see docs/language.md"

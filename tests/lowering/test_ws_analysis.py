@@ -279,3 +279,24 @@ def test_split_k_with_a_loop_under_a_conditional_falls_back():
     k = compile_source(source, "kernel.tawa", CompileOptions(split_k=2))
     notes = "\n".join(k.notes)
     assert "uses the uniform-warp schedule: with split_k" in notes and "kernel.tawa:" in notes
+
+
+def test_persistent_refusal_says_why_the_kernel_is_not_specialized():
+    """`schedule="persistent"` on a kernel that cannot be specialized names the reason (a load under an `if` in
+    the loop), not only that it is not specialized."""
+    import tawa
+    source = '''
+@grid(cdiv(M, 128), cdiv(N, 128))
+def k(A: bf16[M, K], B1: bf16[K, N], B2: bf16[K, N], C: f32[M, N]):
+    acc = zeros((128, 128), f32)
+    for k in range(cdiv(K, 64)):
+        a = load(A, (program_id(0), k), (128, 64))
+        if k % 2 == 0:
+            acc = dot(a, load(B1, (k, program_id(1)), (64, 128)), acc)
+        else:
+            acc = dot(a, load(B2, (k, program_id(1)), (64, 128)), acc)
+    store(C, (program_id(0), program_id(1)), acc)
+'''
+    with pytest.raises(tawa.CompilationError, match=r"it is not warp-specialized \(the tile load at .*:8:.* is "
+                                                    r"inside a conditional"):
+        tawa.compile(source, cache=False, schedule="persistent")
