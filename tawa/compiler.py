@@ -426,7 +426,7 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     if fallback is not None and why:
         # Half the register file, or a ping-pong group's share, was too little after all: compile again without.
         return _compile_fallback(retry, module.context, fallback, why)
-    if lookahead_retry and kernel.spill_bytes:
+    if lookahead_retry and kernel.spill_bytes and _kernel_info(module).get("lookahead"):
         without = _without_lookahead(retry, module.context, options, kernel.spill_bytes)
         if without is not None:
             return without
@@ -453,13 +453,14 @@ def _without_lookahead(retry: str, context, options: CompileOptions, spilled: in
     try:
         kernel = compile_module(ir.Module.parse(retry, context),
                                 dataclasses.replace(options, consumer_lookahead=False))
-    except CompilationError:
+    except TawaError:       # (an optional second build: whatever stops it, the first stands)
         return None
     if kernel.spill_bytes != 0:
         return None
     kernel.notes = list(kernel.notes) + [
         f"kernel '{kernel.name}' runs its consumer loops without the lookahead (the next block's dot issued before "
-        f"this block's math): with it, ptxas spilled {spilled} bytes of registers, without it none "
+        f"this block's math), and so without the schedules built on it (the softmax pipeline, ping-pong between "
+        f"consumer groups): with it, ptxas spilled {spilled} bytes of registers, without it none "
         f"(consumer_lookahead=True keeps it)"]
     return kernel
 
@@ -489,12 +490,16 @@ def _compile_with_fewer_slots(retry: str, context, options: CompileOptions, erro
     raise error
 
 
-def _register_overlaps(module) -> list:
-    """The register overlaps `convert-to-nvvm` took for the kernel (`tawa.kernel_info`), named."""
+def _kernel_info(module) -> dict:
+    """What `convert-to-nvvm` recorded of the kernel (`tawa.kernel_info`)."""
     import json
     attr = module.operation.attributes
-    return json.loads(attr["tawa.kernel_info"].value).get("register_overlaps", []) \
-        if "tawa.kernel_info" in attr else []
+    return json.loads(attr["tawa.kernel_info"].value) if "tawa.kernel_info" in attr else {}
+
+
+def _register_overlaps(module) -> list:
+    """The register overlaps `convert-to-nvvm` took for the kernel, named."""
+    return _kernel_info(module).get("register_overlaps", [])
 
 
 def chained_dots(module) -> bool:

@@ -443,8 +443,9 @@ ATTENTION_192 = {"BLOCK_M": 192, "BLOCK_N": 128, "schedule": "tile"}
 #: exponentials cost the MUFU units, and the third consumer warp group is what overlaps the two; from 80 on its
 #: registers no longer fit the 160 three groups get (ptxas spills and serializes the wgmmas).
 ATTENTION_192_MAX_HEAD_DIM = 64
-#: ... and from which: at head dim 32 the 128-row uniform-warp kernel ran 1.02-1.09x the 192-row blocks at S = 2048
-#: and 4096 and within 3% of them from 8192 on, causal or not, except 0.94x causal at 16384 (H200).
+#: ... and from which for a kernel on the uniform-warp path: at head dim 32 the 128-row uniform kernel ran 1.02-1.09x
+#: the 192-row blocks at S = 2048 and 4096 and within 3% of them from 8192 on, causal or not, except 0.94x causal at
+#: 16384 (H200).
 ATTENTION_192_MIN_HEAD_DIM = 48
 #: Sequence lengths, in 128-key blocks, from which the 192-row block pays: it wastes up to a third of a block's
 #: rows at the end of the sequence, makes a third fewer CTAs, and (causal) computes a larger masked triangle on
@@ -561,8 +562,8 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     128 where either holds (as measured on the examples' ragged sequences): `_larger_keys_safe`.
 
     ATTENTION_192 for an attention-family kernel whose compiled configuration (`own`) chains its loop's dots and
-    has query blocks of ATTENTION_OWN_ROWS, at head dims from ATTENTION_192_MIN_HEAD_DIM up to
-    ATTENTION_192_MAX_HEAD_DIM, on sequences of at least ATTENTION_192_MIN_BLOCKS 128-key blocks (ATTENTION_192_MIN_BLOCKS_UNEVEN where the programs' loops run
+    has query blocks of ATTENTION_OWN_ROWS, at head dims up to ATTENTION_192_MAX_HEAD_DIM (from
+    ATTENTION_192_MIN_HEAD_DIM on for a kernel on the uniform-warp path), on sequences of at least ATTENTION_192_MIN_BLOCKS 128-key blocks (ATTENTION_192_MIN_BLOCKS_UNEVEN where the programs' loops run
     different lengths, `own.uneven_programs`), on grids of at least ATTENTION_192_MIN_WAVES waves of 192-row CTAs
     that finish no later than the own grid: waves of the own CTAs (`own.ctas_per_sm` per SM) against waves of
     192-row ones, each 192 / (128 x CTAs per SM) / ATTENTION_192_RATE as long. Else {}. The head dim is the widest
@@ -596,8 +597,11 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     if getattr(own, "dynamic_tiles", False) and length is not None and length >= ATTENTION_TILE_MIN_BLOCKS * 128:
         return dict(ATTENTION_TILE, **base)
     least = ATTENTION_192_MIN_BLOCKS_UNEVEN if getattr(own, "uneven_programs", True) else ATTENTION_192_MIN_BLOCKS
-    if length is None or not ATTENTION_192_MIN_HEAD_DIM <= head_dim <= ATTENTION_192_MAX_HEAD_DIM or \
-            length < least * 128:
+    # (below ATTENTION_192_MIN_HEAD_DIM only against the uniform-warp 128-key kernel, kept or raised to: the
+    # specialized one was not measured against 192 rows there)
+    on_uniform = uniform_kept or base == {"BLOCK_N": UNIFORM_KEY_BLOCK} and _raises_to_uniform(own_keys, head_dim)
+    if length is None or head_dim > ATTENTION_192_MAX_HEAD_DIM or \
+            (on_uniform and head_dim < ATTENTION_192_MIN_HEAD_DIM) or length < least * 128:
         return base
     # the programs along the grid's other axes (heads, batch): each must be a shape symbol alone
     others = 1

@@ -109,13 +109,16 @@ def _unsupported_syntax(source: str, tok) -> str | None:
         return "shapes and block coordinates are tuples, not lists: (BLOCK_M, BLOCK_N), or (BLOCK_M,) for one dim"
     if str(tok) == "[" and before.rstrip().endswith("="):
         return "there are no lists: a tile comes from load, zeros, full or arange; shapes are tuples"
-    if str(tok) == "@":
+    if str(tok) == "@" and before.strip() and not line.strip().startswith("@"):
         return "there is no '@' operator: use dot(a, b), or dot(a, b, acc) to add the product to acc"
-    if str(tok) == ":" and "[" in before and before.count("[") > before.count("]"):
+    if str(tok) == ":" and "[" in before and before.count("[") > before.count("]") and \
+            not line.lstrip().startswith("def "):
         return "tiles are not sliced: load the block you need with load(T, coords, shape), or reduce over an axis " \
                "(sum, max); a subscript may only be ':' and None (x[:, None])"
     if str(tok) == "," and "=" in after and "(" not in before and before.strip().isidentifier():
         return "there is no tuple unpacking: assign one name at a time (x = ...; y = ...)"
+    if str(tok) == "if" and before.strip() == "else":
+        return "write `elif cond:`"
     if str(tok) == "if" and before.strip():
         return "there is no conditional expression: where(cond, x, y) chooses between tiles or scalars; an if " \
                "statement chooses between statements"

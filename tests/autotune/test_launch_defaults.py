@@ -423,6 +423,9 @@ def test_attention_keeps_its_own_blocks_where_192_rows_do_not_pay_or_were_ruled_
     assert choose(info, long, own=own(96, ctas_per_sm=1)) == {}                     # 192 rows spill there
     assert choose(info, long, own=own(48, ctas_per_sm=1)) == M192
     assert choose(info, long, own=own(32)) == {}         # the uniform 128-row kernel was level or ahead at 32
+    assert choose(info, long, own=own(32, BLOCK_N=64)) == {"BLOCK_N": 128}          # raised to it, and kept
+    # a kernel that stayed specialized at head dim 32 is weighed against 192 rows as before
+    assert choose(info, long, own=own(32, ctas_per_sm=1, uniform_by_choice=False)) == M192
     assert choose(info, long, own=own(chained=False)) == {}       # two dots, but not attention's (X @ A @ B)
     for option in ({"BLOCK_M": 64}, {"schedule": "persistent"}, {"warp_specialize": False}, {"ctas_per_sm": 2},
                    {"num_consumer_groups": 2}, {"consumer_pingpong": True}, {"consumer_registers": 232}):

@@ -653,11 +653,12 @@ CASES = [
                                                                {"warp_specialize": False}]),
     # a K extent per batch read from memory (the loop bound), zero included
     Case("gemm_ragged_k", [(1, 8, 48, 32, 32), (3, 333, 528, 208, 208, 100, 0), (2, 1100, 1056, 720, 17, 720),
-                           (2, 200, 300, 400, 256, 400)],
+                           (2, 200, 320, 400, 256, 400)],
          [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False},
           {"schedule": "persistent", "dynamic_tiles": False}]),
     # segment ids as a column loaded before the key loop (persistent at head dim 128, the column a register load)
-    Case("attn_segments", [(1, 1, 1), (2, 3, 333), (1, 2, 1100)],
+    # and a [1, BLOCK_N] row per key block (delivered through the ring slot: boxes of one row)
+    Case("attn_segments", [(1, 1, 1), (2, 3, 332), (1, 2, 1100)],
          [{}, {"D": 128, "BLOCK_N": 128}, {"D": 128, "BLOCK_N": 128, "dynamic_tiles": True}]),
     # the same with the experts in a loop: the conditional around the K loop inside it, on the loop's index
     Case("moe_expert_loop", [(1, 8, 48, 32, 5), (4, 333, 528, 208, 333, 0, 129, 17)],

@@ -190,6 +190,8 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         "workspace_per_tile": ctx.params.workspace_per_tile,
         "dynamic_tiles": dynamic,
         "register_overlaps": sorted(ctx.overlaps),
+        # (a consumer loop given the lookahead: `compiler._without_lookahead` may build the kernel again without it)
+        "lookahead": any(attrs.LOOKAHEAD.get(op) for op in walk(func) if op.name == "scf.for"),
         "positive_params": list(attrs.POSITIVE_PARAMS.get(func)),
     }
     try:

@@ -51,6 +51,11 @@ def smem_offset(ctx: Ctx, t: SmemTile, row: V, col: V) -> V:
         raise InternalCompilerError(f"a shared tile of {t.cols} {t.elem} columns has no swizzle mode")
     byte = b.mul(col, elem_bytes(t.elem))
     box = b.shr(byte, w.bit_length() - 1)
+    if t.rows % 8:
+        # TMA swizzles by address: the chunk mask comes from the offset's bits from 7 up, which count the lines of
+        # the whole tile, not of one box. Where a box is not whole swizzle atoms of 8 rows (a [1, 64] i32 row of
+        # segment ids delivered through a ring slot), the boxes before this one shift the mask.
+        return b.add(swizzled(b, b.add(row, b.mul(box, t.rows)), byte, w), t.offset)
     return b.add(b.add(swizzled(b, row, byte, w), b.mul(box, t.rows * w)), t.offset)
 
 
