@@ -5,6 +5,8 @@ on the uniform-warp path, against what torch runs for the same result:
   expert over its rows (torch.matmul in a loop) and one cuBLAS GEMM of the same total size (no routing at all);
 - `moe_counts`: MoE in the capacity layout, tiles past an expert's row count skipping the K loop; against
   torch.bmm over the whole capacity (cuBLAS computes the empty rows too) followed by zeroing them;
+- `gemm_ragged_k`: a batched GEMM whose K differs per batch (read from memory, the last block masked), over
+  several distributions of K and its schedules; against cuBLAS per batch over its own K (torch.matmul in a loop);
 - `attn_varlen`: variable-length attention over packed sequences (starts and lengths read from cu_seqlens),
   causal and not; against torch SDPA (cuDNN where it runs) over the same sequences padded to the longest;
 - `attn_paged_decode`: decode over a paged KV cache (each page read from a block table), in GB/s of K and V read.
@@ -38,6 +40,15 @@ MOE_COUNTS_VARIANTS = VARIANTS + [("one program per CTA, 128x256", {"schedule": 
 MOE = (8, 4096, 4096, [3000, 1100, 2500, 700, 4100, 1900, 1500, 1584])
 #: (experts, capacity, K, N, rows per expert)
 MOE_CAP = (8, 4096, 4096, 4096, [3000, 1100, 2500, 700, 4096, 1900, 1500, 0])
+#: ... and for a K per batch: the launched kernel (persistent, dynamic tiles) and the other schedules.
+RAGGED_K_VARIANTS = [("launched", {}), ("fixed shares 128x256", {"schedule": "persistent", "BLOCK_N": 256,
+                                                                  "dynamic_tiles": False}),
+                     ("one program per CTA, 128x256", {"schedule": "tile", "BLOCK_N": 256}),
+                     ("fixed shares 128x128", {"schedule": "persistent", "dynamic_tiles": False})]
+#: (batches, M, N, K of each batch): uneven, skewed, equal, many small batches, batches of few tiles.
+RAGGED_K = [(8, 4096, 4096, [4096, 1000, 3000, 500, 2048, 4096, 100, 2500]), (4, 8192, 8192, [4096, 4096, 2048, 1024]),
+            (8, 2048, 4096, [16384] + [512] * 7), (4, 4096, 4096, [4096] * 4),
+            (32, 1024, 2048, [(1543 * i) % 4033 + 64 for i in range(32)]), (4, 1024, 2048, [8192, 256, 4096, 1024])]
 #: (heads, head dim, sequence lengths), each attention case causal and not.
 VARLEN = [(16, 128, [4096, 1000, 2500, 300, 3000, 1800, 700, 2200]), (16, 64, [2048] * 4 + [512] * 8 + [100] * 8)]
 #: (kv heads, query heads per kv head, head dim, page, sequence lengths)
@@ -69,6 +80,11 @@ def build() -> None:
         _kernel(tawa, "moe_counts", options).variant_for(
             np.zeros((e2, cap, k2), bf16), np.zeros((e2, k2, n2), bf16), np.zeros(e2, i32),
             np.zeros((e2, cap, n2), bf16))
+    for z, m2, n3, klen in RAGGED_K:
+        for label, options in RAGGED_K_VARIANTS:
+            _kernel(tawa, "gemm_ragged_k", options).variant_for(
+                np.zeros((z, m2, max(klen)), bf16), np.zeros((z, max(klen), n3), bf16), np.zeros(z, i32),
+                np.zeros((z, n3), np.float32), np.zeros((z, m2, n3), bf16))
     for label, options in VARIANTS:
         _kernel(tawa, "moe_gemm", options).variant_for(np.zeros((m, k), bf16), np.zeros((e, k, n), bf16),
                                                        np.zeros(sum(tiles), i32), np.zeros((m, n), bf16))
@@ -157,6 +173,31 @@ def run() -> None:
     valid = sum(_cdiv(c, 128) * 128 for c in counts)
     report(f"moe_counts: {e} experts of capacity {cap}, {sum(counts)} valid rows, K={k}, N={n} (FLOPs of the "
            f"valid tiles)", "TFLOP/s", 2 * valid * n * k, race(fns))
+
+    # ---- a K per batch: the loop bound read from memory, the last block masked ------------------------------
+    for z, m, n, klen in RAGGED_K:
+        kmax = max(klen)
+        a = torch.randn(z, m, kmax, device=dev, dtype=bf)
+        b = torch.randn(z, kmax, n, device=dev, dtype=bf) / 64
+        kl = torch.tensor(klen, device=dev, dtype=torch.int32)
+        bias = torch.randn(z, n, device=dev)
+        y_ref = torch.empty(z, m, n, device=dev, dtype=bf)
+
+        def torch_ragged(a=a, b=b, bias=bias, y_ref=y_ref, klen=klen):
+            for i, kk in enumerate(klen):
+                torch.add(torch.matmul(a[i, :, :kk], b[i, :kk]), bias[i], out=y_ref[i])
+        ref = torch.stack([a[i, :, :kk].float() @ b[i, :kk].float() for i, kk in enumerate(klen)]) + bias[:, None]
+        fns = {}
+        for label, options in RAGGED_K_VARIANTS:
+            kern = _kernel(tawa, "gemm_ragged_k", options)
+            y = torch.full((z, m, n), float("nan"), device=dev, dtype=bf)
+            kern(a, b, kl, bias, y)
+            torch.cuda.synchronize()
+            check(f"gemm_ragged_k {label}", y, ref)
+            fns[f"Tawa {label}"] = lambda kern=kern, y=y, a=a, b=b, kl=kl, bias=bias: kern(a, b, kl, bias, y)
+        fns["cuBLAS per batch (torch.matmul loop)"] = torch_ragged
+        report(f"gemm_ragged_k: {z} x {m}x{n}, K per batch {min(klen)}-{kmax}", "TFLOP/s", 2 * m * n * sum(klen),
+               race(fns))
 
     # ---- variable-length attention ------------------------------------------------------------------------
     for h, d, lens in VARLEN:
