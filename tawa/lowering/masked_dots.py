@@ -16,8 +16,8 @@ with `%all_true` the scalar bounds test of `mask-elision` (`a < b` everywhere wh
 Why: a masked operand is computed in registers, so every k-step copies the tile out of its ring slot, selects,
 and stages it back to shared memory behind a barrier of the consumer warp groups, though the mask cuts only the
 last K block of a GEMM whose K comes from memory, the diagonal blocks of a triangular A, or the rows past a bound
-of B. Measured (H200, docs/performance.md): a batched GEMM with a K per batch ran 509 TFLOP/s before and 642
-after, a GEMM with B's rows masked 336 and 540. The ring slot stays valid in both branches: the consumer releases
+of B. Measured (H200, docs/performance.md): a batched GEMM with a K per batch ran 501 TFLOP/s before and 619
+after, a GEMM with B's rows masked 343 and 537. The ring slot stays valid in both branches: the consumer releases
 it after the `if`, once the dot has completed. The uniform-warp schedule keeps the select (its software pipeline
 runs the loop's dots in flight, which a dot inside a branch is not; a GEMM with B masked ran 5% slower with the
 branch), and so does a mask that the bounds test cannot read.
