@@ -3,9 +3,9 @@ around them (`persistent_tiles`, "Dynamic tiles").
 
 - The launch's tile counter is the first word of the runtime's workspace (ABI `workspace`; the kernel's metadata
   says `dynamic_tiles`, and the runtime allocates `abi.TILE_COUNTER_BYTES`, zeroed once).
-- `next_tile` (the producer warp): lane 0 adds 1 to the counter (`atom.add.relaxed.gpu`, nothing else is ordered
-  by it); the `tile_put` that hands the result over (after the tile's loads, so the atomic's latency hides behind
-  them) shuffles the old value v to the warp; the tile is v + CTAs launched. Every CTA fetches once per tile it
+- `next_tile` (the producer warp, after the tile's loads): lane 0 adds 1 to the counter (`atom.add.relaxed.gpu`,
+  nothing else is ordered by it); the `tile_put` right after it shuffles the old value v to the warp; the tile is
+  v + CTAs launched. Every CTA fetches once per tile it
   runs (the runtime launches at most as many CTAs as tiles, each starting with its own), so a launch makes
   exactly `tiles` fetches, reading 0 to tiles - 1: the one that reads tiles - 1 is the last, and stores 0 back
   (`st.relaxed.gpu`) for the next launch.
