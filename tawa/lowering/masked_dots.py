@@ -3,7 +3,8 @@ all-true.
 
 Takes: tile IR after `mask-elision` (which leaves such selects as they are) in a kernel that will be
 warp-specialized. Gives: every `dot(where(mask, a, 0.0), b, acc)` in a loop, where `a` is a loaded tile and the
-select's only user is the dot (as its A or B operand), rewritten as
+select's only user is the dot (as its A or B operand; both masked, under the conjunction of their tests), rewritten
+as
 
     %r = scf.if %all_true -> (acc type) {
       scf.yield (tawa.dot %a, %b, %acc)                 the loaded tile, read by wgmma from shared memory
@@ -25,50 +26,56 @@ branch), and so does a mask that the bounds test cannot read.
 from __future__ import annotations
 
 from mlir import ir, passmanager
-from mlir.dialects import scf
+from mlir.dialects import arith, scf
 
 from tawa.ir.kernel_info import kernels
 from tawa.ir.ops import DotOp, ForOp
-from tawa.ir.traversal import enclosing, walk
+from tawa.ir.traversal import defining_op, enclosing, walk
 from tawa.lowering.mask_elision import Bounds, loaded, mask_slice
 
 
-def _dot_of(select_op):
-    """(the dot in the select's block whose A or B operand is the select's only use, operand index), or None."""
-    uses = list(select_op.results[0].uses)
-    if len(uses) != 1 or uses[0].operand_number not in (0, 1):
+def _masked_operand(dot, operand: int):
+    """The `arith.select` of a loaded tile that is the dot's A or B operand and used by nothing else, in the dot's
+    block, or None."""
+    op = defining_op(dot.operands[operand])
+    if op is None or op.name != "arith.select" or op.block != dot.block:
         return None
-    owner = uses[0].owner
-    owner = owner.operation if hasattr(owner, "operation") else owner
-    if owner.name != DotOp.NAME or owner.block != select_op.block:
+    mask, x, _ = op.operands
+    if not isinstance(mask.type, ir.RankedTensorType) or not loaded(x) or len(list(op.results[0].uses)) != 1:
         return None
-    return owner, uses[0].operand_number
+    return op
 
 
-def branch(select_op) -> bool:
-    """Rewrite one masked dot operand (the module docstring); False where the select is not one."""
-    mask, x, _ = select_op.operands
-    if not isinstance(mask.type, ir.RankedTensorType) or enclosing(select_op, (ForOp.NAME,)) is None \
-            or not loaded(x):
+def branch(dot) -> bool:
+    """Rewrite a dot on masked loaded tiles (the module docstring; A, B or both, under the conjunction of their
+    tests); False where neither operand is one."""
+    if enclosing(dot, (ForOp.NAME,)) is None:
         return False
-    found = _dot_of(select_op)
-    if found is None:
+    selects = {i: sel for i in (0, 1) for sel in [_masked_operand(dot, i)] if sel is not None}
+    if not selects:
         return False
-    dot, operand = found
     with ir.InsertionPoint(dot), dot.location:
-        cond = Bounds().all_true(mask)
-        if cond is None:
+        bounds = Bounds()
+        tests = {i: bounds.all_true(sel.operands[0]) for i, sel in selects.items()}
+        selects = {i: sel for i, sel in selects.items() if tests[i] is not None}
+        if not selects:
             return False
+        cond = None
+        for i in selects:
+            cond = tests[i] if cond is None else arith.AndIOp(cond, tests[i]).result
         test = scf.IfOp(cond, [r.type for r in dot.results], has_else=True)
         for r, b in zip(dot.results, test.results):
             r.replace_all_uses_with(b)
         with ir.InsertionPoint(test.then_block):
             plain = dot.clone()
-            plain.operands[operand] = x
+            for i, sel in selects.items():
+                plain.operands[i] = sel.operands[1]
             scf.YieldOp(list(plain.results))
         with ir.InsertionPoint(test.else_block):
             done = scf.YieldOp(list(dot.results))
-    for op in mask_slice(select_op) + [select_op, dot]:
+    # (the tests were built first: a scalar they read stays outside the branch, `mask_slice` seeing its new user)
+    moved = [op for sel in selects.values() for op in mask_slice(sel) + [sel]]
+    for op in moved + [dot]:
         op.move_before(done)
     return True
 
@@ -77,7 +84,7 @@ def run(module, options):
     with module.context:
         changed = 0
         for func in kernels(module):
-            changed += sum(branch(op) for op in [o for o in walk(func) if o.name == "arith.select"])
+            changed += sum(branch(op) for op in [o for o in walk(func) if o.name == DotOp.NAME])
         if changed:       # fold the bounds' constants
             passmanager.PassManager.parse("builtin.module(canonicalize, cse)").run(module.operation)
     return module

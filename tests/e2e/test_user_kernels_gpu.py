@@ -327,6 +327,14 @@ def gemm_ragged_k(rng, shape, **_):
     return [a, b, np.array(klen, np.int32), bias, Out("bf16", ref, BF16)]
 
 
+def gemm_ragged_k_ab(rng, shape, **_):
+    """(Z, M, N, K, K of each batch...): as gemm_ragged_k, both operands masked, no bias."""
+    z, m, n, k, klen = shape[0], shape[1], shape[2], shape[3], list(shape[4:])
+    a, b = randn(rng, (z, m, k), "bf16"), randn(rng, (z, k, n), "bf16")
+    ref = np.stack([f64(a[i, :, :kl]) @ f64(b[i, :kl]) for i, kl in enumerate(klen)])
+    return [a, b, np.array(klen, np.int32), Out("bf16", ref, BF16)]
+
+
 def gemm_user_persistent(rng, shape, **_):
     m, n, k = shape
     a, b = _ab(rng, m, n, k)
@@ -656,6 +664,9 @@ CASES = [
                            (2, 200, 320, 400, 256, 400)],
          [{}, {"BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False},
           {"schedule": "persistent", "dynamic_tiles": False}]),
+    # the same with both operands masked (one branch under both tests)
+    Case("gemm_ragged_k_ab", [(1, 8, 48, 32, 32), (3, 333, 528, 208, 208, 100, 0), (2, 200, 320, 400, 256, 400)],
+         [{}, {"BLOCK_N": 256}, {"warp_specialize": False}]),
     # segment ids as a column loaded before the key loop (persistent at head dim 128, the column a register load)
     # and a [1, BLOCK_N] row per key block (delivered through the ring slot: boxes of one row)
     Case("attn_segments", [(1, 1, 1), (2, 3, 332), (1, 2, 1100)],

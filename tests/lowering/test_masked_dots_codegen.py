@@ -34,6 +34,7 @@ def _wgmma_groups(ptx: str) -> int:
     ("gemm_ragged_k", {"BLOCK_N": 256, "schedule": "persistent", "dynamic_tiles": False}, 1),
     ("gemm_mask_b", {"schedule": "pingpong"}, 2),         # each ping-pong group's loop is its own code
     ("gemm_tril_a", {"schedule": "tile"}, 1),
+    ("gemm_ragged_k_ab", {}, 1),                          # both operands masked: one branch under both tests
 ])
 def test_warp_specialized_dot_in_both_branches(name, options, consumer_copies):
     compiled = _compile(name, **options)
