@@ -156,7 +156,7 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     loop_plans, note = ws_analysis.decide(func, options)
     faster = occupancy.uniform_is_faster(func, options, loop_plans)
     if faster:
-        loop_plans, note = None, f"kernel '{kernel_info.kernel_name(func)}' uses the uniform-warp schedule: {faster}"
+        loop_plans, note = None, ws_analysis.uniform_note(kernel_info.kernel_name(func), faster)
     notes = [note] if note else []
     schedule, why_schedule = _tile_schedule(func, options, loop_plans, note)
     if why_schedule:
@@ -218,7 +218,7 @@ def _tile_schedule(func, options: CompileOptions, loop_plans, uniform_note: str 
     what = {"pingpong": "ping-pong", "streamk": "stream-K"}.get(options.schedule, "persistent")
     if loop_plans is None:
         if asked:
-            reason = uniform_note.split("uses the uniform-warp schedule: ", 1)[-1] if uniform_note else ""
+            reason = ws_analysis.uniform_reason(uniform_note)
             raise CompilationError(f"cannot make kernel '{name}' {what}: it is not warp-specialized" +
                                    (f" ({reason})" if reason else ""), source_location(func),
                                    note="the persistent schedules loop the producer and consumer warp groups over "
@@ -388,7 +388,7 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     # The consumer lookahead (the next scores' dot issued before this block's softmax) holds a second score tile:
     # where ptxas spills with it, the kernel is compiled again without it, and kept so where that spills nothing.
     lookahead_retry = not (tile_level_only or stop_after) and plan.warp_specialize and \
-        options.consumer_lookahead is None and not plan.ctas_per_sm > 1
+        options.consumer_lookahead is None and plan.ctas_per_sm == 1
     # (with its locations: an error of the second compile points into the source as the first's would)
     retry = module.operation.get_asm(enable_debug_info=True) if fallback or fewer_slots or lookahead_retry \
         else None

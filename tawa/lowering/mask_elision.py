@@ -190,11 +190,17 @@ def elide(select_op) -> bool:
     return True
 
 
-def run(module, options):
+def rewrite_each(module, op_name: str, rewrite):
+    """`rewrite` (True where it changed the IR) on every op named `op_name` of every kernel, then canonicalize and
+    CSE where anything changed (the bounds tests' constants fold): the driver of this pass and `masked-dots`."""
     with module.context:
         changed = 0
         for func in kernels(module):
-            changed += sum(elide(op) for op in [o for o in walk(func) if o.name == "arith.select"])
-        if changed:       # fold the bounds' constants
+            changed += sum(rewrite(op) for op in [o for o in walk(func) if o.name == op_name])
+        if changed:
             passmanager.PassManager.parse("builtin.module(canonicalize, cse)").run(module.operation)
     return module
+
+
+def run(module, options):
+    return rewrite_each(module, "arith.select", elide)

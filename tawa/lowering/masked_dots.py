@@ -25,13 +25,12 @@ branch), and so does a mask that the bounds test cannot read.
 """
 from __future__ import annotations
 
-from mlir import ir, passmanager
+from mlir import ir
 from mlir.dialects import arith, scf
 
-from tawa.ir.kernel_info import kernels
 from tawa.ir.ops import DotOp, ForOp
-from tawa.ir.traversal import defining_op, enclosing, walk
-from tawa.lowering.mask_elision import Bounds, loaded, mask_slice
+from tawa.ir.traversal import defining_op, enclosing
+from tawa.lowering.mask_elision import Bounds, loaded, mask_slice, rewrite_each
 
 
 def _masked_operand(dot, operand: int):
@@ -81,10 +80,4 @@ def branch(dot) -> bool:
 
 
 def run(module, options):
-    with module.context:
-        changed = 0
-        for func in kernels(module):
-            changed += sum(branch(op) for op in [o for o in walk(func) if o.name == DotOp.NAME])
-        if changed:       # fold the bounds' constants
-            passmanager.PassManager.parse("builtin.module(canonicalize, cse)").run(module.operation)
-    return module
+    return rewrite_each(module, DotOp.NAME, branch)

@@ -278,6 +278,20 @@ def _num_warps_conflict(func_op, options) -> str:
                                 if groups is not None else ""))
 
 
+#: How a kernel's notes say it runs the uniform-warp schedule, before the reason.
+_UNIFORM = "uses the uniform-warp schedule: "
+
+
+def uniform_note(name: str, reason: str) -> str:
+    """The note of a kernel that runs the uniform-warp schedule, and why."""
+    return f"kernel '{name}' {_UNIFORM}{reason}"
+
+
+def uniform_reason(note: str) -> str:
+    """The reason a `uniform_note` gives ("" for any other note)."""
+    return note.split(_UNIFORM, 1)[1] if note and _UNIFORM in note else ""
+
+
 def decide(func_op, options) -> tuple:
     """Apply `options.warp_specialize` (None: where possible; True: required; False: never) to one kernel.
 
@@ -289,8 +303,7 @@ def decide(func_op, options) -> tuple:
     if options.warp_specialize is False:
         return None, ""
     if getattr(options, "tma", None) is False:
-        return None, (f"kernel '{kernel_name(func_op)}' uses the uniform-warp schedule: tma=False (its producer "
-                      f"warp group would load through TMA)")
+        return None, uniform_note(kernel_name(func_op), "tma=False (its producer warp group would load through TMA)")
     try:
         plans, reason = plan(func_op), ""
         if getattr(options, "split_k", 1) > 1:
@@ -308,11 +321,10 @@ def decide(func_op, options) -> tuple:
                                    note="a warp-specialized kernel has 4 x (1 + consumer warp groups) warps: set "
                                         "num_consumer_groups instead of num_warps, or compile with "
                                         "warp_specialize=False to run the uniform-warp schedule with these warps")
-        return None, (f"kernel '{name}' uses the uniform-warp schedule: {conflict} (set num_consumer_groups "
-                      f"instead to specialize)")
+        return None, uniform_note(name, f"{conflict} (set num_consumer_groups instead to specialize)")
     if options.warp_specialize is True:
         raise CompilationError(f"cannot warp-specialize kernel '{name}': {reason}",
                                source_location(func_op.operation),
                                note="compile with warp_specialize=False (or --warp-specialize off) to use the "
                                     "uniform-warp schedule")
-    return None, f"kernel '{name}' uses the uniform-warp schedule: {reason}"
+    return None, uniform_note(name, reason)
