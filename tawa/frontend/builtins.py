@@ -111,6 +111,12 @@ def _min_max(kind):
     def fn(L, call, args, kwargs):
         # With a tile first, min/max reduce (`max(x, axis)`); elementwise is `maximum(a, b)`.
         if (args and is_tile(args[0])) or "axis" in kwargs or "x" in kwargs:
+            axis = args[1] if len(args) > 1 else kwargs.get("axis")
+            if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
+                # `max(m_i, max(s, axis=1))`, meant as Python's max of two values: the running maximum
+                raise L.diag.error(call, f"{kind}(x, axis) reduces a tile over an axis, and its second argument is "
+                                   f"{describe(axis)}, not a compile-time integer",
+                                   note=f"for the elementwise {kind}imum of two values use {kind}imum(a, b)")
             return _reduce(kind, L, call, args, kwargs)
         a, b = bind(L, call, args, kwargs, ["a", "b"], 2)
         return L.emit.binary(kind, a, b, call)
