@@ -64,55 +64,64 @@ def variant_name(d: int, causal: int, block_n: int, ws) -> str:
 #: groups, 384 threads); "uni": warp_specialize=False with two warp groups (num_warps=8, 64 query rows each, the
 #: same math warp groups as WS; with 4 warps the d128/n128 kernel spills and ptxas serializes its wgmmas, C7512).
 VARIANTS = {}
-for _d in HEAD_DIMS:
-    for _c in (0, 1):
-        for _n in (64, 128):
-            for _ws in (True, False):
-                VARIANTS[variant_name(_d, _c, _n, _ws)] = (
-                    {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
-                    {"warp_specialize": None} if _ws else {"warp_specialize": False, "num_warps": 8})
-            # Ablations: warp specialized with the consumer ping-pong turned on ("pp"), or the intra-warpgroup
-            # overlap turned off ("nola": no lookahead).
-            VARIANTS[variant_name(_d, _c, _n, "pp")] = (
-                {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
-                {"warp_specialize": None, "consumer_pingpong": True})
-            VARIANTS[variant_name(_d, _c, _n, "nola")] = (
-                {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
-                {"warp_specialize": None, "consumer_lookahead": False})
-    # Key blocks that are not powers of two: FlashAttention-3's 176 at head dim 128 (two slots each of K and V
-    # fit beside Q, in rings of their own), and 80 at head dim 64 with two CTAs per SM ("two": forced, the
-    # compiler's estimate keeps one).
-    for _c in (0, 1):
-        if _d == 128:
-            VARIANTS[variant_name(_d, _c, 176, True)] = (
-                {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 176, "CAUSAL": _c}, {"warp_specialize": None})
-        elif _d == 64:
-            VARIANTS[variant_name(_d, _c, 80, "two")] = (
-                {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 80, "CAUSAL": _c},
-                {"warp_specialize": None, "ctas_per_sm": 2})
-    # The schedules side by side: one query block per CTA ("tile") and persistent CTAs looping over query blocks,
-    # Q through a ring of its own ("pers").
-    for _c in (0, 1):
-        for _n in (64, 128):
-            for _s in ("tile", "pers"):
-                VARIANTS[variant_name(_d, _c, _n, _s)] = (
-                    {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
-                    {"warp_specialize": None, "schedule": "persistent" if _s == "pers" else "tile"})
-    # 192-row query blocks: three consumer warp groups of 64 rows each (FlashAttention-3's tile at head dim 64)
-    for _c in (0, 1):
-        for _n in (64, 128):
-            VARIANTS[variant_name(_d, _c, _n, "m192")] = (
-                {"HEAD_DIM": _d, "BLOCK_M": 192, "BLOCK_N": _n, "CAUSAL": _c}, {"warp_specialize": None})
-            VARIANTS[variant_name(_d, _c, _n, "m192t")] = (
-                {"HEAD_DIM": _d, "BLOCK_M": 192, "BLOCK_N": _n, "CAUSAL": _c},
-                {"warp_specialize": None, "schedule": "tile"})
-    if _d == 64:
-        # Ablation of two CTAs per SM: at head dim 64 with BLOCK_N 64 the compiler keeps two CTAs resident per SM
-        # ("ws"); "one" holds the same kernel to one (ctas_per_sm=1).
+
+
+def define_variants(head_dims) -> None:
+    """Add the variants of these head dims to VARIANTS (the defaults at import; `--shapes` adds its own)."""
+    for _d in head_dims:
         for _c in (0, 1):
-            VARIANTS[variant_name(_d, _c, 64, "one")] = (
-                {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 64, "CAUSAL": _c},
-                {"warp_specialize": None, "ctas_per_sm": 1})
+            for _n in (64, 128):
+                for _ws in (True, False):
+                    VARIANTS[variant_name(_d, _c, _n, _ws)] = (
+                        {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
+                        {"warp_specialize": None} if _ws else {"warp_specialize": False, "num_warps": 8})
+                # Ablations: warp specialized with the consumer ping-pong turned on ("pp"), or the intra-warpgroup
+                # overlap turned off ("nola": no lookahead).
+                VARIANTS[variant_name(_d, _c, _n, "pp")] = (
+                    {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
+                    {"warp_specialize": None, "consumer_pingpong": True})
+                VARIANTS[variant_name(_d, _c, _n, "nola")] = (
+                    {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
+                    {"warp_specialize": None, "consumer_lookahead": False})
+        # Key blocks that are not powers of two: FlashAttention-3's 176 at head dim 128 (two slots each of K and V
+        # fit beside Q, in rings of their own), and 80 at head dim 64 with two CTAs per SM ("two": forced, the
+        # compiler's estimate keeps one).
+        for _c in (0, 1):
+            if _d == 128:
+                VARIANTS[variant_name(_d, _c, 176, True)] = (
+                    {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 176, "CAUSAL": _c}, {"warp_specialize": None})
+            elif _d == 64:
+                VARIANTS[variant_name(_d, _c, 80, "two")] = (
+                    {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 80, "CAUSAL": _c},
+                    {"warp_specialize": None, "ctas_per_sm": 2})
+        # The schedules side by side: one query block per CTA ("tile") and persistent CTAs looping over query blocks,
+        # Q through a ring of its own ("pers").
+        for _c in (0, 1):
+            for _n in (64, 128):
+                for _s in ("tile", "pers"):
+                    VARIANTS[variant_name(_d, _c, _n, _s)] = (
+                        {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c},
+                        {"warp_specialize": None, "schedule": "persistent" if _s == "pers" else "tile"})
+        # 192-row query blocks: three consumer warp groups of 64 rows each (FlashAttention-3's tile at head dim 64)
+        for _c in (0, 1):
+            for _n in (64, 128):
+                VARIANTS[variant_name(_d, _c, _n, "m192")] = (
+                    {"HEAD_DIM": _d, "BLOCK_M": 192, "BLOCK_N": _n, "CAUSAL": _c}, {"warp_specialize": None})
+                VARIANTS[variant_name(_d, _c, _n, "m192t")] = (
+                    {"HEAD_DIM": _d, "BLOCK_M": 192, "BLOCK_N": _n, "CAUSAL": _c},
+                    {"warp_specialize": None, "schedule": "tile"})
+        if _d == 64:
+            # Ablation of two CTAs per SM: at head dim 64 with BLOCK_N 64 the compiler keeps two CTAs resident per SM
+            # ("ws"); "one" holds the same kernel to one (ctas_per_sm=1).
+            for _c in (0, 1):
+                VARIANTS[variant_name(_d, _c, 64, "one")] = (
+                    {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 64, "CAUSAL": _c},
+                    {"warp_specialize": None, "ctas_per_sm": 1})
+
+
+
+define_variants(HEAD_DIMS)
+
 
 #: Timed shapes (B, H, S, D); each is run non-causal and causal.
 SHAPES = [(4, 16, 4096, 128), (2, 16, 8192, 128), (8, 16, 2048, 64)]
@@ -756,6 +765,11 @@ if __name__ == "__main__":
     ns = ap.parse_args()
     if ns.shapes:
         SHAPES[:] = [tuple(int(x) for x in shape.split("x")) for shape in ns.shapes.split(",")]
+        # head dims outside the defaults (16, 32, 80, ...): their variants, launched kernels and ragged checks
+        extra = sorted({shape[3] for shape in SHAPES} - set(HEAD_DIMS))
+        define_variants(extra)
+        HEAD_DIMS = HEAD_DIMS + tuple(extra)
+        RAGGED += [shape for d in extra for shape in ((1, 3, 77, d), (1, 1, 129, d), (2, 1, 1, d))]
     if ns.step in ("build", "all"):
         build(ns.out, ns.variants)
     if ns.step in ("run", "all"):
