@@ -76,7 +76,7 @@ def test_warp_specialized_ir_runs_in_interpreter():
     assert "tawa.aref_put" in kernel.ir and "tawa.warp_group" in kernel.ir
     for seed in range(3):
         a, b, c, ref = _gemm_inputs(50, 40, 80, seed=seed)
-        kernel._launch((a, b, c), None, seed=seed)
+        kernel(a, b, c, seed=seed)
         assert _rel_err(c, ref) < 1e-2
 
 
@@ -165,3 +165,22 @@ def test_keyword_arguments_at_launch_are_a_clear_error():
         kernel(a, a, C=a)
     with pytest.raises(LaunchError, match="keyword argument 'bogus'"):
         kernel[(1, 1)](a, a, a, bogus=1)
+
+
+@pytest.mark.parametrize("keyword", ["grid", "args", "kw", "self"])
+def test_keywords_named_like_the_launchers_own_are_a_clear_error(keyword):
+    """`grid=` (a Triton habit) and names the launch functions use themselves reach the user as a LaunchError,
+    not a clash of Python arguments."""
+    kernel = tawa.interpret(str(EXAMPLES / "gemm.tawa"), BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+    a = np.ones((16, 16), ml_dtypes.bfloat16)
+    with pytest.raises(LaunchError, match=f"keyword argument '{keyword}'"):
+        kernel(a, a, a, **{keyword: (1, 1)})
+    with pytest.raises(LaunchError, match=f"keyword argument '{keyword}'"):
+        kernel[(1, 1)](a, a, a, **{keyword: (1, 1)})
+
+
+def test_grid_keyword_says_where_the_grid_goes():
+    kernel = tawa.interpret(str(EXAMPLES / "gemm.tawa"), BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+    a = np.ones((16, 16), ml_dtypes.bfloat16)
+    with pytest.raises(LaunchError, match=r"kernel\[grid\]\(\.\.\.\)"):
+        kernel(a, a, a, grid=(1, 1))

@@ -247,7 +247,7 @@ class Kernel:
                     return self._unaligned(error)[grid](*args)
                 except PositiveScaleError as error:
                     return self._without_assumption(error)[grid](*args)
-            return self._launch(args, grid, **kw)
+            return self._launch(args, grid, kw)
         return launch
 
     def variant_for(self, *args) -> "Kernel":
@@ -273,7 +273,7 @@ class Kernel:
         except PositiveScaleError:
             return self                     # (no variant to be had: the launch raises, saying why)
 
-    def __call__(self, *args, **kw):
+    def __call__(self, /, *args, **kw):
         if self._shapes is not None and not _dry.depth:
             variant = self._shapes.pick(args, self.target, self.compiled)
             if variant is not None:
@@ -289,7 +289,7 @@ class Kernel:
                 return self._unaligned(error)(*args)
             except PositiveScaleError as error:
                 return self._without_assumption(error)(*args)
-        return self._launch(args, None, **kw)
+        return self._launch(args, None, kw)
 
     def _unaligned(self, error) -> "Kernel":
         """The variant without TMA, for a launch whose arguments break TMA's 16-byte rules; or the error, when
@@ -337,14 +337,23 @@ class Kernel:
                           TawaPerformanceWarning, stacklevel=3)
         return self._general_kernel
 
-    def _launch(self, args, grid, **kw):
+    def _launch(self, args, grid, kw: dict):
+        """A launch through `kernel(...)` or `kernel[grid](...)`; `kw` holds the call's keywords as given (a dict,
+        so that a keyword named like a parameter here, `grid=` from a Triton habit, is the user's error to report
+        rather than a clash of Python arguments)."""
         from tawa.errors import LaunchError
-        unknown = sorted(set(kw) - {"stream", "seed"})
+        allowed = {"stream", "seed"} if self.target == "cpu" else {"stream"}
+        unknown = sorted(set(kw) - allowed)
         if unknown:
             names = ", ".join(p["name"] for p in self.compiled.params)
+            if unknown[0] == "grid":
+                hint = "the grid goes in brackets, kernel[grid](...), or comes from the kernel's @grid"
+            elif unknown[0] == "seed":
+                hint = "seed= picks the interleaving of warp groups in the interpreter (tawa.interpret) only"
+            else:
+                hint = "the only keywords are stream= and, in the interpreter, seed="
             raise LaunchError(f"kernel '{self.name}' got the keyword argument '{unknown[0]}'; kernel arguments are "
-                              f"positional ({names}), and the only keywords are stream= and, in the "
-                              f"interpreter, seed=")
+                              f"positional ({names}); {hint}")
         stream, seed = kw.get("stream"), kw.get("seed")
         params = self.compiled.params
         if len(args) != len(params):
@@ -361,9 +370,9 @@ class Kernel:
             return self._launcher.launch(args, grid=grid, stream=stream)
         except TmaAlignmentError as error:
             fallback = self._unaligned(error)
-            return fallback._launch(args, grid, **kw)
+            return fallback._launch(args, grid, kw)
         except PositiveScaleError as error:
-            return self._without_assumption(error)._launch(args, grid, **kw)
+            return self._without_assumption(error)._launch(args, grid, kw)
 
     def _launch_cpu(self, args, grid, seed):
         from tawa.errors import LaunchError

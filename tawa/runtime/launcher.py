@@ -19,7 +19,7 @@ import threading
 from typing import Any, Optional, Sequence
 
 from tawa import hopper
-from tawa.errors import LaunchError, PositiveScaleError, TmaAlignmentError
+from tawa.errors import DriverError, LaunchError, PositiveScaleError, TmaAlignmentError
 from tawa.abi import POSITIVE_ARG_RANGE, TILE_COUNTER_BYTES, AbiParam, CompiledKernel
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
 from tawa.runtime import driver as drv
@@ -95,7 +95,12 @@ def stream_handle(stream) -> int:
     """A raw CUstream value from an int, a torch / CuPy stream, a `__cuda_stream__` object or a CUstream."""
     if stream is None:
         return 0
+    if isinstance(stream, bool) or isinstance(stream, float):
+        raise LaunchError(f"cannot use the {type(stream).__name__} {stream!r} as a CUDA stream: give a stream "
+                          f"object (torch.cuda.Stream, a CuPy stream) or its handle as an int")
     if isinstance(stream, int):
+        if not 0 <= stream < 1 << 64:
+            raise LaunchError(f"stream handle {stream} is not a CUDA stream: a handle is an unsigned 64-bit value")
         return stream
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
@@ -334,7 +339,11 @@ class GpuLauncher:
         the launch with an unspecific error, or, for a stream of another context, not order it as asked. The
         special handles 0, 1 and 2 (default, legacy, per-thread) always name the current context's stream and are
         not checked; a checked (stream, context) pair is remembered."""
-        owner = drv.stream_context(stream_value)
+        try:
+            owner = drv.stream_context(stream_value)
+        except DriverError as error:
+            raise LaunchError(f"kernel '{self.kernel.name}': 0x{stream_value:x} is not a CUDA stream the driver "
+                              f"knows ({error.message})") from None
         if owner != ctx.key:
             where = drv.context_device(owner)
             arrays = [self._names[i] for i, a in enumerate(args) if self._is_array[i]]
@@ -507,12 +516,17 @@ class GpuLauncher:
                             f"({info.strides[axis] * esize} bytes); the kernel's TMA copies need a multiple of "
                             "16 bytes", note="pad rows to a multiple of 16 bytes, or pass a contiguous copy "
                                              "of a padded tensor")
-        for p in self.abi:
-            if p.kind == "dim":
-                extent = infos[p.arg].shape[p.axis]
+        # Tile coordinates and shape symbols are 32-bit in the kernel (and TMA's coordinates are signed 32-bit), so
+        # an extent past 2**31 - 1 cannot be addressed, whether the kernel receives it as an integer or only
+        # inside a tensor map.
+        for i, info in enumerate(infos):
+            if info is None:
+                continue
+            for axis, extent in enumerate(info.shape):
                 if extent >= 2**31:
-                    raise LaunchError(f"argument '{self.params[p.arg]['name']}': dimension {p.axis} has "
-                                      f"{extent} elements, more than a 32-bit index can address")
+                    raise LaunchError(f"argument '{self.params[i]['name']}': dimension {axis} has {extent} "
+                                      f"elements, more than a 32-bit index can address",
+                                      note="split the launch along that dimension")
         return bindings
 
     def _grid(self, grid, bindings: dict) -> tuple:

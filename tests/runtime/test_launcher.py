@@ -162,6 +162,37 @@ def no_driver(monkeypatch):
         monkeypatch.setattr(driver, name, fail)
 
 
+def test_extents_past_32_bits_are_refused_in_tensor_maps_too(no_driver):
+    """K reaches this kernel only inside A's and B's tensor maps (no `dim` entry): an extent past 2**31 - 1 is
+    refused all the same, as the kernel's tile coordinates are 32-bit."""
+    launcher = GpuLauncher(gemm_kernel(), tensor_maps=TensorMapCache())
+    with pytest.raises(LaunchError, match=r"argument 'A': dimension 1 has 2147483776 elements"):
+        launcher.launch(args(K=2**31 + 128))
+
+
+@pytest.mark.parametrize("stream, message", [
+    (1.5, r"cannot use the float 1.5 as a CUDA stream"), (True, r"cannot use the bool True"),
+    (-1, r"stream handle -1 is not a CUDA stream"), (2**64, r"stream handle 18446744073709551616"),
+])
+def test_bad_stream_values(no_driver, stream, message):
+    launcher = GpuLauncher(gemm_kernel(), tensor_maps=TensorMapCache())
+    with pytest.raises(LaunchError, match=message):
+        launcher.launch(args(), stream=stream)
+
+
+def test_a_stream_the_driver_does_not_know_is_a_launch_error(fake, monkeypatch):
+    from tawa.errors import DriverError
+    from tawa.runtime import driver
+
+    def unknown(stream):
+        raise DriverError("cuStreamGetCtx failed: CUDA_ERROR_INVALID_HANDLE")
+    monkeypatch.setattr(driver, "stream_context", unknown)
+    launcher = GpuLauncher(gemm_kernel(), tensor_maps=TensorMapCache())
+    with pytest.raises(LaunchError, match=r"0xdead is not a CUDA stream the driver knows"):
+        launcher.launch(args(), stream=0xDEAD)
+    assert fake.launches == []
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(A=FakeDeviceArray((300, 200), "f16", ptr=BASE)), r"argument 'A'.*has dtype f16, expected bf16"),
     (dict(B=FakeDeviceArray((201, 504), "bf16", ptr=BASE)),
