@@ -4,7 +4,7 @@
 Two steps, so that compilation (which needs MLIR) and execution (which needs a Hopper GPU) may run on different
 machines:
 
-    python bench/bench_attention.py build [--out DIR] [--variants REGEX]
+    python bench/bench_attention.py build [--out DIR] [--variants REGEX] [--shapes BxHxSxD,...]
         compile the variants of examples/flash_attention.tawa, write DIR/<name>.json + .cubin, and (unless REGEX
         does not match "tuned") the example's declared tuning space per head dim and causal setting into
         DIR/tuned-cache
@@ -17,9 +17,9 @@ machines:
 root. The run step imports neither `mlir` nor `lark`.
 
 Variants (VARIANTS, named fa_d{HEAD_DIM}_c{CAUSAL}_n{BLOCK_N}_{ws|uni|...}, BLOCK_M = 128 throughout): head dim 64,
-96 and 128, causal 0 and 1, BLOCK_N 64 and 128, warp specialization auto ("ws": the compiler specializes where it
-applies; the build prints the thread count, 384 = producer + 2 consumer warp groups) and off ("uni": the
-uniform-warp software pipeline, two warp groups).
+96 and 128 (`--shapes` adds the head dims of its shapes), causal 0 and 1, BLOCK_N 64 and 128, warp specialization
+auto ("ws": the compiler specializes where it applies; the build prints the thread count, 384 = producer + 2
+consumer warp groups) and off ("uni": the uniform-warp software pipeline, two warp groups).
 
 The "tuned" column is `tawa.autotune` over the example's declared space, tuned on each timed shape in the same
 process (from DIR/tuned-cache, so the run step needs no compiler). The "launched" column is what
@@ -759,7 +759,8 @@ if __name__ == "__main__":
     ap.add_argument("--variants", default=None, help="regex: build / run only the variants whose name matches")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and repetitions")
     ap.add_argument("--shapes", default=None, metavar="BxHxSxD,...",
-                    help="run: time these shapes instead of SHAPES (each non-causal and causal)")
+                    help="time (run) or build the launched kernels of these shapes instead of SHAPES (each non-causal "
+                         "and causal); a head dim outside the defaults adds its variants")
     ap.add_argument("--json", default=None, metavar="OUT", help="write the raw numbers as JSON to OUT")
     ap.add_argument("--plot", default=None, metavar="PATH", help="PNG plot path (default DIR/attention.png)")
     ns = ap.parse_args()

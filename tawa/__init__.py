@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from tawa.errors import (CompilationError, DriverError, LaunchError, TawaError, TawaPerformanceWarning,  # noqa: F401
-                         TmaAlignmentError)
+from tawa.errors import (CompilationError, DriverError, LaunchError, RequirementError, TawaError,  # noqa: F401
+                         TawaPerformanceWarning, TmaAlignmentError)
 from tawa.options import CompileOptions
 from tawa.version import __version__  # noqa: F401
 from tawa.source import read_source  # noqa: F401  (re-exported: `tawa.read_source`)

@@ -55,6 +55,9 @@ class CompiledKernel:
     grid: list                      # grid expressions (strings)
     constants: dict
     abi: list = field(default_factory=list)          # list[AbiParam] (cuda)
+    #: The kernel's `@requires` launch conditions over its shapes ({"condition", "source", "line"}), checked at
+    #: every launch (`runtime.grid.check_requires`).
+    requires: list = field(default_factory=list)
     num_threads: int = 128
     shared_bytes: int = 0           # dynamic shared memory
     #: A persistent kernel: launched as min(programs, SMs) CTAs on a 1-D grid, each looping over the programs of

@@ -415,6 +415,7 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     if plan.target == "cpu":
         info = kernel_info.launch_info(kernel_info.kernel_function(module))
         return CompiledKernel(name=info["name"], target="cpu", params=info["params"], grid=info["grid"],
+                              requires=info["requires"],
                               constants=info["constants"], ir=str(module), notes=notes, **traits)
     from tawa.lowering.backend import build_kernel
     try:
@@ -435,7 +436,8 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         without = _without_lookahead(retry, module.context, options, kernel.spill_bytes)
         if without is not None:
             return without
-    if warps_retry and (kernel.spill_bytes or 0) > WARPS_RETRY_MIN_SPILL_BYTES:
+    if warps_retry and (kernel.spill_bytes or 0) > WARPS_RETRY_MIN_SPILL_BYTES and \
+            kernel.num_threads == hopper.THREADS_PER_WARP_GROUP:    # (assign-layouts may have given it two already)
         wider = _with_two_warp_groups(retry, module.context, options, kernel.spill_bytes)
         if wider is not None:
             return wider
@@ -484,7 +486,7 @@ WARPS_RETRY_MIN_SPILL_BYTES = 512
 def _with_two_warp_groups(retry: str, context, options: CompileOptions, spilled: int):
     """The uniform-warp kernel compiled again with `num_warps=8`, if ptxas spills at most a quarter of the
     `spilled` bytes of the one-warp-group compile, else None. Each thread then holds half of every tile: a
-    128x256 f32 score tile takes 128 registers a thread instead of 256 (636 bytes of spills and serialized wgmmas
+    128x256 f32 score tile takes 128 registers a thread instead of 256 (1280 bytes of spills and serialized wgmmas
     against none). Where eight warps still spill about as much, the tiles are the user's to shrink, and the
     first compile stands."""
     from mlir import ir

@@ -64,6 +64,12 @@ class TmaAlignmentError(LaunchError):
     A kernel from `tawa.compile` or `tawa.autotune` then switches to its variant compiled with `tma=False`."""
 
 
+class RequirementError(LaunchError):
+    """The arguments' shapes break one of the kernel's `@requires` conditions. A variant the launch picked for the
+    shapes (other tile constants) that breaks one gives way to the kernel's own configuration, which checks its
+    own conditions."""
+
+
 class PositiveScaleError(LaunchError):
     """A scalar argument the kernel was compiled to assume positive (`positive_scales`) is not, or lies outside
     `tawa.abi.POSITIVE_ARG_RANGE`. A kernel from `tawa.compile` or `tawa.autotune` then switches to its variant

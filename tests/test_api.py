@@ -184,3 +184,19 @@ def test_grid_keyword_says_where_the_grid_goes():
     a = np.ones((16, 16), ml_dtypes.bfloat16)
     with pytest.raises(LaunchError, match=r"kernel\[grid\]\(\.\.\.\)"):
         kernel(a, a, a, grid=(1, 1))
+
+
+def test_requires_is_checked_at_launch():
+    """softmax.tawa holds a whole row in one tile (`@requires(N <= BLOCK_N)`): a wider row is refused, naming the
+    condition and the extent, instead of leaving its last columns unwritten."""
+    kernel = tawa.interpret(str(EXAMPLES / "softmax.tawa"), BLOCK_N=256)
+    assert kernel.compiled.requires == [{"condition": "N <= 256", "source": "@requires(N <= BLOCK_N)", "line": 7}]
+    x = np.random.default_rng(0).standard_normal((3, 300)).astype(np.float32)
+    with pytest.raises(LaunchError, match=r"requires N <= 256, but N = 300 \(@requires\(N <= BLOCK_N\), line 7\)"):
+        kernel(x, np.empty_like(x))
+    x = x[:, :200].copy()
+    y = np.full_like(x, np.nan)
+    kernel(x, y)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    assert np.allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+

@@ -112,7 +112,7 @@ def _min_max(kind):
         # With a tile first, min/max reduce (`max(x, axis)`); elementwise is `maximum(a, b)`.
         if (args and is_tile(args[0])) or "axis" in kwargs or "x" in kwargs:
             axis = args[1] if len(args) > 1 else kwargs.get("axis")
-            if axis is not None and (isinstance(axis, bool) or not isinstance(axis, int)):
+            if axis is not None and not isinstance(axis, int):     # (a bool: _static_int says so)
                 # `max(m_i, max(s, axis=1))`, meant as Python's max of two values: the running maximum
                 raise L.diag.error(call, f"{kind}(x, axis) reduces a tile over an axis, and its second argument is "
                                    f"{describe(axis)}, not a compile-time integer",

@@ -16,11 +16,11 @@ from . import syntax as S
 from .dtypes import DTYPE_ALIASES, DTYPES, SCALAR_DTYPES, TENSOR_DTYPES, DType
 from .lower import BodyLowering
 from .ops import I32, i32_attr, tawa_op
-from .static import evaluate, render_grid
+from .static import evaluate, render_grid, render_requirement
 from .tuning import declared_space
 from .values import TensorArg
 
-_DECORATORS = ("grid", "num_warps", "autotune")
+_DECORATORS = ("grid", "requires", "num_warps", "autotune")
 
 
 def _resolve_constants(kernel: S.Kernel, overrides: dict, diag) -> dict:
@@ -144,11 +144,12 @@ def build_kernel(kernels: list, overrides: dict, diag, module: ir.Module) -> Non
 
     # ---- decorators
     grid_exprs: list = []
+    requirements: list = []      # ({"condition", "source", "line"}) checked at every launch
     num_warps = None
     seen_deco: set = set()
     for d in k.decorators:
         if d.name not in _DECORATORS:
-            raise diag.error(d, f"unknown decorator '@{d.name}' (known: @grid, @num_warps, @autotune)")
+            raise diag.error(d, f"unknown decorator '@{d.name}' (known: @grid, @requires, @num_warps, @autotune)")
         if d.name in seen_deco:
             raise diag.error(d, f"decorator '@{d.name}' given twice")
         seen_deco.add(d.name)
@@ -160,6 +161,15 @@ def build_kernel(kernels: list, overrides: dict, diag, module: ir.Module) -> Non
             if not 1 <= len(d.args) <= 3:
                 raise diag.error(d, f"@grid takes 1 to 3 expressions, got {len(d.args)}")
             grid_exprs = [render_grid(e, set(symbols), constants, diag) for e in d.args]
+        elif d.name == "requires":
+            if not d.args:
+                raise diag.error(d, "@requires takes one or more conditions, such as N <= BLOCK_N")
+            text = diag.source.splitlines()[d.line - 1].strip() if 0 < d.line <= diag.source.count("\n") + 1 \
+                else "@requires"
+            for e in d.args:
+                condition = render_requirement(e, set(symbols), constants, diag)
+                if condition is not None:
+                    requirements.append({"condition": condition, "source": text, "line": d.line})
         else:
             if len(d.args) != 1:
                 raise diag.error(d, "@num_warps takes one integer")
@@ -186,6 +196,9 @@ def build_kernel(kernels: list, overrides: dict, diag, module: ir.Module) -> Non
                                                          for (p, kind, dt, shape) in params])
         fn.attributes[attrs.GRID.name] = ir.ArrayAttr.get([ir.StringAttr.get(g) for g in grid_exprs])
         fn.attributes[attrs.CONSTANTS.name] = ir.DictAttr.get({n: _attr(v) for n, v in constants.items()})
+        if requirements:
+            fn.attributes[attrs.REQUIRES.name] = ir.ArrayAttr.get(
+                [ir.DictAttr.get({k: _attr(v) for k, v in r.items()}) for r in requirements])
         if num_warps is not None:
             attrs.NUM_WARPS.set(fn, num_warps)
         entry = fn.add_entry_block()

@@ -1,8 +1,10 @@
-"""Compile-time expressions outside the kernel body: `const` defaults and the `@grid(...)` launch grid.
+"""Compile-time expressions outside the kernel body: `const` defaults, the `@grid(...)` launch grid and the
+`@requires(...)` launch conditions.
 
 `evaluate` folds an expression over constants to a Python value. `render_grid` turns a grid expression into the
 Python-syntax string stored in `tawa.grid`: constants are folded in, shape symbols stay as names, and only
 `+ - * // %`, `cdiv`, `min`, `max` and integers remain, which is what the runtime's small evaluator accepts.
+`render_requirement` renders a comparison of two such expressions for `tawa.requires`.
 """
 from __future__ import annotations
 
@@ -69,29 +71,30 @@ def evaluate(e, constants: dict, diag, what: str):
     raise diag.error(e, f"{what}: not a compile-time expression")
 
 
-def render_grid(e, symbols: set, constants: dict, diag) -> str:
-    """The `tawa.grid` string for one grid expression (see the module docstring)."""
+def render_grid(e, symbols: set, constants: dict, diag, what: str = "grid") -> str:
+    """The `tawa.grid` string for one grid expression (see the module docstring); `what` names the construct in
+    errors (`@requires` renders its sides here too)."""
     def r(e) -> tuple:      # (text, precedence, folded value or None)
         if isinstance(e, S.Num):
             if isinstance(e.value, float):
-                raise diag.error(e, "grid: expressions must be integers")
+                raise diag.error(e, f"{what}: expressions must be integers")
             return str(e.value), 9, e.value
         if isinstance(e, S.Name):
             if e.id in constants:
                 v = constants[e.id]
                 if isinstance(v, (DType, float)):
-                    raise diag.error(e, f"grid: constant '{e.id}' is not an integer")
+                    raise diag.error(e, f"{what}: constant '{e.id}' is not an integer")
                 return str(int(v)), 9, int(v)
             if e.id in symbols:
                 return e.id, 9, None
-            raise diag.error(e, f"grid: '{e.id}' is not a shape symbol or constant",
-                             note="the grid may use tensor shape symbols, constants, cdiv, min and max")
+            raise diag.error(e, f"{what}: '{e.id}' is not a shape symbol or constant",
+                             note=f"the {what} may use tensor shape symbols, constants, cdiv, min and max")
         if isinstance(e, S.BinOp) and e.op in ("+", "-", "*", "//", "%"):
             prec = 1 if e.op in "+-" else 2
             (lt, lp, lv), (rt, rp, rv) = r(e.left), r(e.right)
             if lv is not None and rv is not None:
                 if e.op in ("//", "%") and rv == 0:
-                    raise diag.error(e, "grid: division by zero")
+                    raise diag.error(e, f"{what}: division by zero")
                 v = _apply(e.op, lv, rv)
                 return str(v), 9, v
             lt = f"({lt})" if lp < prec else lt
@@ -110,12 +113,37 @@ def render_grid(e, symbols: set, constants: dict, diag) -> str:
                 a, b = parts[0][2], parts[1][2]
                 if e.func.id == "cdiv":
                     if b == 0:
-                        raise diag.error(e, "grid: division by zero")
+                        raise diag.error(e, f"{what}: division by zero")
                     v = -(-a // b)
                 else:
                     v = min(a, b) if e.func.id == "min" else max(a, b)
                 return str(v), 9, v
             return f"{e.func.id}({parts[0][0]}, {parts[1][0]})", 9, None
-        raise diag.error(e, "grid: unsupported expression",
-                         note="the grid may use tensor shape symbols, constants, + - * // %, cdiv, min and max")
+        raise diag.error(e, f"{what}: unsupported expression",
+                         note=f"the {what} may use tensor shape symbols, constants, + - * // %, cdiv, min and max")
     return r(e)[0]
+
+
+#: The comparisons `@requires` takes, and what each means on two integers.
+COMPARISONS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+               ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+
+
+def render_requirement(e, symbols: set, constants: dict, diag) -> str | None:
+    """The `tawa.requires` string for one `@requires` condition (`N <= BLOCK_N` -> "N <= 1024"), checked at
+    every launch; None where the constants alone decide it and it holds (an error where it does not)."""
+    if not (isinstance(e, S.BinOp) and e.op in COMPARISONS):
+        raise diag.error(e, "@requires: each condition is one comparison of two integer expressions",
+                         note="for example @requires(N <= BLOCK_N, K % 8 == 0); give several conditions as "
+                              "several arguments")
+    left = render_grid(e.left, symbols, constants, diag, "@requires")
+    right = render_grid(e.right, symbols, constants, diag, "@requires")
+    if _is_int(left) and _is_int(right):
+        if not COMPARISONS[e.op](int(left), int(right)):
+            raise diag.error(e, f"@requires: the condition fails for these constants ({left} {e.op} {right})")
+        return None
+    return f"{left} {e.op} {right}"
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("-").isdigit()

@@ -115,6 +115,9 @@ KERNEL = UnitAttr("tawa.kernel")
 PARAMS = PyAttr("tawa.params", [])
 GRID = PyAttr("tawa.grid", ["1"])
 CONSTANTS = PyAttr("tawa.constants", {})
+#: The kernel's `@requires` conditions ({"condition": "N <= 1024", "source": "N <= BLOCK_N", "line": 5}), which
+#: the launch checks on the arguments' shapes.
+REQUIRES = PyAttr("tawa.requires", [])
 #: The kernel's scalar arguments (by index) whose positive value the code relies on (`scale-after-max`); the
 #: launcher checks them at every launch.
 POSITIVE_PARAMS = PyAttr("tawa.positive_params", [])
@@ -162,7 +165,7 @@ PIPELINED = UnitAttr("tawa.pipelined")
 KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 
 #: Every `tawa.*` attribute, for the verifier and the docs.
-ALL = (KERNEL, PARAMS, GRID, CONSTANTS, POSITIVE_PARAMS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
+ALL = (KERNEL, PARAMS, GRID, CONSTANTS, REQUIRES, POSITIVE_PARAMS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
        AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, STREAM_K, TILE_SHARE, CLUSTER,
        TILE_GROUP, DYNAMIC_TILES, MULTICAST, UNIT_SCALE_OPERAND, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
        KERNEL_INFO)

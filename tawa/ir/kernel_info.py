@@ -34,9 +34,9 @@ def body_block(func) -> ir.Block:
 
 
 def launch_info(func) -> dict:
-    """Name, parameters, grid expressions and constants the frontend recorded on the kernel."""
+    """Name, parameters, grid expressions, constants and launch conditions the frontend recorded on the kernel."""
     return {"name": kernel_name(func), "params": attrs.PARAMS.get(func), "grid": attrs.GRID.get(func),
-            "constants": attrs.CONSTANTS.get(func)}
+            "constants": attrs.CONSTANTS.get(func), "requires": attrs.REQUIRES.get(func)}
 
 
 def kernel_num_warps(func, options=None) -> int:

@@ -58,6 +58,7 @@ def _build_kernel(module: ir.Module, ptxas: bool) -> CompiledKernel:
         notes.extend(f"ptxas: {w}" for w in rep.warnings)
     return CompiledKernel(
         name=info["name"], target="cuda", params=info["params"], grid=info["grid"], constants=info["constants"],
+        requires=info.get("requires", []),
         abi=[AbiParam(**p) for p in info["abi"]], num_threads=info["num_threads"],
         shared_bytes=info["shared_bytes"], persistent=info.get("persistent", False),
         split_k=info.get("split_k", 1), stream_k=info.get("stream_k", False),

@@ -13,7 +13,7 @@ import ast
 import functools
 from typing import Any, Optional, Sequence
 
-from tawa.errors import LaunchError
+from tawa.errors import LaunchError, RequirementError
 from tawa.options import cluster_axis
 
 #: tawa dtype name -> numpy dtype name (bf16 and fp8 come from ml_dtypes).
@@ -210,6 +210,33 @@ def eval_grid(grid_exprs: list, bindings: dict, constants: dict) -> tuple:
             raise LaunchError(f"grid expression '{text}' is negative ({value})")
         grid.append(value)
     return tuple(grid)
+
+
+def check_requires(kernel, bindings: dict) -> None:
+    """Raise a LaunchError naming the first of the kernel's `@requires` conditions (`CompiledKernel.requires`)
+    that these shape-symbol bindings break."""
+    if not getattr(kernel, "requires", None):
+        return
+    env = {k: v for k, v in kernel.constants.items() if isinstance(v, int) and not isinstance(v, bool)}
+    env.update(bindings)
+    for r in kernel.requires:
+        text = r["condition"]
+        node = _parse_grid(text)
+        body = node.body if isinstance(node, ast.Expression) else node
+        if not (isinstance(body, ast.Compare) and len(body.ops) == 1 and type(body.ops[0]) in _COMPARE):
+            raise LaunchError(f"kernel '{kernel.name}': launch condition '{text}' is not one comparison")
+        left, right = _eval(body.left, env, text), _eval(body.comparators[0], env, text)
+        if not _COMPARE[type(body.ops[0])](left, right):
+            names = sorted({n.id for n in ast.walk(body) if isinstance(n, ast.Name) and n.id in bindings})
+            values = ", ".join(f"{n} = {bindings[n]}" for n in names)
+            raise RequirementError(f"kernel '{kernel.name}' requires {text}, but {values or 'the arguments'} "
+                              f"({r.get('source', '@requires')}, line {r.get('line', '?')})",
+                              note="launch it on arguments that meet the condition, or compile it with constants "
+                                   "that do (for example a larger block)")
+
+
+_COMPARE = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
+            ast.GtE: lambda a, b: a >= b, ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b}
 
 
 def cluster_size_for(cluster: Optional[Sequence[int]], tile_grid: tuple, most_ctas: int) -> int:

@@ -18,7 +18,7 @@ import contextlib
 import threading
 
 from tawa.abi import CompiledKernel
-from tawa.errors import PositiveScaleError, TawaPerformanceWarning, TmaAlignmentError
+from tawa.errors import PositiveScaleError, RequirementError, TawaPerformanceWarning, TmaAlignmentError
 
 
 class _DryRun(threading.local):
@@ -281,6 +281,8 @@ class Kernel:
                     return variant(*args, **kw)
                 except TmaAlignmentError:   # arguments TMA cannot copy and a variant whose schedule needs it
                     pass                    # (persistent, clusters): the kernel's own variant without TMA
+                except RequirementError:    # the variant's tile constants break a @requires condition: the
+                    pass                    # kernel's own configuration (which checks its own)
         launcher = self._launcher
         if launcher is not None and not kw and not _dry.depth:
             try:
@@ -376,10 +378,11 @@ class Kernel:
 
     def _launch_cpu(self, args, grid, seed):
         from tawa.errors import LaunchError
-        from tawa.runtime.grid import eval_grid
+        from tawa.runtime.grid import check_requires, eval_grid
         from tawa.runtime.interpreter import bind_numpy_args, run_kernel
         args = [_numpy_view(a, p["name"]) for a, p in zip(args, self.compiled.params)]
         bindings = bind_numpy_args(self.compiled.params, args)
+        check_requires(self.compiled, bindings)
         if grid is None:
             if not self.compiled.grid:
                 raise LaunchError(f"kernel '{self.name}' declares no grid: launch it as kernel[grid](...)")

@@ -24,7 +24,7 @@ from tawa.abi import POSITIVE_ARG_RANGE, TILE_COUNTER_BYTES, AbiParam, CompiledK
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
 from tawa.runtime import driver as drv
 from tawa.runtime import tensor_map as tm
-from tawa.runtime.grid import F32_MAX, check_f32, persistent_launch
+from tawa.runtime.grid import F32_MAX, check_f32, check_requires, persistent_launch
 
 #: Grid limits of compute capability 9.0.
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -380,6 +380,7 @@ class GpuLauncher:
         args = list(args)
         infos = self._read_arrays(args, stream_value)
         bindings = self._bind(args, infos)
+        check_requires(self.kernel, bindings)
         grid3 = self._grid(grid, bindings)
         tma_checks = [(i, self._names[i]) for i in sorted(self._tma_args) if 0 not in infos[i].shape]
         if 0 in grid3:

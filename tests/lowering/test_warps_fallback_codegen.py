@@ -87,3 +87,14 @@ def test_small_spills_keep_one_warp_group(monkeypatch):
     kernel = _compile(str(EXAMPLES.parent / "tests" / "e2e" / "kernels" / "user" / "rmsnorm.tawa"))
     assert 0 < spill_bytes(kernel) <= compiler.WARPS_RETRY_MIN_SPILL_BYTES
     assert kernel.compiled.num_threads == 128 and len(builds) == 1
+
+
+def test_a_kernel_given_two_warp_groups_by_its_tiles_is_built_once(monkeypatch):
+    """A uniform GEMM whose accumulators alone take two warp groups (assign-layouts) and still spills: a second
+    build at num_warps=8 would be the same kernel."""
+    from tawa.lowering import backend
+    builds = []
+    real = backend.build_kernel
+    monkeypatch.setattr(backend, "build_kernel", lambda module: builds.append(1) or real(module))
+    kernel = _compile(str(EXAMPLES / "gemm.tawa"), warp_specialize=False, BLOCK_M=256, BLOCK_N=256, num_stages=2)
+    assert kernel.compiled.num_threads == 256 and spill_bytes(kernel) > 512 and len(builds) == 1

@@ -170,6 +170,17 @@ def test_extents_past_32_bits_are_refused_in_tensor_maps_too(no_driver):
         launcher.launch(args(K=2**31 + 128))
 
 
+def test_requires_is_checked_before_the_driver(no_driver):
+    kernel = gemm_kernel()
+    kernel.requires = [{"condition": "K % 32 == 0", "source": "@requires(K % 32 == 0)", "line": 3},
+                       {"condition": "M <= N // 8", "source": "@requires(M <= N // 8)", "line": 3}]
+    launcher = GpuLauncher(kernel, tensor_maps=TensorMapCache())
+    with pytest.raises(LaunchError, match=r"requires K % 32 == 0, but K = 208 \(@requires\(K % 32 == 0\), line 3\)"):
+        launcher.launch(args(K=208))
+    with pytest.raises(LaunchError, match=r"requires M <= N // 8, but M = 300, N = 504"):
+        launcher.launch(args(K=224))
+
+
 @pytest.mark.parametrize("stream, message", [
     (1.5, r"cannot use the float 1.5 as a CUDA stream"), (True, r"cannot use the bool True"),
     (-1, r"stream handle -1 is not a CUDA stream"), (2**64, r"stream handle 18446744073709551616"),

@@ -380,3 +380,18 @@ def test_a_program_whose_results_depend_on_its_tiles_keeps_them(made):
     for m, n, k in ((8, 4096, 4096), (1100, 4096, 4096), (3000, 5000, 2000)):
         assert kernel.variant_for(*gemm_args(m, n, k)) is kernel
     assert made == []
+
+
+def test_a_variant_whose_constants_break_a_requirement_gives_way_to_the_kernel(gemm, made):
+    """A shape variant (other tile constants) whose `@requires` condition the arguments break: the kernel's own
+    configuration launches, and checks its own conditions."""
+    from tawa.errors import RequirementError
+    variant = gemm.variant_for(*gemm_args(8, 4096, 4096))
+    assert variant is not gemm
+
+    class Refusing(FakeLauncher):
+        def launch(self, args, grid=None, stream=None):
+            raise RequirementError("kernel 'gemm' requires K % 256 == 0, but K = 4096")
+    variant._launcher = Refusing()
+    gemm(*gemm_args(8, 4096, 4096))
+    assert gemm._launcher.calls == [None]
