@@ -42,9 +42,13 @@ def bf16(torch, *shape, device="cuda"):
     return torch.randn(*shape, device=device, dtype=torch.bfloat16)
 
 
-def test_custom_op_under_torch_compile_fullgraph(torch, kernels, ops):
+def test_custom_op_under_torch_compile_fullgraph(torch, kernels, ops, monkeypatch):
     from torch._dynamo.utils import counters
+    from tawa.runtime import driver
     gemm = ops["gemm"]
+    # (launches through the driver: the kernel's own, or the variant its per-shape rule picks for these shapes)
+    launched, launch = [], driver.launch
+    monkeypatch.setattr(driver, "launch", lambda *a, **k: launched.append(a[0]) or launch(*a, **k))
     w = bf16(torch, 512, 384)
 
     def model(x):
@@ -53,13 +57,12 @@ def test_custom_op_under_torch_compile_fullgraph(torch, kernels, ops):
 
     counters.clear()
     compiled = torch.compile(model, fullgraph=True)          # inductor
-    before = kernels["gemm"]._launcher.launches if kernels["gemm"]._launcher else 0
     for m in (300, 1000):
         x = bf16(torch, m, 512)
         ref = torch.nn.functional.silu(torch.nn.functional.rms_norm(x, (512,)).float() @ w.float()) * 2 + 1
         assert rel_err(compiled(x), ref) < 1e-2
     assert not counters["graph_break"]
-    assert kernels["gemm"]._launcher.launches == before + 2   # the compiled graph launched the Tawa kernel
+    assert len(launched) == 2                                  # the compiled graph launched the Tawa kernel
 
 
 def test_function_op_under_torch_compile(torch, kernels):
