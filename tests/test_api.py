@@ -200,3 +200,19 @@ def test_requires_is_checked_at_launch():
     e = np.exp(x - x.max(axis=1, keepdims=True))
     assert np.allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
 
+
+def test_written_arguments_are_marked_and_refuse_broadcast_views():
+    """`tawa.params` marks the tensors a kernel stores to; a broadcast (stride-0) view there is refused at launch,
+    while a broadcast input is read as given."""
+    kernel = tawa.interpret(str(EXAMPLES / "softmax.tawa"), BLOCK_N=256)
+    assert [p.get("written", False) for p in kernel.compiled.params] == [False, True]
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 100)).astype(np.float32)
+    with pytest.raises(LaunchError, match=r"argument 'Y' is written by the kernel, but its dimension 0 has stride 0"):
+        kernel(x, np.broadcast_to(np.zeros((1, 100), np.float32), (3, 100)))
+    row = np.broadcast_to(x[:1], (3, 100))
+    y = np.full((3, 100), np.nan, np.float32)
+    kernel(row, y)
+    e = np.exp(x[0] - x[0].max())
+    assert np.allclose(y, np.broadcast_to(e / e.sum(), (3, 100)), rtol=1e-5, atol=1e-6)
+

@@ -12,6 +12,7 @@ from mlir import ir
 from mlir.dialects import func
 
 from ..ir import attrs
+from ..ir.traversal import walk
 from . import syntax as S
 from .dtypes import DTYPE_ALIASES, DTYPES, SCALAR_DTYPES, TENSOR_DTYPES, DType
 from .lower import BodyLowering
@@ -228,12 +229,30 @@ def build_kernel(kernels: list, overrides: dict, diag, module: ir.Module) -> Non
         anchor.erase()
         with ir.Location.file(diag.filename, k.line, k.column):
             func.ReturnOp([])
+    # The tensors the kernel stores to, marked `"written"` in `tawa.params`: the launch refuses a broadcast view
+    # there (a stride-0 dimension), whose elements would all be written by different programs at once.
+    written = _stored_arguments(fn, entry)
+    if written:
+        fn.attributes[attrs.PARAMS.name] = ir.ArrayAttr.get(
+            [_param_attr(p, kind, dt, shape, written=i in written) for i, (p, kind, dt, shape) in enumerate(params)])
 
 
-def _param_attr(p, kind, dt, shape) -> ir.DictAttr:
+def _param_attr(p, kind, dt, shape, written: bool = False) -> ir.DictAttr:
     d = {"name": ir.StringAttr.get(p.name), "kind": ir.StringAttr.get(kind), "dtype": ir.StringAttr.get(dt.ir_name)}
     if kind == "tensor":
         d["shape"] = ir.ArrayAttr.get([ir.StringAttr.get(s) if isinstance(s, str)
                                        else ir.IntegerAttr.get(ir.IntegerType.get_signless(64), s)
                                        for s in shape])
+        if written:
+            d["written"] = ir.BoolAttr.get(True)
     return ir.DictAttr.get(d)
+
+
+def _stored_arguments(fn, entry) -> set:
+    """Indices of the kernel's arguments that some `tawa.store` in its body writes."""
+    args = {a: i for i, a in enumerate(entry.arguments)}
+    found = set()
+    for op in walk(fn):
+        if op.name == "tawa.store" and op.operands[0] in args:
+            found.add(args[op.operands[0]])
+    return found

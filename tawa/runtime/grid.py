@@ -139,7 +139,11 @@ def bind_numpy_args(params: list, args: list) -> dict:
             dtypes.append(None)
             shapes.append(None)
             contiguous.append(True)
-    return bind_shapes(params, args, dtypes, shapes, contiguous)
+    bindings = bind_shapes(params, args, dtypes, shapes, contiguous)
+    for param, arg in zip(params, args):
+        if isinstance(arg, np.ndarray):
+            check_written(param, arg.shape, arg.strides)
+    return bindings
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -210,6 +214,19 @@ def eval_grid(grid_exprs: list, bindings: dict, constants: dict) -> tuple:
             raise LaunchError(f"grid expression '{text}' is negative ({value})")
         grid.append(value)
     return tuple(grid)
+
+
+def check_written(param: dict, shape, strides) -> None:
+    """An argument the kernel stores to (`"written"` in its declaration) must not be a broadcast view: with a
+    stride-0 dimension of more than one element, different programs would write the same memory at once (torch
+    refuses such writes for the same reason)."""
+    if not param.get("written"):
+        return
+    for axis, (extent, stride) in enumerate(zip(shape, strides)):
+        if extent > 1 and stride == 0:
+            raise LaunchError(f"argument '{param['name']}' is written by the kernel, but its dimension {axis} has "
+                              f"stride 0 (a broadcast view): its {extent} elements there share one address",
+                              note="pass a tensor that owns its elements (.contiguous() or .clone())")
 
 
 def check_requires(kernel, bindings: dict) -> None:

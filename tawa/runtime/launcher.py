@@ -24,7 +24,7 @@ from tawa.abi import POSITIVE_ARG_RANGE, TILE_COUNTER_BYTES, AbiParam, CompiledK
 from tawa.runtime.arrays import ELEMENT_BYTES, ArrayInfo, array_info, dtype_matches
 from tawa.runtime import driver as drv
 from tawa.runtime import tensor_map as tm
-from tawa.runtime.grid import F32_MAX, check_f32, check_requires, persistent_launch
+from tawa.runtime.grid import F32_MAX, check_f32, check_requires, check_written, persistent_launch
 
 #: Grid limits of compute capability 9.0.
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -505,6 +505,7 @@ class GpuLauncher:
             where = f"argument '{param['name']}'"
             if any(s < 0 for s in info.strides):
                 raise LaunchError(f"{where} has negative strides {info.strides}")
+            check_written(param, info.shape, info.strides)
             if i in self._tma_args and 0 not in info.shape:
                 # The tensor-map rules that depend on the argument, checked now rather than at encoding.
                 esize = ELEMENT_BYTES[param["dtype"]]

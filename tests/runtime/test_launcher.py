@@ -170,6 +170,21 @@ def test_extents_past_32_bits_are_refused_in_tensor_maps_too(no_driver):
         launcher.launch(args(K=2**31 + 128))
 
 
+def test_a_broadcast_view_is_refused_where_the_kernel_writes(no_driver):
+    kernel = gemm_kernel()
+    kernel.params[2]["written"] = True
+    launcher = GpuLauncher(kernel, tensor_maps=TensorMapCache())
+    with pytest.raises(LaunchError, match=r"argument 'C' is written by the kernel, but its dimension 0 has stride 0"):
+        launcher.launch(args(C=FakeDeviceArray((300, 504), "f32", strides=(0, 1), ptr=BASE + 0x200000)))
+
+
+def test_a_broadcast_view_is_accepted_where_the_kernel_reads(fake):
+    """(The same C as above, in a kernel that does not mark it written: read as given.)"""
+    launcher = GpuLauncher(gemm_kernel(), tensor_maps=TensorMapCache())
+    launcher.launch(args(C=FakeDeviceArray((300, 504), "f32", strides=(0, 1), ptr=BASE + 0x200000)))
+    assert len(fake.launches) == 1
+
+
 def test_requires_is_checked_before_the_driver(no_driver):
     kernel = gemm_kernel()
     kernel.requires = [{"condition": "K % 32 == 0", "source": "@requires(K % 32 == 0)", "line": 3},
