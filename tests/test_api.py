@@ -192,7 +192,7 @@ def test_requires_is_checked_at_launch():
     kernel = tawa.interpret(str(EXAMPLES / "softmax.tawa"), BLOCK_N=256)
     assert kernel.compiled.requires == [{"condition": "N <= 256", "source": "@requires(N <= BLOCK_N)", "line": 7}]
     x = np.random.default_rng(0).standard_normal((3, 300)).astype(np.float32)
-    with pytest.raises(LaunchError, match=r"requires N <= 256, but N = 300 \(@requires\(N <= BLOCK_N\), line 7\)"):
+    with pytest.raises(LaunchError, match=r"requires N <= 256, but N = 300 \(the @requires on line 7\)"):
         kernel(x, np.empty_like(x))
     x = x[:, :200].copy()
     y = np.full_like(x, np.nan)

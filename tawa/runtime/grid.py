@@ -247,9 +247,21 @@ def check_requires(kernel, bindings: dict) -> None:
             names = sorted({n.id for n in ast.walk(body) if isinstance(n, ast.Name) and n.id in bindings})
             values = ", ".join(f"{n} = {bindings[n]}" for n in names)
             raise RequirementError(f"kernel '{kernel.name}' requires {text}, but {values or 'the arguments'} "
-                              f"({r.get('source', '@requires')}, line {r.get('line', '?')})",
+                              f"(the @requires on line {r.get('line', '?')})",
                               note="launch it on arguments that meet the condition, or compile it with constants "
                                    "that do (for example a larger block)")
+
+
+def requirements_met(kernel, bindings: dict) -> bool:
+    """Whether these bindings meet the kernel's `@requires` conditions, as far as they bind the conditions'
+    names (a condition over a symbol not bound here counts as met: the launch checks it)."""
+    try:
+        check_requires(kernel, bindings)
+    except RequirementError:
+        return False
+    except LaunchError:
+        return True
+    return True
 
 
 _COMPARE = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,

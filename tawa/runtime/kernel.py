@@ -146,11 +146,14 @@ class ShapeVariants:
             self._remember(layouts, variant)
             return variant
         from tawa.autotune.launch_defaults import keeps_variant, shape_defaults
+        from tawa.runtime.grid import requirements_met
         names = [name for name, _, _ in self._info["symbols"]]
         config = shape_defaults(self._info, dict(zip(names, extents)), self._sms, misaligned, self._fixed, own)
         variant = self._variant(config) if config else None
         if variant is not None and not keeps_variant(self._info, config, own, variant.compiled):
             variant = None                  # (the rule's premise did not hold for the compiled variant)
+        if variant is not None and not requirements_met(variant.compiled, dict(zip(names, extents))):
+            variant = None                  # (its tile constants break a @requires condition on these extents)
         if len(self._by_extents) >= 1024:
             self._by_extents.clear()
         self._by_extents[key] = variant

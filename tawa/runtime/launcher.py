@@ -95,13 +95,13 @@ def stream_handle(stream) -> int:
     """A raw CUstream value from an int, a torch / CuPy stream, a `__cuda_stream__` object or a CUstream."""
     if stream is None:
         return 0
-    if isinstance(stream, bool) or isinstance(stream, float):
-        raise LaunchError(f"cannot use the {type(stream).__name__} {stream!r} as a CUDA stream: give a stream "
+    import numbers
+    if isinstance(stream, bool) or type(stream).__name__ in ("bool_", "bool") or \
+            (isinstance(stream, numbers.Real) and not isinstance(stream, numbers.Integral)):
+        raise LaunchError(f"cannot use the {type(stream).__name__} {stream} as a CUDA stream: give a stream "
                           f"object (torch.cuda.Stream, a CuPy stream) or its handle as an int")
-    if isinstance(stream, int):
-        if not 0 <= stream < 1 << 64:
-            raise LaunchError(f"stream handle {stream} is not a CUDA stream: a handle is an unsigned 64-bit value")
-        return stream
+    if isinstance(stream, numbers.Integral):
+        return _handle_in_range(int(stream))
     if hasattr(stream, "__cuda_stream__"):
         return int(stream.__cuda_stream__()[1])
     if hasattr(stream, "cuda_stream"):            # torch.cuda.Stream
@@ -109,9 +109,16 @@ def stream_handle(stream) -> int:
     if hasattr(stream, "ptr"):                    # cupy.cuda.Stream
         return int(stream.ptr)
     try:
-        return int(stream)                        # cuda.bindings CUstream
+        value = int(stream)                       # cuda.bindings CUstream
     except (TypeError, ValueError):
         raise LaunchError(f"cannot use {type(stream).__name__} as a CUDA stream") from None
+    return _handle_in_range(value)
+
+
+def _handle_in_range(value: int) -> int:
+    if not 0 <= value < 1 << 64:
+        raise LaunchError(f"stream handle {value} is not a CUDA stream: a handle is an unsigned 64-bit value")
+    return value
 
 
 _raw_stream = [None, None]      # [the torch module, its torch._C._cuda_getCurrentRawStream or None]
@@ -380,7 +387,6 @@ class GpuLauncher:
         args = list(args)
         infos = self._read_arrays(args, stream_value)
         bindings = self._bind(args, infos)
-        check_requires(self.kernel, bindings)
         grid3 = self._grid(grid, bindings)
         tma_checks = [(i, self._names[i]) for i in sorted(self._tma_args) if 0 not in infos[i].shape]
         if 0 in grid3:
@@ -499,36 +505,37 @@ class GpuLauncher:
             shapes.append(info.shape)
             inner.append(not info.shape or info.shape[-1] <= 1 or info.strides[-1] == 1)
         bindings = bind_shapes(self.params, args, dtypes, shapes, inner)
+        # What refuses the launch outright comes before TMA's rules, whose breach only switches to the variant
+        # without TMA (a compile and a warning for a launch that would be refused anyway).
         for i, (param, info) in enumerate(zip(self.params, infos)):
             if info is None:
                 continue
-            where = f"argument '{param['name']}'"
             if any(s < 0 for s in info.strides):
-                raise LaunchError(f"{where} has negative strides {info.strides}")
+                raise LaunchError(f"argument '{param['name']}' has negative strides {info.strides}")
             check_written(param, info.shape, info.strides)
-            if i in self._tma_args and 0 not in info.shape:
-                # The tensor-map rules that depend on the argument, checked now rather than at encoding.
-                esize = ELEMENT_BYTES[param["dtype"]]
-                if info.ptr % hopper.TMA_ALIGN_BYTES:
-                    raise _misaligned(param["name"], info.ptr)
-                for axis in range(len(info.shape) - 1):
-                    if info.shape[axis] > 1 and (info.strides[axis] * esize) % hopper.TMA_ALIGN_BYTES:
-                        raise TmaAlignmentError(
-                            f"{where}: stride of dimension {axis} is {info.strides[axis]} elements "
-                            f"({info.strides[axis] * esize} bytes); the kernel's TMA copies need a multiple of "
-                            "16 bytes", note="pad rows to a multiple of 16 bytes, or pass a contiguous copy "
-                                             "of a padded tensor")
-        # Tile coordinates and shape symbols are 32-bit in the kernel (and TMA's coordinates are signed 32-bit), so
-        # an extent past 2**31 - 1 cannot be addressed, whether the kernel receives it as an integer or only
-        # inside a tensor map.
-        for i, info in enumerate(infos):
-            if info is None:
-                continue
+            # Tile coordinates and shape symbols are 32-bit in the kernel (and TMA's coordinates are signed
+            # 32-bit), so an extent past 2**31 - 1 cannot be addressed, whether the kernel receives it as an integer
+            # or only inside a tensor map.
             for axis, extent in enumerate(info.shape):
                 if extent >= 2**31:
-                    raise LaunchError(f"argument '{self.params[i]['name']}': dimension {axis} has {extent} "
-                                      f"elements, more than a 32-bit index can address",
-                                      note="split the launch along that dimension")
+                    raise LaunchError(f"argument '{param['name']}': dimension {axis} has {extent} elements, more "
+                                      f"than a 32-bit index can address", note="split the launch along that dimension")
+        check_requires(self.kernel, bindings)
+        for i, (param, info) in enumerate(zip(self.params, infos)):
+            if info is None or i not in self._tma_args or 0 in info.shape:
+                continue
+            # The tensor-map rules that depend on the argument, checked now rather than at encoding.
+            where = f"argument '{param['name']}'"
+            esize = ELEMENT_BYTES[param["dtype"]]
+            if info.ptr % hopper.TMA_ALIGN_BYTES:
+                raise _misaligned(param["name"], info.ptr)
+            for axis in range(len(info.shape) - 1):
+                if info.shape[axis] > 1 and (info.strides[axis] * esize) % hopper.TMA_ALIGN_BYTES:
+                    raise TmaAlignmentError(
+                        f"{where}: stride of dimension {axis} is {info.strides[axis]} elements "
+                        f"({info.strides[axis] * esize} bytes); the kernel's TMA copies need a multiple of "
+                        "16 bytes", note="pad rows to a multiple of 16 bytes, or pass a contiguous copy "
+                                         "of a padded tensor")
         return bindings
 
     def _grid(self, grid, bindings: dict) -> tuple:

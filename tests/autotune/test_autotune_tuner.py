@@ -206,6 +206,18 @@ def test_bad_arguments_are_launch_errors():
         tuner.tune(np.zeros(4, np.float32), np.zeros((4, 4), np.float32))
 
 
+@pytest.mark.parametrize("keyword", ["grid", "self", "bogus"])
+def test_bad_keywords_are_refused_before_tuning(keyword):
+    timer = FakeTimer()
+    tuner = tawa.autotune(SCALE, configs=CONFIGS, timer=timer)
+    x = np.zeros((4, 4), np.float32)
+    with pytest.raises(LaunchError, match=f"keyword argument '{keyword}'"):
+        tuner(x, x, **{keyword: 1})
+    with pytest.raises(LaunchError, match=f"keyword argument '{keyword}'"):
+        tuner[(1,)](x, x, **{keyword: 1})
+    assert not tuner.choices
+
+
 def test_bad_tuner_arguments():
     with pytest.raises(tawa.CompilationError, match="invalid option num_stages=0"):
         tawa.autotune(SCALE, num_stages=0)

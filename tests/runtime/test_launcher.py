@@ -185,12 +185,23 @@ def test_a_broadcast_view_is_accepted_where_the_kernel_reads(fake):
     assert len(fake.launches) == 1
 
 
+def test_refusals_come_before_the_tma_rules(no_driver):
+    """A written broadcast view on rows TMA cannot copy: the refusal, not the TMA breach (which would only switch
+    to the variant without TMA)."""
+    kernel = gemm_kernel()
+    kernel.params[2]["written"] = True
+    launcher = GpuLauncher(kernel, tensor_maps=TensorMapCache())
+    with pytest.raises(LaunchError, match=r"argument 'C' is written by the kernel"):
+        launcher.launch(args(A=FakeDeviceArray((300, 200), "bf16", strides=(203, 1), ptr=BASE),
+                             C=FakeDeviceArray((300, 504), "f32", strides=(0, 1), ptr=BASE + 0x200000)))
+
+
 def test_requires_is_checked_before_the_driver(no_driver):
     kernel = gemm_kernel()
     kernel.requires = [{"condition": "K % 32 == 0", "source": "@requires(K % 32 == 0)", "line": 3},
                        {"condition": "M <= N // 8", "source": "@requires(M <= N // 8)", "line": 3}]
     launcher = GpuLauncher(kernel, tensor_maps=TensorMapCache())
-    with pytest.raises(LaunchError, match=r"requires K % 32 == 0, but K = 208 \(@requires\(K % 32 == 0\), line 3\)"):
+    with pytest.raises(LaunchError, match=r"requires K % 32 == 0, but K = 208 \(the @requires on line 3\)"):
         launcher.launch(args(K=208))
     with pytest.raises(LaunchError, match=r"requires M <= N // 8, but M = 300, N = 504"):
         launcher.launch(args(K=224))
@@ -199,6 +210,8 @@ def test_requires_is_checked_before_the_driver(no_driver):
 @pytest.mark.parametrize("stream, message", [
     (1.5, r"cannot use the float 1.5 as a CUDA stream"), (True, r"cannot use the bool True"),
     (-1, r"stream handle -1 is not a CUDA stream"), (2**64, r"stream handle 18446744073709551616"),
+    (np.float32(1.5), r"cannot use the float32 1.5"), (np.True_, r"cannot use the bool"),
+    (np.int64(-1), r"stream handle -1 is not a CUDA stream"),
 ])
 def test_bad_stream_values(no_driver, stream, message):
     launcher = GpuLauncher(gemm_kernel(), tensor_maps=TensorMapCache())

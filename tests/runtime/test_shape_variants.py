@@ -395,3 +395,23 @@ def test_a_variant_whose_constants_break_a_requirement_gives_way_to_the_kernel(g
     variant._launcher = Refusing()
     gemm(*gemm_args(8, 4096, 4096))
     assert gemm._launcher.calls == [None]
+
+
+def test_a_variant_whose_requirement_the_extents_break_is_not_picked(gemm, made):
+    """The pick checks the variant's @requires on the extents it reads: the kernel itself is named (variant_for)
+    and launched, without trying the variant on every call."""
+    from tawa.runtime.kernel import Kernel
+    real = Kernel.__init__
+    seen = []
+
+    def compile_variant(config):
+        k = fake_kernel(f"variant {sorted(config.items())}")
+        k.compiled.requires = [{"condition": "K % 8192 == 0", "source": "@requires(K % 8192 == 0)", "line": 1}]
+        k.compiled.constants = {}
+        seen.append(k)
+        return k
+    gemm._shapes._compile_variant = compile_variant
+    assert gemm.variant_for(*gemm_args(8, 4096, 4096)) is gemm
+    gemm(*gemm_args(8, 4096, 4096))
+    assert gemm._launcher.calls == [None] and seen and seen[0]._launcher.calls == []
+
