@@ -115,8 +115,8 @@ KERNEL = UnitAttr("tawa.kernel")
 PARAMS = PyAttr("tawa.params", [])
 GRID = PyAttr("tawa.grid", ["1"])
 CONSTANTS = PyAttr("tawa.constants", {})
-#: The kernel's `@requires` conditions ({"condition": "N <= 1024", "source": "N <= BLOCK_N", "line": 5}), which
-#: the launch checks on the arguments' shapes.
+#: The kernel's `@requires` conditions ({"condition": "N <= 1024", "source": "@requires(N <= BLOCK_N)", "line": 5}:
+#: the condition with constants folded, the decorator's line of source and its number), which the launch checks.
 REQUIRES = PyAttr("tawa.requires", [])
 #: The kernel's scalar arguments (by index) whose positive value the code relies on (`scale-after-max`); the
 #: launcher checks them at every launch.
