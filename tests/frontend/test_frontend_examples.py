@@ -39,7 +39,7 @@ def test_gemm():
     assert attrs["tawa.params"] == [
         {"name": "A", "kind": "tensor", "dtype": "bf16", "shape": ["M", "K"]},
         {"name": "B", "kind": "tensor", "dtype": "bf16", "shape": ["K", "N"]},
-        {"name": "C", "kind": "tensor", "dtype": "bf16", "shape": ["M", "N"]},
+        {"name": "C", "kind": "tensor", "dtype": "bf16", "shape": ["M", "N"], "written": True},
     ]
 
 
