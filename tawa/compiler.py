@@ -460,13 +460,8 @@ def _without_lookahead(retry: str, context, options: CompileOptions, spilled: in
     with the lookahead spilled `spilled` bytes (a 64-row attention tile of one consumer warp group, whose lookahead
     holds a second score tile beside the first: 624 bytes against none at 64x256 blocks), else None: where both
     spill, which runs faster is not known here, and the lookahead stays."""
-    from mlir import ir
-    try:
-        kernel = compile_module(ir.Module.parse(retry, context),
-                                dataclasses.replace(options, consumer_lookahead=False))
-    except TawaError:       # (an optional second build: whatever stops it, the first stands)
-        return None
-    if kernel.spill_bytes != 0:
+    kernel = _rebuilt(retry, context, dataclasses.replace(options, consumer_lookahead=False))
+    if kernel is None or kernel.spill_bytes != 0:
         return None
     kernel.notes = list(kernel.notes) + [
         f"kernel '{kernel.name}' runs its consumer loops without the lookahead (the next block's dot issued before "
@@ -489,17 +484,23 @@ def _with_two_warp_groups(retry: str, context, options: CompileOptions, spilled:
     128x256 f32 score tile takes 128 registers a thread instead of 256 (1280 bytes of spills and serialized wgmmas
     against none). Where eight warps still spill about as much, the tiles are the user's to shrink, and the
     first compile stands."""
-    from mlir import ir
-    try:
-        kernel = compile_module(ir.Module.parse(retry, context), dataclasses.replace(options, num_warps=8))
-    except TawaError:       # (an optional second build: whatever stops it, the first stands)
-        return None
-    if kernel.spill_bytes is None or kernel.spill_bytes * 4 > spilled:
+    kernel = _rebuilt(retry, context, dataclasses.replace(options, num_warps=8))
+    if kernel is None or kernel.spill_bytes is None or kernel.spill_bytes * 4 > spilled:
         return None
     kernel.notes = list(kernel.notes) + [
         f"kernel '{kernel.name}' runs two warp groups (8 warps): with one, ptxas spilled {spilled} bytes of "
         f"registers, with two {kernel.spill_bytes} (num_warps=4 keeps one)"]
     return kernel
+
+
+def _rebuilt(retry: str, context, options: CompileOptions):
+    """An optional second build of the tile-level module `retry` (its text) with other options, or None where
+    anything stops it (the first build then stands)."""
+    from mlir import ir
+    try:
+        return compile_module(ir.Module.parse(retry, context), options)
+    except TawaError:
+        return None
 
 
 def _compile_fallback(retry: str, context, fallback: tuple, why: str):

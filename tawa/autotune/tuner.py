@@ -32,6 +32,7 @@ from tawa import hopper
 from tawa.errors import CompilationError, LaunchError, TawaError
 from tawa.options import CompileOptions, cluster_name
 from tawa.source import read_source
+from tawa.runtime.kernel import check_launch_keywords
 
 from . import compiling, launch_defaults, progress, results, space
 from .config import Config, parse_configs
@@ -135,7 +136,7 @@ class Autotuner:
 
     # -- launching -----------------------------------------------------------------------------------------
     def __call__(self, /, *args, **kw):
-        _check_keywords(self.name, kw)
+        check_launch_keywords(self.name, kw, self.target)
         key = self.key_of(args)
         choice = self.choices.get(key)
         if choice is None:
@@ -146,7 +147,7 @@ class Autotuner:
         """`tuner[grid](*args)`: an explicit grid, a tuple or a function of the chosen configuration's constants
         (`lambda c: (cdiv(M, c["BLOCK_M"]), ...)`), since candidates may tile differently."""
         def launch(*args, **kw):
-            _check_keywords(self.name, kw)
+            check_launch_keywords(self.name, kw, self.target)
             key = self.key_of(args)
             choice = self.choices.get(key)
             if choice is None:
@@ -411,14 +412,4 @@ def _launcher(kernel, args, grid, stream):
         return lambda: kernel(*args, **kw)
     target = kernel[_grid_for(grid, kernel)]
     return lambda: target(*args, **kw)
-
-
-def _check_keywords(name: str, kw: dict) -> None:
-    """A launch keyword other than stream= is refused before any tuning (the kernel would refuse it after)."""
-    from tawa.errors import LaunchError
-    unknown = sorted(set(kw) - {"stream", "seed"})
-    if unknown:
-        raise LaunchError(f"kernel '{name}' got the keyword argument '{unknown[0]}'; kernel arguments are "
-                          f"positional, and the only keywords are stream= and, in the interpreter, seed="
-                          + ("; the grid goes in brackets, tuner[grid](...)" if unknown[0] == "grid" else ""))
 

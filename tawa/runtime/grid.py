@@ -201,12 +201,18 @@ def _parse_grid(text: str) -> ast.AST:
         raise LaunchError(f"grid expression '{text}' is not a valid expression") from None
 
 
+def _integer_names(constants: dict, bindings: dict) -> dict:
+    """The names a grid expression or launch condition may read: integer constants, then the shape symbols."""
+    env = {k: v for k, v in constants.items() if isinstance(v, int) and not isinstance(v, bool)}
+    env.update(bindings)
+    return env
+
+
 def eval_grid(grid_exprs: list, bindings: dict, constants: dict) -> tuple:
     """Evaluate 1-3 grid expressions over shape-symbol bindings and integer constants; a tuple of ints."""
     if not 1 <= len(grid_exprs) <= 3:
         raise LaunchError(f"a grid has 1 to 3 dimensions, got {len(grid_exprs)}")
-    env = {k: v for k, v in constants.items() if isinstance(v, int) and not isinstance(v, bool)}
-    env.update(bindings)
+    env = _integer_names(constants, bindings)
     grid = []
     for text in grid_exprs:
         value = _eval(_parse_grid(str(text)), env, text)
@@ -234,8 +240,7 @@ def check_requires(kernel, bindings: dict) -> None:
     that these shape-symbol bindings break."""
     if not getattr(kernel, "requires", None):
         return
-    env = {k: v for k, v in kernel.constants.items() if isinstance(v, int) and not isinstance(v, bool)}
-    env.update(bindings)
+    env = _integer_names(kernel.constants, bindings)
     for r in kernel.requires:
         text = r["condition"]
         node = _parse_grid(text)

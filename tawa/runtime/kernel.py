@@ -347,18 +347,7 @@ class Kernel:
         so that a keyword named like a parameter here, `grid=` from a Triton habit, is the user's error to report
         rather than a clash of Python arguments)."""
         from tawa.errors import LaunchError
-        allowed = {"stream", "seed"} if self.target == "cpu" else {"stream"}
-        unknown = sorted(set(kw) - allowed)
-        if unknown:
-            names = ", ".join(p["name"] for p in self.compiled.params)
-            if unknown[0] == "grid":
-                hint = "the grid goes in brackets, kernel[grid](...), or comes from the kernel's @grid"
-            elif unknown[0] == "seed":
-                hint = "seed= picks the interleaving of warp groups in the interpreter (tawa.interpret) only"
-            else:
-                hint = "the only keywords are stream= and, in the interpreter, seed="
-            raise LaunchError(f"kernel '{self.name}' got the keyword argument '{unknown[0]}'; kernel arguments are "
-                              f"positional ({names}); {hint}")
+        check_launch_keywords(self.name, kw, self.target, [p["name"] for p in self.compiled.params])
         stream, seed = kw.get("stream"), kw.get("seed")
         params = self.compiled.params
         if len(args) != len(params):
@@ -436,3 +425,22 @@ def _explicit_grid(grid) -> tuple:
         raise LaunchError(f"a launch grid is an int or a tuple of 1 to 3 non-negative ints, got {grid!r}",
                           note="for example kernel[(cdiv(M, 128), cdiv(N, 128))](...)")
     return tuple(int(g) for g in items)
+
+
+def check_launch_keywords(name: str, kw: dict, target: str, params=None) -> None:
+    """Refuse a launch keyword other than stream= (and, in the interpreter, seed=), saying what it may have meant;
+    shared by kernels and tuners (which check before tuning)."""
+    from tawa.errors import LaunchError
+    unknown = sorted(set(kw) - ({"stream", "seed"} if target == "cpu" else {"stream"}))
+    if not unknown:
+        return
+    if unknown[0] == "grid":
+        hint = "the grid goes in brackets, kernel[grid](...), or comes from the kernel's @grid"
+    elif unknown[0] == "seed":
+        hint = "seed= picks the interleaving of warp groups in the interpreter (tawa.interpret) only"
+    else:
+        hint = "the only keywords are stream= and, in the interpreter, seed="
+    named = f" ({', '.join(params)})" if params else ""
+    raise LaunchError(f"kernel '{name}' got the keyword argument '{unknown[0]}'; kernel arguments are "
+                      f"positional{named}; {hint}")
+
