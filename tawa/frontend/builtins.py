@@ -10,6 +10,8 @@ from mlir import ir
 
 from . import syntax as S
 from .dtypes import DTYPES, DType
+from tawa.ir.ops import NO_LIMIT
+
 from .ops import BOOL, F32, I32, check_tile_size, i32_attr, tawa_op, tile_type
 from .values import (Builtin, Method, TensorArg, describe, dtype_of_value, elem_type, is_scalar, is_tile_extent,
                      is_static, is_tile, is_value, shape_of)
@@ -153,6 +155,8 @@ def _sum(L, call, args, kwargs):
 
 # ---- memory -----------------------------------------------------------------------------------------------
 def _address(L, call, t, coords, shape_or_none, what):
+    """The element offsets of block `coords` of `t`: its leading indices, then each block coordinate times its
+    extent, counted from the view's origin where `t` is a view (`Q[h, start:]`)."""
     if not isinstance(t, TensorArg):
         raise L.diag.error(_arg_node(call, 0), f"{what}: first argument must be a tensor parameter, got "
                            f"{describe(t)}")
@@ -163,11 +167,37 @@ def _address(L, call, t, coords, shape_or_none, what):
         raise L.diag.error(_arg_node(call, 1), f"{what}: tensor {t.name} has {t.rank} dims{sel}; expected "
                            f"{block_rank} block coordinates, got {len(cs)}")
     offsets = list(t.indices)
-    for c, extent in zip(cs, shape_or_none):
+    origins = t.origins or [None] * block_rank
+    for c, extent, origin in zip(cs, shape_or_none, origins):
         L.emit.index(c, _arg_node(call, 1), f"{what}: block coordinate")
         off = L.emit.binary("*", c, extent, call)
+        if origin is not None:
+            off = L.emit.binary("+", origin, off, call)
         offsets.append(L.emit.materialize(off, call))
     return offsets
+
+
+def _view_mask(L, call, t, coords, dims):
+    """Where a view ends before its tensor does (`K[h, start:end]`), the bool mask of a block's elements inside
+    it: `c * s + arange(0, s) < end - start` along each bounded dim, the same affine comparison a program writes
+    for its own masks, so that `mask-elision` and `masked-dots` drop it on blocks wholly inside the view. None for
+    a view without ends."""
+    if not any(e is not None for e in t.ends):
+        return None
+    cs = list(coords) if isinstance(coords, tuple) else [coords]
+    mask = None
+    for axis, (c, s, origin, end) in enumerate(zip(cs, dims, t.origins, t.ends)):
+        if end is None:
+            continue
+        rows = tawa_op("arange", [tile_type([s], I32)], [], {"start": i32_attr(0), "end": i32_attr(s)}).result
+        rows = L.emit.binary("+", L.emit.binary("*", c, s, call), rows, call)
+        length = end if origin is None else L.emit.binary("-", end, origin, call)
+        inside = L.emit.binary("<", rows, length, call)
+        for other in range(len(dims)):
+            if other != axis:
+                inside = L.emit.expand_dims(inside, other)
+        mask = inside if mask is None else L.emit.binary("&", mask, inside, call)
+    return mask
 
 
 def _load(L, call, args, kwargs):
@@ -177,7 +207,10 @@ def _load(L, call, args, kwargs):
         raise L.diag.error(_arg_node(call, 2), f"load: block shape has {len(dims)} dims but tensor {t.name} "
                            f"needs {t.rank - len(t.indices)}")
     offsets = _address(L, call, t, coords, dims, "load")
-    return tawa_op("load", [tile_type(dims, t.dtype)], [t.value] + offsets).result
+    tile = tawa_op("load", [tile_type(dims, t.dtype)], [t.value] + offsets).result
+    mask = _view_mask(L, call, t, coords, dims) if t.viewed else None
+    # the elements past the view's end read as 0, as those past the tensor's end do
+    return tile if mask is None else L.emit.select(mask, tile, 0, call)
 
 
 def _store(L, call, args, kwargs):
@@ -193,7 +226,11 @@ def _store(L, call, args, kwargs):
             raise L.diag.error(_arg_node(call, 2), f"store: tile dtype {dtype_of_value(value)} does not match "
                                f"tensor {t.name} ({t.dtype})", note=f"convert with .to({t.dtype})")
     offsets = _address(L, call, t, coords, dims, "store")
-    tawa_op("store", [], [t.value, value] + offsets)
+    limits = []
+    if t.viewed and any(e is not None for e in t.ends):
+        # the element index each dim must stay below: the view's end, or no limit
+        limits = [L.emit.materialize(NO_LIMIT if e is None else e, call) for e in [None] * len(t.indices) + t.ends]
+    tawa_op("store", [], [t.value, value] + offsets + limits)
     return None
 
 

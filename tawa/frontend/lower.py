@@ -269,20 +269,7 @@ class BodyLowering:
     def subscript(self, e: S.Subscript, env: dict):
         base = self.expr(e.value, env)
         if isinstance(base, TensorArg):
-            idx = []
-            for item in e.items:
-                if isinstance(item, S.Slice):
-                    raise self.diag.error(item, "tensor subscripts select leading dims with element indices; "
-                                          "':' is not allowed here (load a block with load(...))")
-                v = self.emit.index(self.expr(item, env), item, "tensor index")
-                idx.append(self.emit.materialize(v, item))
-            if len(base.indices) + len(idx) >= base.rank:
-                lead = f"{base.name}[{', '.join(['...'] * (base.rank - 1))}]" if base.rank > 1 else base.name
-                raise self.diag.error(e, f"tensor {base.name} has {base.rank} dims; at most {base.rank - 1} may "
-                                      "be selected by index (the rest are loaded as a block)",
-                                      note=f"to read one element as a scalar, load a block of one and reduce it: "
-                                           f"sum(load({lead}, i, 1))")
-            return TensorArg(base.name, base.value, base.dtype, base.shape, base.indices + idx)
+            return self.tensor_subscript(base, e, env)
         if isinstance(base, tuple):
             if len(e.items) != 1 or isinstance(e.items[0], S.Slice):
                 raise self.diag.error(e, "a tuple takes one integer index")
@@ -297,6 +284,10 @@ class BodyLowering:
         out, axis = base, 0
         for item in e.items:
             if isinstance(item, S.Slice):
+                if not item.bare:
+                    raise self.diag.error(item, "tiles are not sliced: load the block you need with load(T, "
+                                          "coords, shape) (a tensor view such as X[start:end] selects rows of a "
+                                          "tensor); a tile subscript may only be ':' and None (x[:, None])")
                 axis += 1
                 continue
             v = self.expr(item, env)
@@ -308,6 +299,54 @@ class BodyLowering:
         if slices != rank:
             raise self.diag.error(e, f"subscript of a {rank}-D tile needs {rank} ':' entries, got {slices}")
         return out
+
+
+    def tensor_subscript(self, base: TensorArg, e: S.Subscript, env: dict) -> TensorArg:
+        """`Q[z, h]` selects leading dims at element indices; slices after them view the block dims:
+        `Q[h, start:end]` counts block coordinates from row `start` and ends the rows at `end` (docs/language.md)."""
+        if base.viewed:
+            raise self.diag.error(e, f"{base.name} is already a view; index and slice a tensor in one subscript "
+                                  f"({base.name}[h, start:end])")
+        idx, views = [], []
+        for item in e.items:
+            if isinstance(item, S.Slice):
+                views.append(item)
+                continue
+            if views:
+                raise self.diag.error(item, "element indices select leading dims: put them before the slices "
+                                      "(Q[h, start:end])")
+            v = self.emit.index(self.expr(item, env), item, "tensor index")
+            idx.append(self.emit.materialize(v, item))
+        if len(base.indices) + len(idx) >= base.rank:
+            lead = f"{base.name}[{', '.join(['...'] * (base.rank - 1))}]" if base.rank > 1 else base.name
+            raise self.diag.error(e, f"tensor {base.name} has {base.rank} dims; at most {base.rank - 1} may "
+                                  "be selected by index (the rest are loaded as a block)",
+                                  note=f"to read one element as a scalar, load a block of one and reduce it: "
+                                       f"sum(load({lead}, i, 1))")
+        block_rank = base.rank - len(base.indices) - len(idx)
+        if len(views) > block_rank:
+            raise self.diag.error(e, f"tensor {base.name} has {base.rank} dims; {len(base.indices) + len(idx)} "
+                                  f"selected by index leave {block_rank} to slice, got {len(views)} slices")
+        origins, ends = [], []
+        for item in views:
+            bounds = []
+            for what, node in (("start", item.start), ("end", item.stop)):
+                if node is None:
+                    bounds.append(None)
+                    continue
+                v = self.emit.index(self.expr(node, env), node, f"view {what}")
+                if isinstance(v, int) and v < 0:
+                    raise self.diag.error(node, f"view {what} {v} is negative: a view's bounds are element "
+                                          "indices from the tensor's start (there are no end-relative indices)")
+                bounds.append(self.emit.materialize(v, node) if not isinstance(v, int) else v)
+            origins.append(bounds[0])
+            ends.append(bounds[1])
+        if all(o is None and n is None for o, n in zip(origins, ends)):
+            origins, ends = [], []                      # only bare ':': the tensor itself
+        else:
+            origins += [None] * (block_rank - len(origins))
+            ends += [None] * (block_rank - len(ends))
+        return TensorArg(base.name, base.value, base.dtype, base.shape, base.indices + idx, origins, ends)
 
 
 class _Live:

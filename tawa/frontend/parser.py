@@ -113,8 +113,8 @@ def _unsupported_syntax(source: str, tok) -> str | None:
         return "there is no '@' operator: use dot(a, b), or dot(a, b, acc) to add the product to acc"
     if str(tok) == ":" and "[" in before and before.count("[") > before.count("]") and \
             not line.lstrip().startswith("def "):
-        return "tiles are not sliced: load the block you need with load(T, coords, shape), or reduce over an axis " \
-               "(sum, max); a subscript may only be ':' and None (x[:, None])"
+        return "a slice is start:end (no step); tiles are not sliced: load the block you need with load(T, " \
+               "coords, shape), or reduce over an axis (sum, max); a tile subscript may only be ':' and None"
     if str(tok) == "," and "=" in after and "(" not in before and before.strip().isidentifier():
         return "there is no tuple unpacking: assign one name at a time (x = ...; y = ...)"
     if str(tok) == "if" and before.strip() == "else":
@@ -337,6 +337,15 @@ def _build_transformer():
 
         def slice_all(self, meta, c):
             return S.Slice(*pos(meta))
+
+        def slice_from(self, meta, c):
+            return S.Slice(*pos(meta), c[0], None)
+
+        def slice_to(self, meta, c):
+            return S.Slice(*pos(meta), None, c[0])
+
+        def slice_range(self, meta, c):
+            return S.Slice(*pos(meta), c[0], c[1])
 
     return ToAst
 

@@ -66,7 +66,13 @@ class Subscript(Node):
 
 @dataclass
 class Slice(Node):
-    """A bare `:` in a subscript."""
+    """A slice in a subscript: a bare `:` (start and stop None), `a:`, `:b` or `a:b`."""
+    start: "Expr | None" = None
+    stop: "Expr | None" = None
+
+    @property
+    def bare(self) -> bool:
+        return self.start is None and self.stop is None
 
 
 @dataclass

@@ -3,7 +3,8 @@
 - compile-time values: Python `int`, `float`, `bool`, `DType`, `None`, and tuples of values;
 - run-time scalars: an `ir.Value` of type i32 / f32 / i1 (or another builtin scalar);
 - tiles: an `ir.Value` of a ranked tensor type;
-- tensor parameters: `TensorArg` (optionally with leading element indices, `Q[z, h]`);
+- tensor parameters: `TensorArg` (optionally with leading element indices, `Q[z, h]`, and views of the block dims
+  after them, `Q[h, start:end]`);
 - builtin functions: `Builtin`.
 """
 from __future__ import annotations
@@ -23,10 +24,23 @@ class TensorArg:
     dtype: DType
     shape: list                     # symbol names or ints
     indices: list = field(default_factory=list)   # leading element indices (ir.Value i32)
+    # A view of the block dims (`Q[h, start:end]`), one entry per block dim from the first, or empty: the element
+    # where block coordinates count from (`start`, an i32 value or int; None: 0), and the element index where the
+    # view ends (`end`; None: the tensor's end).
+    origins: list = field(default_factory=list)
+    ends: list = field(default_factory=list)
 
     @property
     def rank(self) -> int:
         return len(self.shape)
+
+    @property
+    def block_rank(self) -> int:
+        return self.rank - len(self.indices)
+
+    @property
+    def viewed(self) -> bool:
+        return bool(self.origins)
 
 
 @dataclass

@@ -95,11 +95,30 @@ class LoadScalarOp(OpView):
     result = property(lambda self: self.op.results[0])
 
 
+#: A `tawa.store` limit that bounds nothing (a dim its view leaves open): i32's largest value.
+NO_LIMIT = 2**31 - 1
+
+
 class StoreOp(OpView):
+    """`tawa.store %dst, %value, %offsets... [, %limits...]`: the tile written to the box at element `offsets`;
+    with `limits` (one per dim, a store through a view that ends, `O[h, start:end]`), only the elements whose index
+    along each dim is below its limit are written."""
     NAME = "tawa.store"
     dst = property(lambda self: self.op.operands[0])
     value = property(lambda self: self.op.operands[1])
-    offsets = property(lambda self: list(self.op.operands)[2:])
+
+    @property
+    def rank(self) -> int:
+        return ir.MemRefType(self.dst.type).rank
+
+    @property
+    def offsets(self) -> list:
+        return list(self.op.operands)[2:2 + self.rank]
+
+    @property
+    def limits(self) -> list:
+        """The limits, or [] for a store bounded by its tensor alone."""
+        return list(self.op.operands)[2 + self.rank:]
 
 
 class PrefetchOp(OpView):

@@ -50,7 +50,7 @@ RULES = {
                    "the source's type",
     "prefetch": "tawa.prefetch takes one offset per dim of its source and a shape of rank 1 to that rank, "
                 "extents >= 1",
-    "store-offsets": "tawa.store takes one offset per dim of its destination",
+    "store-offsets": "tawa.store takes one offset per dim of its destination, then optionally one limit per dim",
     "store-shape": "tawa.store writes a tile of rank 1 to the destination's rank",
     "store-dtype": "tawa.store writes the destination's element type",
     "dot-shape": "tawa.dot multiplies [M, K] by [K, N] into an [M, N] accumulator of the result's type",
@@ -259,8 +259,10 @@ def _prefetch(op):
 
 def _store(op):
     store = StoreOp(op)
-    _block_access(op, "store", store.dst, store.value, len(store.offsets), "destination", "value",
-                  "the stored value")
+    given = len(op.operands) - 2
+    # offsets, or offsets and limits (a store through a view that ends)
+    count = store.rank if given == 2 * store.rank else given
+    _block_access(op, "store", store.dst, store.value, count, "destination", "value", "the stored value")
 
 
 def _splat(op):

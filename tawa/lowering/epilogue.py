@@ -48,10 +48,11 @@ def stored_by_kernel(tensor) -> bool:
 
 
 def stored_tiles(func_op) -> set:
-    """(shape, element bytes) of every 2-D tile the kernel stores."""
+    """(shape, element bytes) of every 2-D tile the kernel stores through TMA (a store through a view that ends
+    writes from registers: `memory.lower_store`)."""
     out = set()
     for op in walk(func_op.operation):
-        if op.name == StoreOp.NAME:
+        if op.name == StoreOp.NAME and not StoreOp(op).limits:
             t = StoreOp(op).value.type
             if len(tile_shape(t)) == 2:
                 out.add((tuple(tile_shape(t)), elem_bytes(elem_type(t))))

@@ -58,7 +58,8 @@ def _prefetch_operands(block, stored: set) -> None:
     loop = ops[loops[-1]]
     after = ops[loops[-1] + 1:]
     chosen = []
-    for store in (op for op in after if op.name == StoreOp.NAME):
+    # (a store through a view that ends has no staging to read through: it writes from registers)
+    for store in (op for op in after if op.name == StoreOp.NAME and not StoreOp(op).limits):
         feeding = backward_slice([StoreOp(store).value], block)
         loads = [op for op in after if op.name == LoadOp.NAME and op in feeding and op not in chosen]
         # the first tile read through the store's staging

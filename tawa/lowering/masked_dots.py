@@ -28,21 +28,26 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, scf
 
-from tawa.ir.ops import DotOp, ForOp
+from tawa.ir.ops import DotOp, ForOp, TransOp
 from tawa.ir.traversal import defining_op, enclosing
 from tawa.lowering.mask_elision import Bounds, loaded, mask_slice, rewrite_each
 
 
 def _masked_operand(dot, operand: int):
-    """The `arith.select` of a loaded tile that is the dot's A or B operand and used by nothing else, in the dot's
-    block, or None."""
+    """The `arith.select` of a loaded tile that is the dot's A or B operand, directly or through one `tawa.trans`
+    (`where(mask, x, 0.0).T`, as a load through a view that ends gives `x.T`), used by nothing else, in the dot's
+    block, with that transpose or None; None where there is none."""
     op = defining_op(dot.operands[operand])
+    trans = None
+    if op is not None and op.name == TransOp.NAME and op.block == dot.block and \
+            len(list(op.results[0].uses)) == 1:
+        trans, op = op, defining_op(op.operands[0])
     if op is None or op.name != "arith.select" or op.block != dot.block:
         return None
     mask, x, _ = op.operands
     if not isinstance(mask.type, ir.RankedTensorType) or not loaded(x) or len(list(op.results[0].uses)) != 1:
         return None
-    return op
+    return op, trans
 
 
 def branch(dot) -> bool:
@@ -50,9 +55,10 @@ def branch(dot) -> bool:
     tests); False where neither operand is one."""
     if enclosing(dot, (ForOp.NAME,)) is None:
         return False
-    selects = {i: sel for i in (0, 1) for sel in [_masked_operand(dot, i)] if sel is not None}
-    if not selects:
+    found = {i: m for i in (0, 1) for m in [_masked_operand(dot, i)] if m is not None}
+    if not found:
         return False
+    selects = {i: sel for i, (sel, _) in found.items()}
     with ir.InsertionPoint(dot), dot.location:
         bounds = Bounds()
         tests = {i: bounds.all_true(sel.operands[0]) for i, sel in selects.items()}
@@ -66,14 +72,19 @@ def branch(dot) -> bool:
         for r, b in zip(dot.results, test.results):
             r.replace_all_uses_with(b)
         with ir.InsertionPoint(test.then_block):
-            plain = dot.clone()
+            operands = {}
             for i, sel in selects.items():
-                plain.operands[i] = sel.operands[1]
+                trans = found[i][1]
+                operands[i] = sel.operands[1] if trans is None else ir.Operation.create(
+                    TransOp.NAME, results=[trans.results[0].type], operands=[sel.operands[1]]).results[0]
+            plain = dot.clone()
+            for i, v in operands.items():
+                plain.operands[i] = v
             scf.YieldOp(list(plain.results))
         with ir.InsertionPoint(test.else_block):
             done = scf.YieldOp(list(dot.results))
     # (the tests were built first: a scalar they read stays outside the branch, `mask_slice` seeing its new user)
-    moved = [op for sel in selects.values() for op in mask_slice(sel) + [sel]]
+    moved = [op for i, sel in selects.items() for op in mask_slice(sel) + [sel] + [t for t in [found[i][1]] if t]]
     for op in moved + [dot]:
         op.move_before(done)
     return True

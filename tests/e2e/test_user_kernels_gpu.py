@@ -41,7 +41,8 @@ BF16, F16, F32, TF32, ATTENTION, ATTENTION_F16 = 1e-2, 5e-3, 1e-5, 5e-3, 2e-2, 1
 
 
 class Out:
-    """An output argument: its dtype, the float64 reference of its contents and the tolerance (rel_err)."""
+    """An output argument: its dtype, the float64 reference of its contents and the tolerance (rel_err). Where the
+    reference is NaN the kernel must leave the poison in place (rows outside every segment of a packed layout)."""
 
     def __init__(self, dtype, ref, tol):
         self.dtype, self.ref, self.tol = dtype, np.asarray(ref, dtype=np.float64), tol
@@ -54,8 +55,12 @@ class Out:
 
     def check(self, out, what=""):
         out = np.asarray(out).astype(np.float64)
+        keep = np.isnan(self.ref)
+        assert np.isnan(out[keep]).all(), \
+            f"{what}: {int((~np.isnan(out[keep])).sum())} elements written that must keep their poison"
+        out, ref = out[~keep], self.ref[~keep]
         assert not np.isnan(out).any(), f"{what}: {int(np.isnan(out).sum())} of {out.size} elements not written"
-        err = float(np.linalg.norm(out - self.ref) / np.linalg.norm(self.ref))
+        err = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
         assert err <= self.tol, f"{what}: relative error {err:.3g} > {self.tol}"
 
 
@@ -271,6 +276,58 @@ def attn_varlen(rng, shape, D=128, CAUSAL=0, BLOCK_M=128, **_):
     cu = np.array([0] + list(np.cumsum(padded)), np.int32)
     grid = Grid((max(-(-n // BLOCK_M) for n in lens), h, len(lens)))
     return [grid, q, k, v, Out("bf16", ref, ATTENTION), cu, np.array(lens, np.int32), scale]
+
+
+def packed_lengths(lens, tail):
+    """cu_seqlens of sequences of `lens` packed back to back, and the packed extent with `tail` rows after them."""
+    cu = np.array([0] + list(np.cumsum(lens)), np.int32)
+    return cu, int(cu[-1]) + tail
+
+
+def attn_varlen_packed(rng, shape, D=128, CAUSAL=0, **_):
+    """(heads, sequence lengths...): sequences packed back to back at any offsets (FlashAttention's cu_seqlens),
+    7 rows after the last that belong to no sequence and must stay unwritten."""
+    h, lens = shape[0], list(shape[1:])
+    cu, t = packed_lengths(lens, 7)
+    q, k, v = (randn(rng, (h, t, D), "bf16") for _ in range(3))
+    scale = D ** -0.5
+    ref = np.full((h, t, D), np.nan)
+    for b, n in enumerate(lens):
+        if not n:
+            continue
+        part = slice(cu[b], cu[b + 1])
+        keep = np.ones((n, n), bool) if not CAUSAL else np.arange(n)[None, :] <= np.arange(n)[:, None]
+        s = np.where(keep, f64(q[:, part]) @ f64(k[:, part]).swapaxes(-1, -2) * scale, -np.inf)
+        ref[:, part] = softmax(s) @ f64(v[:, part])
+    grid = Grid((max(1, -(-max(lens) // 128)) * 2, h, len(lens)))    # (also query blocks past every sequence)
+    return [grid, q, k, v, Out("bf16", ref, ATTENTION), cu, scale]
+
+
+def grouped_wgrad(rng, shape, BLOCK_M=128, BLOCK_N=128, **_):
+    """(K, N, rows per group...): groups packed back to back at any offsets (empty ones included), then rows of
+    no group, large, that the views must keep out of every sum."""
+    k, n, counts = shape[0], shape[1], list(shape[2:])
+    cu, t = packed_lengths(counts, 40)
+    x, dy = randn(rng, (t, k), "bf16"), randn(rng, (t, n), "bf16")
+    x[cu[-1]:], dy[cu[-1]:] = 1e4, 1e4
+    ref = np.stack([f64(x[cu[g]:cu[g + 1]]).T @ f64(dy[cu[g]:cu[g + 1]]) for g in range(len(counts))])
+    grid = Grid((-(-k // BLOCK_M), -(-n // BLOCK_N), len(counts)))
+    return [grid, x, dy, Out("f32", ref, F32), cu]
+
+
+def segment_rows(rng, shape, D=64, BLOCK_M=32, **_):
+    """(segments as start, end pairs...): rows of X at any offsets, with gaps (left unwritten) between them."""
+    pairs = [(shape[i], shape[i + 1]) for i in range(0, len(shape), 2)]
+    t = max(e for _, e in pairs) + 5
+    nblk = max(1, -(-max(e - s for s, e in pairs) // BLOCK_M))
+    x = randn(rng, (t, D), "f32")
+    y, p = np.full((t, D), np.nan), np.zeros((len(pairs), nblk, D))
+    for b, (s, e) in enumerate(pairs):
+        y[s:e] = 2 * f64(x[s:e]) + 1
+        for i in range(nblk):
+            p[b, i] = f64(x[s + i * BLOCK_M:min(e, s + (i + 1) * BLOCK_M)]).sum(0)
+    starts, ends = (np.array(v, np.int32) for v in zip(*pairs))
+    return [Grid((nblk, len(pairs))), x, Out("f32", y, F32), Out("f32", p, F32), starts, ends]
 
 
 def moe_gemm(rng, shape, BLOCK_M=128, **_):
@@ -648,6 +705,16 @@ CASES = [
     Case("attn_varlen", [(1, 24), (3, 333, 0, 1, 1100), (2, 2048, 130)],
          [{}, {"CAUSAL": 1}, {"D": 64, "BLOCK_N": 64}, {"CAUSAL": 1, "warp_specialize": False}],
          interpret_shapes=[(1, 24), (2, 200, 0, 130)]),
+    # FlashAttention's packed layout (cu_seqlens at any offsets): loads through views from a sequence's first row,
+    # the store through a view that ends with it
+    Case("attn_varlen_packed", [(1, 24), (3, 333, 0, 1, 1100), (2, 2048, 130, 77)],
+         [{}, {"CAUSAL": 1}, {"D": 64, "BLOCK_N": 64}, {"D": 64}, {"CAUSAL": 1, "warp_specialize": False}],
+         interpret_shapes=[(1, 24), (2, 200, 0, 130)]),
+    # dots on tiles loaded through views that end (rows past a group's end read as 0): masked on the last block
+    Case("grouped_wgrad", [(64, 128, 40), (192, 320, 333, 0, 65, 1000), (256, 128, 4096, 7)],
+         [{}, {"BLOCK_T": 32}, {"warp_specialize": False}], interpret_shapes=[(64, 128, 40), (128, 128, 70, 0, 33)]),
+    # register loads and stores through views that end, with gaps between the segments
+    Case("segment_rows", [(0, 5), (3, 70, 100, 100, 101, 200, 230, 1000)], [{}, {"BLOCK_M": 64}]),
     Case("moe_gemm", [(1, 48, 32, 8), (4, 528, 208, 333, 0, 129, 17), (8, 1056, 720, 700, 900, 3, 1000, 0, 256,
                                                                           520, 64)],
          [{}, {"BLOCK_M": 64, "BLOCK_N": 256}, {"schedule": "tile"}, {"warp_specialize": False}]),

@@ -90,19 +90,21 @@ def pair_aligned(ctx: Ctx, arg: int, rank: int, offsets: list, lead, elem: str, 
     return b.cmpi("eq", b.and_(bits, b.const(2 * es - 1, "i64")), b.const(0, "i64"))
 
 
-def leading_in_bounds(ctx: Ctx, arg: int, offsets: list, lead: int):
+def leading_in_bounds(ctx: Ctx, arg: int, offsets: list, lead: int, extents: list | None = None):
     """The in-bounds predicate of the fixed offsets of the leading (dropped) dims, or None when there are none."""
     b = ctx.b
     pred = None
     for d in range(lead):
-        ok = b.cmpi("ult", offsets[d], ctx.params.dim(arg, d))
+        ok = b.cmpi("ult", offsets[d], ctx.params.dim(arg, d) if extents is None else extents[d])
         pred = ok if pred is None else b.and_(pred, ok)
     return pred
 
 
-def element_address(ctx: Ctx, arg: int, rank: int, offsets: list, coords: list, pred, elem: str) -> tuple:
+def element_address(ctx: Ctx, arg: int, rank: int, offsets: list, coords: list, pred, elem: str,
+                    extents: list | None = None) -> tuple:
     """(pointer, in-bounds predicate) of the element at `offsets` + `coords` (coords for the trailing dims; the
-    leading dims' check is `pred`, from `leading_in_bounds`)."""
+    leading dims' check is `pred`, from `leading_in_bounds`); `extents`, where given, replace the tensor's dims in
+    the trailing dims' check (a store through a view that ends first: `memory.store_extents`)."""
     b = ctx.b
     base = ctx.params.ptr(arg)
     lead = rank - len(coords)
@@ -110,7 +112,7 @@ def element_address(ctx: Ctx, arg: int, rank: int, offsets: list, coords: list, 
     for d in range(rank):
         pos = offsets[d] if d < lead else b.add(offsets[d], coords[d - lead])
         if d >= lead:
-            ok = b.cmpi("ult", pos, ctx.params.dim(arg, d))
+            ok = b.cmpi("ult", pos, ctx.params.dim(arg, d) if extents is None else extents[d])
             pred = ok if pred is None else b.and_(pred, ok)
         term = b.ext_i64(pos)
         if d != rank - 1:

@@ -13,7 +13,7 @@ import contextlib
 
 from mlir import ir
 
-from tawa.ir.ops import DimOp, LoadOp, LoadScalarOp, PrefetchOp, StoreOp
+from tawa.ir.ops import NO_LIMIT, DimOp, LoadOp, LoadScalarOp, PrefetchOp, StoreOp
 from tawa.errors import CompilationError, InternalCompilerError
 
 from .. import layouts as L
@@ -24,6 +24,7 @@ from .builder import V
 from .fp8 import from_storage, storage_type, to_storage
 from tawa.ir import attrs
 from tawa.ir.location import source_location
+from tawa.ir.traversal import defining_op
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .global_access import (column_pairs, element_address, leading_in_bounds, load_words, paired_load, pair_aligned,
@@ -199,15 +200,43 @@ def lower_thread_copy(ctx: Ctx, op) -> None:
 
 #: Elements each thread loads before storing them, in a copy without TMA.
 _COPY_CHUNK = 16
-def _addressing(ctx: Ctx, op, src: ir.Value, offsets: list, layout: L.Layout):
-    """For every register: (pointer, in-bounds predicate)."""
+def _addressing(ctx: Ctx, op, src: ir.Value, offsets: list, layout: L.Layout, extents: list | None = None):
+    """For every register: (pointer, in-bounds predicate), the bounds being `extents` where given."""
     arg = ctx.params.arg_index(src)
     rank = ir.MemRefType(src.type).rank
     elem = elem_type(src.type)
     ctx.params.ptr(arg)         # parameters are numbered by first use: the pointer before the leading dims
-    base_pred = leading_in_bounds(ctx, arg, offsets, rank - layout.rank)
-    return [element_address(ctx, arg, rank, offsets, ctx.coords(layout, r), base_pred, elem)
+    base_pred = leading_in_bounds(ctx, arg, offsets, rank - layout.rank, extents)
+    return [element_address(ctx, arg, rank, offsets, ctx.coords(layout, r), base_pred, elem, extents)
             for r in range(len(layout.regs))], elem
+
+
+def store_extents(ctx: Ctx, op) -> list | None:
+    """The bounds of a store through a view that ends (`O[h, start:end]`: `tawa.store`'s limits), one per dim:
+    the tensor's extent, or the limit where it is smaller (0 for a negative one); None for a store without limits."""
+    limits = StoreOp(op).limits
+    if not limits:
+        return None
+    b = ctx.b
+    arg = ctx.params.arg_index(StoreOp(op).dst)
+    ctx.params.ptr(arg)         # parameters are numbered by first use: the pointer before the dims
+    out = []
+    for d, limit in enumerate(limits):
+        dim = ctx.params.dim(arg, d)
+        if _constant_int(limit) == NO_LIMIT:
+            out.append(dim)
+            continue
+        lim = ctx.get(limit)
+        lim = b.select(b.cmpi("slt", lim, 0), b.i32(0), lim)
+        out.append(b.select(b.cmpi("slt", lim, dim), lim, dim))
+    return out
+
+
+def _constant_int(value: ir.Value):
+    op = defining_op(value)
+    if op is not None and op.name == "arith.constant" and isinstance(op.attributes["value"], ir.IntegerAttr):
+        return ir.IntegerAttr(op.attributes["value"]).value
+    return None
 
 
 def lower_register_load(ctx: Ctx, op) -> None:
@@ -357,7 +386,10 @@ def lower_store(ctx: Ctx, op) -> None:
     """A store materializes the lazy tiles pending itself (`kernel.lower_block` leaves them to it), its operands
     first, unless it computes them while staging them (`_lazy_staging`)."""
     from .shape import register_tile
-    staging = _lazy_staging(ctx, op)
+    # A store through a view that ends (`O[h, start:end]`) writes from registers, each element under its bound:
+    # TMA clips a box at the tensor's extent only.
+    bounded = bool(StoreOp(op).limits)
+    staging = None if bounded else _lazy_staging(ctx, op)
     if staging is not None:
         tma_store_tile(ctx, op, staging[0], [ctx.get(v) for v in StoreOp(op).offsets], operand=staging[1])
         return
@@ -369,13 +401,14 @@ def lower_store(ctx: Ctx, op) -> None:
         raise InternalCompilerError(f"storing a {value.elem} tile into a {elem} tensor", op=op.name,
                                     location=source_location(op))
     offsets = [ctx.get(v) for v in StoreOp(op).offsets]
-    if ctx.tma and _tma_storable(value, op):
+    if ctx.tma and _tma_storable(value, op) and not bounded:
         tma_store_tile(ctx, op, value, offsets)
         return
     b = ctx.b
     drain_prefetched(ctx)     # (a TMA store takes or drains them itself)
     value = vector_access.along_rows(ctx, value, elem)
-    addrs, _ = _addressing(ctx, op, StoreOp(op).dst, offsets, value.layout)
+    extents = store_extents(ctx, op)
+    addrs, _ = _addressing(ctx, op, StoreOp(op).dst, offsets, value.layout, extents)
 
     def store_element(r):
         # Replicated elements are stored by each owner; the writes are identical.
@@ -383,7 +416,8 @@ def lower_store(ctx: Ctx, op) -> None:
         with b.if_(pred) if pred is not None else contextlib.nullcontext():
             b.line(f"llvm.store {to_storage(b, value.regs[r])}, {ptr} : {storage_type(elem)}, !llvm.ptr<1>")
 
-    runs = vector_access.row_runs(value.layout, elem) if vector_access.applies(ctx, value.layout) else []
+    runs = vector_access.row_runs(value.layout, elem) if vector_access.applies(ctx, value.layout) and not bounded \
+        else []
     if runs:        # a kernel without dots: the runs of each thread's row in vectors
         dst = StoreOp(op).dst
         arg, rank = ctx.params.arg_index(dst), ir.MemRefType(dst.type).rank

@@ -128,14 +128,17 @@ def _store(c, op):
     dst, value, *offs = c.operands(op)
     info = c.info(op.operands[1].type)
     rank = ir.MemRefType(op.operands[0].type).rank
-    if len(offs) != rank or len(info.shape) > rank:
-        raise c.error(op, f"tawa.store: {len(offs)} offsets and a rank-{len(info.shape)} tile for a rank-{rank} "
-                          "tensor")
+    offs, limits = offs[:rank], offs[rank:]         # limits: a store through a view that ends (`O[h, a:b]`)
+    if len(offs) != rank or len(limits) not in (0, rank) or len(info.shape) > rank:
+        raise c.error(op, f"tawa.store: {len(offs) + len(limits)} offsets and limits and a rank-{len(info.shape)} "
+                          f"tile for a rank-{rank} tensor")
     full = (1,) * (rank - len(info.shape)) + info.shape
 
     def run(env):
         array = env[dst]
-        box = _box(array.shape, [env[o] for o in offs], full)
+        shape = array.shape if not limits else \
+            tuple(min(extent, max(int(env[lim]), 0)) for extent, lim in zip(array.shape, limits))
+        box = _box(shape, [env[o] for o in offs], full)
         if box is not None:
             array[box[0]] = env[value].reshape(full)[box[1]]
     return _preemptible(c, run)
