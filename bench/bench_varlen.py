@@ -36,6 +36,7 @@ VARLEN = [(16, 128, [4096, 1000, 2500, 300, 3000, 1800, 700, 2200]),
 VARIANTS = [("launched", {}), ("uniform warps", {"warp_specialize": False})]
 #: (K, N, rows per group): an MoE layer of 8 experts over 16k routed tokens, unevenly.
 WGRAD = (4096, 4096, [3000, 1100, 2500, 700, 4100, 1900, 1500, 1584])
+WGRAD_VARIANTS = [{}, {"BLOCK_N": 256}, {"BLOCK_T": 128}, {"BLOCK_N": 256, "BLOCK_T": 32}]
 
 
 def _cdiv(a, b):
@@ -62,9 +63,10 @@ def build() -> None:
                 q, q, q, q, np.zeros(len(lens) + 1, i32), np.zeros(len(lens), i32), np.float32(0.1))
     k, n, counts = WGRAD
     t = sum(counts)
-    _kernel(tawa, "grouped_wgrad", {}).variant_for(np.zeros((t, k), bf16), np.zeros((t, n), bf16),
-                                                   np.zeros((len(counts), k, n), np.float32),
-                                                   np.zeros(len(counts) + 1, i32))
+    for options in WGRAD_VARIANTS:
+        _kernel(tawa, "grouped_wgrad", options).variant_for(np.zeros((t, k), bf16), np.zeros((t, n), bf16),
+                                                            np.zeros((len(counts), k, n), np.float32),
+                                                            np.zeros(len(counts) + 1, i32))
     print("built")
 
 
@@ -182,21 +184,35 @@ def run() -> None:
     cu = torch.tensor(cu_list, device=dev, dtype=torch.int32)
     x = torch.randn(t, k, device=dev, dtype=bf)
     dy = torch.randn(t, n, device=dev, dtype=bf) / 64
-    out = torch.empty(len(counts), k, n, device=dev)
+    out = torch.empty(len(counts), k, n, device=dev, dtype=bf)
+    out32 = torch.empty(len(counts), k, n, device=dev)
 
     def torch_loop():
         for g in range(len(counts)):
             torch.matmul(x[cu_list[g]:cu_list[g + 1]].T, dy[cu_list[g]:cu_list[g + 1]], out=out[g])
+
+    def torch_loop_f32():
+        for g in range(len(counts)):
+            torch.mm(x[cu_list[g]:cu_list[g + 1]].T, dy[cu_list[g]:cu_list[g + 1]], out_dtype=torch.float32,
+                     out=out32[g])
     ref = torch.stack([x[cu_list[g]:cu_list[g + 1]].T.float() @ dy[cu_list[g]:cu_list[g + 1]].float()
                        for g in range(len(counts))])
-    kern = _kernel(tawa, "grouped_wgrad", {})
-    dw = torch.full((len(counts), k, n), float("nan"), device=dev)
-    wgrid = (_cdiv(k, 128), _cdiv(n, 128), len(counts))
-    kern[wgrid](x, dy, dw, cu)
-    torch.cuda.synchronize()
-    check("grouped_wgrad", dw, ref)
-    fns = {"Tawa grouped_wgrad": lambda: kern[wgrid](x, dy, dw, cu),
-           "cuBLAS per group (torch.matmul loop, f32 out)": torch_loop}
+    fns = {}
+    for options in WGRAD_VARIANTS:
+        kern = _kernel(tawa, "grouped_wgrad", options)
+        dw = torch.full((len(counts), k, n), float("nan"), device=dev)
+        wgrid = (_cdiv(k, options.get("BLOCK_M", 128)), _cdiv(n, options.get("BLOCK_N", 128)), len(counts))
+        kern[wgrid](x, dy, dw, cu)
+        torch.cuda.synchronize()
+        label = ", ".join(f"{key}={val}" for key, val in options.items()) or "defaults"
+        check(f"grouped_wgrad {label}", dw, ref)
+        fns[f"Tawa grouped_wgrad {label} (f32 out)"] = lambda kern=kern, dw=dw, wgrid=wgrid: kern[wgrid](x, dy, dw, cu)
+    fns["cuBLAS per group (torch.matmul loop, bf16 out)"] = torch_loop
+    try:
+        torch_loop_f32()
+        fns["cuBLAS per group (torch.mm loop, f32 out)"] = torch_loop_f32
+    except (RuntimeError, TypeError) as e:
+        print(f"  (torch.mm with out_dtype not run: {str(e).splitlines()[0][:100]})")
     report(f"grouped_wgrad: {len(counts)} groups of {min(counts)}-{max(counts)} rows, K={k}, N={n}", "TFLOP/s",
            2 * t * k * n, race(fns, rounds=7))
 

@@ -386,8 +386,9 @@ def lower_store(ctx: Ctx, op) -> None:
     """A store materializes the lazy tiles pending itself (`kernel.lower_block` leaves them to it), its operands
     first, unless it computes them while staging them (`_lazy_staging`)."""
     from .shape import register_tile
-    # A store through a view that ends (`O[h, start:end]`) writes from registers, each element under its bound:
-    # TMA clips a box at the tensor's extent only.
+    # A store through a view that ends (`O[h, start:end]`): TMA clips a box at the tensor's extent only, so the
+    # box goes through TMA where it lies inside the view and is written from registers, each element under its
+    # bound, where it crosses the view's end (a uniform branch: the bounds are scalars).
     bounded = bool(StoreOp(op).limits)
     staging = None if bounded else _lazy_staging(ctx, op)
     if staging is not None:
@@ -401,11 +402,43 @@ def lower_store(ctx: Ctx, op) -> None:
         raise InternalCompilerError(f"storing a {value.elem} tile into a {elem} tensor", op=op.name,
                                     location=source_location(op))
     offsets = [ctx.get(v) for v in StoreOp(op).offsets]
-    if ctx.tma and _tma_storable(value, op) and not bounded:
+    tma = ctx.tma and _tma_storable(value, op)
+    if tma and not bounded:
         tma_store_tile(ctx, op, value, offsets)
         return
     b = ctx.b
-    drain_prefetched(ctx)     # (a TMA store takes or drains them itself)
+    drain_prefetched(ctx)     # (a TMA store takes or drains them itself; before the branch, which both sides need)
+    if tma:
+        b.line(f"scf.if {_inside_limits(ctx, op, value, offsets)} {{")
+        with b.indented():
+            tma_store_tile(ctx, op, value, offsets)
+        b.line("} else {")
+        with b.indented():
+            _register_store(ctx, op, value, offsets, elem)
+        b.line("}")
+        return
+    _register_store(ctx, op, value, offsets, elem)
+
+
+def _inside_limits(ctx: Ctx, op, value: Tile, offsets: list) -> V:
+    """Whether the box `value` is stored to at `offsets` ends, along every dim a limit bounds, at or before its
+    limit (uniform over the threads)."""
+    b = ctx.b
+    limits = StoreOp(op).limits
+    lead = len(offsets) - len(value.shape)
+    inside = b.const(1, "i1")
+    for d, limit in enumerate(limits):
+        if d >= lead and _constant_int(limit) != NO_LIMIT:
+            end = b.add(offsets[d], value.shape[d - lead])
+            inside = b.and_(inside, b.cmpi("sle", end, ctx.get(limit)))
+    return inside
+
+
+def _register_store(ctx: Ctx, op, value: Tile, offsets: list, elem: str) -> None:
+    """The tile written element by element from the threads' registers (in vectors of a row's run in a kernel
+    without dots), each under its bounds: the tensor's, and a store's limits where it has them."""
+    b = ctx.b
+    bounded = bool(StoreOp(op).limits)
     value = vector_access.along_rows(ctx, value, elem)
     extents = store_extents(ctx, op)
     addrs, _ = _addressing(ctx, op, StoreOp(op).dst, offsets, value.layout, extents)
