@@ -174,6 +174,8 @@ def expr_reads(e, out: set) -> set:
             todo.extend(e.items)
         elif isinstance(e, Attribute):
             todo.append(e.value)
+        elif isinstance(e, Slice):           # a view's bounds (`X[start:end]`)
+            todo.extend(x for x in (e.start, e.stop) if x is not None)
     return out
 
 
