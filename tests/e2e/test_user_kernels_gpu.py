@@ -303,6 +303,32 @@ def attn_varlen_packed(rng, shape, D=128, CAUSAL=0, **_):
     return [grid, q, k, v, Out("bf16", ref, ATTENTION), cu, scale]
 
 
+def attn_varlen_gqa(rng, shape, D=128, CAUSAL=0, GROUP=4, **_):
+    """(key/value heads, (query length, key length) of each sequence...): queries and keys packed back to back at
+    offsets of their own, GROUP query heads per key/value head; causal masking aligned to the last key (each
+    sequence has at least as many keys as queries, so every query sees one). 5 rows after the last query belong to
+    no sequence and stay unwritten."""
+    hk, pairs = shape[0], [(shape[i], shape[i + 1]) for i in range(1, len(shape), 2)]
+    nqs, nks = [p[0] for p in pairs], [p[1] for p in pairs]
+    cu_q, tq = packed_lengths(nqs, 5)
+    cu_k, tk = packed_lengths(nks, 0)
+    h = hk * GROUP
+    q = randn(rng, (h, tq, D), "bf16")
+    k, v = (randn(rng, (hk, tk, D), "bf16") for _ in range(2))
+    scale = D ** -0.5
+    ref = np.full((h, tq, D), np.nan)
+    for b, (nq, nk) in enumerate(pairs):
+        if not nq:
+            continue
+        kk, vv = (np.repeat(f64(x[:, cu_k[b]:cu_k[b + 1]]), GROUP, axis=0) for x in (k, v))
+        keep = np.ones((nq, nk), bool) if not CAUSAL else \
+            np.arange(nk)[None, :] <= np.arange(nq)[:, None] + (nk - nq)
+        s = np.where(keep, f64(q[:, cu_q[b]:cu_q[b + 1]]) @ kk.swapaxes(-1, -2) * scale, -np.inf)
+        ref[:, cu_q[b]:cu_q[b + 1]] = softmax(s) @ vv
+    grid = Grid((max(1, -(-max(nqs) // 128)), h, len(pairs)))
+    return [grid, q, k, v, Out("bf16", ref, ATTENTION), cu_q, cu_k, scale]
+
+
 def grouped_wgrad(rng, shape, BLOCK_M=128, BLOCK_N=128, **_):
     """(K, N, rows per group...): groups packed back to back at any offsets (empty ones included), then rows of
     no group, large, that the views must keep out of every sum."""
@@ -710,6 +736,11 @@ CASES = [
     Case("attn_varlen_packed", [(1, 24), (3, 333, 0, 1, 1100), (2, 2048, 130, 77)],
          [{}, {"CAUSAL": 1}, {"D": 64, "BLOCK_N": 64}, {"D": 64}, {"CAUSAL": 1, "warp_specialize": False}],
          interpret_shapes=[(1, 24), (2, 200, 0, 130)]),
+    # ... with queries and keys of their own lengths and offsets (cross attention, a prefill over a cached prefix),
+    # grouped-query heads
+    Case("attn_varlen_gqa", [(1, 24, 24), (2, 333, 1000, 0, 5, 1, 1, 700, 700), (1, 130, 2048, 2048, 2048)],
+         [{}, {"CAUSAL": 1}, {"D": 64, "GROUP": 8}, {"CAUSAL": 1, "warp_specialize": False}],
+         interpret_shapes=[(1, 24, 24), (2, 40, 100, 0, 5, 17, 17)], interpret_options=[{}, {"CAUSAL": 1}]),
     # dots on tiles loaded through views that end (rows past a group's end read as 0): masked on the last block
     Case("grouped_wgrad", [(64, 128, 40), (192, 320, 333, 0, 65, 1000), (256, 128, 4096, 7)],
          [{}, {"BLOCK_T": 32}, {"warp_specialize": False}], interpret_shapes=[(64, 128, 40), (128, 128, 70, 0, 33)]),
