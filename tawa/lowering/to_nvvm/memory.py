@@ -449,17 +449,29 @@ def _register_store(ctx: Ctx, op, value: Tile, offsets: list, elem: str) -> None
         with b.if_(pred) if pred is not None else contextlib.nullcontext():
             b.line(f"llvm.store {to_storage(b, value.regs[r])}, {ptr} : {storage_type(elem)}, !llvm.ptr<1>")
 
-    runs = vector_access.row_runs(value.layout, elem) if vector_access.applies(ctx, value.layout) and not bounded \
-        else []
-    if runs:        # a kernel without dots: the runs of each thread's row in vectors
-        dst = StoreOp(op).dst
-        arg, rank = ctx.params.arg_index(dst), ir.MemRefType(dst.type).rank
-        lead = leading_in_bounds(ctx, arg, offsets, rank - value.layout.rank)
-        raw = [_raw_bits(b, v) for v in value.regs]
-        vector_access.store_tile_regs(ctx, arg, rank, offsets, lead, elem, value.layout, raw, runs, store_element)
+    def each_element():
+        for r in range(len(value.regs)):
+            store_element(r)
+
+    runs = vector_access.row_runs(value.layout, elem) if vector_access.applies(ctx, value.layout) else []
+    if not runs:
+        each_element()
         return
-    for r in range(len(value.regs)):
-        store_element(r)
+    # a kernel without dots: the runs of each thread's row in vectors, bounded by the tensor (through a view that
+    # ends: where the tile lies inside the view, element by element where it crosses the end)
+    dst = StoreOp(op).dst
+    arg, rank = ctx.params.arg_index(dst), ir.MemRefType(dst.type).rank
+    lead = leading_in_bounds(ctx, arg, offsets, rank - value.layout.rank)
+    raw = [_raw_bits(b, v) for v in value.regs]
+    if bounded:
+        b.line(f"scf.if {_inside_limits(ctx, op, value, offsets)} {{")
+    with b.indented() if bounded else contextlib.nullcontext():
+        vector_access.store_tile_regs(ctx, arg, rank, offsets, lead, elem, value.layout, raw, runs, store_element)
+    if bounded:
+        b.line("} else {")
+        with b.indented():
+            each_element()
+        b.line("}")
 
 
 def _raw_bits(b, v: V) -> V:
