@@ -23,7 +23,6 @@ reference; then the kernel and its anchors are timed in one process, over altern
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -109,20 +108,9 @@ def run() -> None:
     import torch
     import torch.nn.functional as F
     import tawa
-    from event_timing import race
+    from event_timing import check_close, race, report_against_torch
 
-    def check(name, out, ref, tol=2e-2):
-        out = out.float()
-        assert not torch.isnan(out).any(), f"{name}: elements not written"
-        err = ((out - ref).norm() / ref.norm()).item()
-        if not err < tol:
-            sys.exit(f"{name}: relative error {err:.3e}")
-
-    def report(title, unit, work, times: dict):
-        print(f"\n{title}")
-        fastest = min(t for name, t in times.items() if not name.startswith("Tawa"))
-        for name, t in times.items():
-            print(f"  {name:42s} {work / t / 1e9:8.0f} {unit}   {fastest / t:6.3f}x the fastest torch anchor")
+    check, report = check_close, report_against_torch
 
     bf = torch.bfloat16
     dev = "cuda"
@@ -303,13 +291,8 @@ def run() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("build", "run"))
-    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "data_dependent"),
-                        help="the kernel cache the two steps share")
-    args = parser.parse_args()
-    os.environ["TAWA_CACHE_DIR"] = os.path.join(args.out, "cache")
-    build() if args.step == "build" else run()
+    from event_timing import build_or_run
+    build_or_run(__doc__, ROOT, "data_dependent", build, run)
 
 
 if __name__ == "__main__":

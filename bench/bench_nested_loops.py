@@ -14,7 +14,6 @@ torch.matmul (cuBLAS) on the same inputs, in one process, over alternating round
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -79,13 +78,8 @@ def run() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("build", "run"))
-    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "nested_loops"),
-                        help="the kernel cache the two steps share")
-    args = parser.parse_args()
-    os.environ["TAWA_CACHE_DIR"] = os.path.join(args.out, "cache")
-    build() if args.step == "build" else run()
+    from event_timing import build_or_run
+    build_or_run(__doc__, ROOT, "nested_loops", build, run)
 
 
 if __name__ == "__main__":

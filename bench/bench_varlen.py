@@ -20,7 +20,6 @@ reference; then the kernels and anchors are timed in one process, over alternati
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -74,22 +73,13 @@ def run() -> None:
     import torch
     import torch.nn.functional as F
     import tawa
-    from event_timing import race
+    from event_timing import check_close, race, report_against_torch
 
     def check(name, out, ref, tol=2e-2):
-        out = out.float()
-        assert not torch.isnan(out).any(), f"{name}: elements not written"
-        err = ((out - ref).norm() / ref.norm()).item()
-        if not err < tol:
-            sys.exit(f"{name}: relative error {err:.3e}")
-        print(f"  checked {name}: relative error {err:.1e}")
+        check_close(name, out, ref, tol, verbose=True)
 
     def report(title, unit, work, times: dict):
-        print(f"\n{title}")
-        anchors = [t for name, t in times.items() if not name.startswith("Tawa")]
-        fastest = min(anchors)
-        for name, t in times.items():
-            print(f"  {name:58s} {work / t / 1e9:8.0f} {unit}   {fastest / t:6.3f}x the fastest torch anchor")
+        report_against_torch(title, unit, work, times, width=58)
 
     bf = torch.bfloat16
     dev = "cuda"
@@ -218,13 +208,8 @@ def run() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=("build", "run"))
-    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "varlen"),
-                        help="the kernel cache the two steps share")
-    args = parser.parse_args()
-    os.environ["TAWA_CACHE_DIR"] = os.path.join(args.out, "cache")
-    build() if args.step == "build" else run()
+    from event_timing import build_or_run
+    build_or_run(__doc__, ROOT, "varlen", build, run)
 
 
 if __name__ == "__main__":
