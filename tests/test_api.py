@@ -201,6 +201,27 @@ def test_requires_is_checked_at_launch():
     assert np.allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
 
 
+def test_written_arguments_refuse_overlapping_views():
+    """A written view whose steps along two dimensions meet (sliding windows, equal strides) is refused at launch;
+    a transposed or strided view that owns its elements is written as given."""
+    from numpy.lib.stride_tricks import as_strided
+    kernel = tawa.interpret(str(EXAMPLES / "softmax.tawa"), BLOCK_N=256)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 100)).astype(np.float32)
+    buf = np.zeros(400, np.float32)
+    windows = as_strided(buf, (3, 100), (buf.itemsize * 50, buf.itemsize))     # rows 50 elements apart
+    with pytest.raises(LaunchError, match=r"argument 'Y' is written by the kernel, but its elements overlap: "
+                                          r"index 50 along dimension 1 \(stride 1\) and index 1 along dimension 0"):
+        kernel(x, windows)
+    same = as_strided(buf, (3, 100), (buf.itemsize, buf.itemsize))
+    with pytest.raises(LaunchError, match=r"its elements overlap"):
+        kernel(x, same)
+    y = np.full((6, 100), np.nan, np.float32)[::2]                            # every other row: distinct
+    kernel(x, y)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    assert np.allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
 def test_written_arguments_are_marked_and_refuse_broadcast_views():
     """`tawa.params` marks the tensors a kernel stores to; a broadcast (stride-0) view there is refused at launch,
     while a broadcast input is read as given."""

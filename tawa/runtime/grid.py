@@ -142,7 +142,7 @@ def bind_numpy_args(params: list, args: list) -> dict:
     bindings = bind_shapes(params, args, dtypes, shapes, contiguous)
     for param, arg in zip(params, args):
         if isinstance(arg, np.ndarray):
-            check_written(param, arg.shape, arg.strides)
+            check_written(param, arg.shape, tuple(s // max(arg.itemsize, 1) for s in arg.strides))   # (elements)
     return bindings
 
 
@@ -223,16 +223,27 @@ def eval_grid(grid_exprs: list, bindings: dict, constants: dict) -> tuple:
 
 
 def check_written(param: dict, shape, strides) -> None:
-    """An argument the kernel stores to (`"written"` in its declaration) must not be a broadcast view: with a
-    stride-0 dimension of more than one element, different programs would write the same memory at once (torch
-    refuses such writes for the same reason)."""
+    """An argument the kernel stores to (`"written"` in its declaration) must not be a view whose elements share
+    memory: a broadcast view (a stride-0 dimension of more than one element; torch refuses such writes for the
+    same reason), or one where a step along one dimension lands on a step along another (`x.unfold(0, 4, 2)`'s
+    windows, `as_strided` with equal strides). Different programs would write the same memory at once. (Views
+    that overlap in other ways are not detected.)"""
     if not param.get("written"):
         return
+    name = param["name"]
+    note = "pass a tensor that owns its elements (.contiguous() or .clone())"
     for axis, (extent, stride) in enumerate(zip(shape, strides)):
         if extent > 1 and stride == 0:
-            raise LaunchError(f"argument '{param['name']}' is written by the kernel, but its dimension {axis} has "
-                              f"stride 0 (a broadcast view): its {extent} elements there share one address",
-                              note="pass a tensor that owns its elements (.contiguous() or .clone())")
+            raise LaunchError(f"argument '{name}' is written by the kernel, but its dimension {axis} has "
+                              f"stride 0 (a broadcast view): its {extent} elements there share one address", note=note)
+    dims = [(axis, abs(stride), extent) for axis, (extent, stride) in enumerate(zip(shape, strides)) if extent > 1]
+    for a, s, n in dims:
+        for b, t, _ in dims:
+            # index t / s along dimension a is index 1 along dimension b: the same address
+            if a != b and t % s == 0 and t // s <= n - 1:
+                raise LaunchError(f"argument '{name}' is written by the kernel, but its elements overlap: index "
+                                  f"{t // s} along dimension {a} (stride {s}) and index 1 along dimension {b} "
+                                  f"(stride {t}) are the same address", note=note)
 
 
 def check_requires(kernel, bindings: dict) -> None:

@@ -178,6 +178,16 @@ def test_a_broadcast_view_is_refused_where_the_kernel_writes(no_driver):
         launcher.launch(args(C=FakeDeviceArray((300, 504), "f32", strides=(0, 1), ptr=BASE + 0x200000)))
 
 
+def test_an_overlapping_view_is_refused_where_the_kernel_writes(no_driver):
+    """Rows 8 elements apart over rows of 504: row 1 starts at element 8 of row 0."""
+    kernel = gemm_kernel()
+    kernel.params[2]["written"] = True
+    launcher = GpuLauncher(kernel, tensor_maps=TensorMapCache())
+    with pytest.raises(LaunchError, match=r"argument 'C' is written by the kernel, but its elements overlap: index 8 "
+                                          r"along dimension 1 \(stride 1\) and index 1 along dimension 0 \(stride 8\)"):
+        launcher.launch(args(C=FakeDeviceArray((300, 504), "f32", strides=(8, 1), ptr=BASE + 0x200000)))
+
+
 def test_a_broadcast_view_is_accepted_where_the_kernel_reads(fake):
     """(The same C as above, in a kernel that does not mark it written: read as given.)"""
     launcher = GpuLauncher(gemm_kernel(), tensor_maps=TensorMapCache())
