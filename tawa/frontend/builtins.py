@@ -154,9 +154,11 @@ def _sum(L, call, args, kwargs):
 
 
 # ---- memory -----------------------------------------------------------------------------------------------
-def _address(L, call, t, coords, shape_or_none, what):
+def _address(L, call, t, coords, shape_or_none, what, load=False):
     """The element offsets of block `coords` of `t`: its leading indices, then each block coordinate times its
-    extent, counted from the view's origin where `t` is a view (`Q[h, start:]`)."""
+    extent, counted from the view's origin where `t` is a view (`Q[h, start:]`). For a `load` through a view that
+    ends, a block of extent 1 past the end is read at offset -1, outside the tensor, which reads 0: no mask, so
+    that `sum(load(X[s:e], i, 1))` stays a scalar read (`scalar-loads`)."""
     if not isinstance(t, TensorArg):
         raise L.diag.error(_arg_node(call, 0), f"{what}: first argument must be a tensor parameter, got "
                            f"{describe(t)}")
@@ -168,11 +170,15 @@ def _address(L, call, t, coords, shape_or_none, what):
                            f"{block_rank} block coordinates, got {len(cs)}")
     offsets = list(t.indices)
     origins = t.origins or [None] * block_rank
-    for c, extent, origin in zip(cs, shape_or_none, origins):
+    ends = t.ends or [None] * block_rank
+    for c, extent, origin, end in zip(cs, shape_or_none, origins, ends):
         L.emit.index(c, _arg_node(call, 1), f"{what}: block coordinate")
         off = L.emit.binary("*", c, extent, call)
         if origin is not None:
             off = L.emit.binary("+", origin, off, call)
+        if load and extent == 1 and end is not None:
+            length = end if origin is None else L.emit.binary("-", end, origin, call)
+            off = L.emit.select(L.emit.binary("<", c, length, call), off, -1, call)
         offsets.append(L.emit.materialize(off, call))
     return offsets
 
@@ -187,7 +193,7 @@ def _view_mask(L, call, t, coords, dims):
     cs = list(coords) if isinstance(coords, tuple) else [coords]
     mask = None
     for axis, (c, s, origin, end) in enumerate(zip(cs, dims, t.origins, t.ends)):
-        if end is None:
+        if end is None or s == 1:          # (a block of extent 1 past the end is read outside the tensor: `_address`)
             continue
         rows = tawa_op("arange", [tile_type([s], I32)], [], {"start": i32_attr(0), "end": i32_attr(s)}).result
         rows = L.emit.binary("+", L.emit.binary("*", c, s, call), rows, call)
@@ -206,7 +212,7 @@ def _load(L, call, args, kwargs):
     if isinstance(t, TensorArg) and len(dims) != t.rank - len(t.indices):
         raise L.diag.error(_arg_node(call, 2), f"load: block shape has {len(dims)} dims but tensor {t.name} "
                            f"needs {t.rank - len(t.indices)}")
-    offsets = _address(L, call, t, coords, dims, "load")
+    offsets = _address(L, call, t, coords, dims, "load", load=True)
     tile = tawa_op("load", [tile_type(dims, t.dtype)], [t.value] + offsets).result
     mask = _view_mask(L, call, t, coords, dims) if t.viewed else None
     # the elements past the view's end read as 0, as those past the tensor's end do

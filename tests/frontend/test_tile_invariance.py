@@ -131,11 +131,11 @@ def test_the_examples_and_the_user_style_kernels():
     # of a block of another size), the varlen attention's sequences start at multiples of BLOCK_M, the block-sparse
     # attention's key blocks are listed in blocks of BLOCK_N. The capacity-layout MoE kernels read a count as a
     # scalar, `sum(load(COUNTS, e, 1))`, which reduces no tile; the ragged-K GEMM loops over cdiv(KLEN[z], BLOCK_K).
-    # The packed varlen attention declares no grid, so it is not read as the attention family, and its softmax
+    # The packed varlen attentions declare no grid, so they are not read as the attention family, and their softmax
     # reduces tiles; a kernel without a grid keeps its tiles at launch anyway.)
     dependent = {"gemm_rowmax.tawa", "gemm_grouped_pid.tawa", "attn_window.tawa", "gemm_scale_step.tawa",
                  "gemm_fp8_step.tawa", "gemm_user_persistent.tawa", "attn_paged_decode.tawa", "attn_varlen.tawa",
-                 "moe_gemm.tawa", "attn_block_sparse.tawa", "attn_varlen_packed.tawa"}
+                 "moe_gemm.tawa", "attn_block_sparse.tawa", "attn_varlen_packed.tawa", "attn_varlen_gqa.tawa"}
     for path in sorted((ROOT / "tests" / "e2e" / "kernels" / "user").glob("*.tawa")):
         assert space_info(path.read_text(), str(path))["tile_invariant"] is (path.name not in dependent), path.name
 
