@@ -216,6 +216,7 @@ def test_written_arguments_refuse_overlapping_views():
     same = as_strided(buf, (3, 100), (buf.itemsize, buf.itemsize))
     with pytest.raises(LaunchError, match=r"its elements overlap"):
         kernel(x, same)
+    kernel(np.zeros((0, 100), np.float32), np.zeros((0, 100), np.float32))   # empty: nothing written, no refusal
     y = np.full((6, 100), np.nan, np.float32)[::2]                            # every other row: distinct
     kernel(x, y)
     e = np.exp(x - x.max(axis=1, keepdims=True))
