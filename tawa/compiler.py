@@ -193,6 +193,7 @@ def decide(module, options: CompileOptions) -> tuple[Plan, list[str]]:
     ctas, why = occupancy.choose(func, options, loop_plans, schedule, cluster)
     if why:
         notes.append(f"kernel '{kernel_info.kernel_name(func)}' {why}")
+    notes += [f"kernel '{name}': {n}" for n in masked_dots.masked_before_loop_notes(func)]
     return Plan(options.target, loop_plans is not None, schedule, options.split_k, cluster, ctas,
                 bool(faster)), notes
 
