@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from mlir import ir
 
-from . import syntax as S
-from .dtypes import DTYPES, DType
 from tawa.ir.ops import NO_LIMIT
 
+from . import syntax as S
+from .dtypes import DTYPES, DType
 from .ops import BOOL, F32, I32, check_tile_size, i32_attr, tawa_op, tile_type
 from .values import (Builtin, Method, TensorArg, describe, dtype_of_value, elem_type, is_scalar, is_tile_extent,
                      is_static, is_tile, is_value, shape_of)
@@ -163,7 +163,7 @@ def _address(L, call, t, coords, shape_or_none, what, load=False):
         raise L.diag.error(_arg_node(call, 0), f"{what}: first argument must be a tensor parameter, got "
                            f"{describe(t)}")
     block_rank = t.rank - len(t.indices)
-    cs = list(coords) if isinstance(coords, tuple) else [coords]
+    cs = _coords(coords)
     if len(cs) != block_rank:
         sel = f" ({len(t.indices)} selected by index)" if t.indices else ""
         raise L.diag.error(_arg_node(call, 1), f"{what}: tensor {t.name} has {t.rank} dims{sel}; expected "
@@ -177,8 +177,7 @@ def _address(L, call, t, coords, shape_or_none, what, load=False):
         if origin is not None:
             off = L.emit.binary("+", origin, off, call)
         if load and extent == 1 and end is not None:
-            length = end if origin is None else L.emit.binary("-", end, origin, call)
-            off = L.emit.select(L.emit.binary("<", c, length, call), off, -1, call)
+            off = L.emit.select(L.emit.binary("<", c, _view_length(L, call, origin, end), call), off, -1, call)
         offsets.append(L.emit.materialize(off, call))
     return offsets
 
@@ -188,22 +187,30 @@ def _view_mask(L, call, t, coords, dims):
     it: `c * s + arange(0, s) < end - start` along each bounded dim, the same affine comparison a program writes
     for its own masks, so that `mask-elision` and `masked-dots` drop it on blocks wholly inside the view. None for
     a view without ends."""
-    if not any(e is not None for e in t.ends):
+    if not t.ends_early:
         return None
-    cs = list(coords) if isinstance(coords, tuple) else [coords]
     mask = None
-    for axis, (c, s, origin, end) in enumerate(zip(cs, dims, t.origins, t.ends)):
+    for axis, (c, s, origin, end) in enumerate(zip(_coords(coords), dims, t.origins, t.ends)):
         if end is None or s == 1:          # (a block of extent 1 past the end is read outside the tensor: `_address`)
             continue
         rows = tawa_op("arange", [tile_type([s], I32)], [], {"start": i32_attr(0), "end": i32_attr(s)}).result
         rows = L.emit.binary("+", L.emit.binary("*", c, s, call), rows, call)
-        length = end if origin is None else L.emit.binary("-", end, origin, call)
-        inside = L.emit.binary("<", rows, length, call)
+        inside = L.emit.binary("<", rows, _view_length(L, call, origin, end), call)
         for other in range(len(dims)):
             if other != axis:
                 inside = L.emit.expand_dims(inside, other)
         mask = inside if mask is None else L.emit.binary("&", mask, inside, call)
     return mask
+
+
+def _coords(coords) -> list:
+    """Block coordinates as a list (one scalar or a tuple of them)."""
+    return list(coords) if isinstance(coords, tuple) else [coords]
+
+
+def _view_length(L, call, origin, end):
+    """The rows of a view from `origin` (None: 0) to `end`."""
+    return end if origin is None else L.emit.binary("-", end, origin, call)
 
 
 def _load(L, call, args, kwargs):
@@ -214,7 +221,7 @@ def _load(L, call, args, kwargs):
                            f"needs {t.rank - len(t.indices)}")
     offsets = _address(L, call, t, coords, dims, "load", load=True)
     tile = tawa_op("load", [tile_type(dims, t.dtype)], [t.value] + offsets).result
-    mask = _view_mask(L, call, t, coords, dims) if t.viewed else None
+    mask = _view_mask(L, call, t, coords, dims)
     # the elements past the view's end read as 0, as those past the tensor's end do
     return tile if mask is None else L.emit.select(mask, tile, 0, call)
 
@@ -233,7 +240,7 @@ def _store(L, call, args, kwargs):
                                f"tensor {t.name} ({t.dtype})", note=f"convert with .to({t.dtype})")
     offsets = _address(L, call, t, coords, dims, "store")
     limits = []
-    if t.viewed and any(e is not None for e in t.ends):
+    if t.ends_early:
         # the element index each dim must stay below: the view's end, or no limit
         limits = [L.emit.materialize(NO_LIMIT if e is None else e, call) for e in [None] * len(t.indices) + t.ends]
     tawa_op("store", [], [t.value, value] + offsets + limits)

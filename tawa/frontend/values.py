@@ -42,6 +42,11 @@ class TensorArg:
     def viewed(self) -> bool:
         return bool(self.origins)
 
+    @property
+    def ends_early(self) -> bool:
+        """Whether the view ends before the tensor does along some dim (`Q[h, start:end]`)."""
+        return any(e is not None for e in self.ends)
+
 
 @dataclass
 class Builtin:

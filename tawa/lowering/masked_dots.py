@@ -34,21 +34,26 @@ from tawa.ir.traversal import defining_op, enclosing, walk
 from tawa.lowering.mask_elision import Bounds, loaded, mask_slice, rewrite_each
 
 
-def _masked_operand(dot, operand: int):
-    """The `arith.select` of a loaded tile that is the dot's A or B operand, directly or through one `tawa.trans`
-    (`where(mask, x, 0.0).T`, as a load through a view that ends gives `x.T`), used by nothing else, in the dot's
-    block, with that transpose or None; None where there is none."""
-    op = defining_op(dot.operands[operand])
+def _masked_load(value):
+    """(the `arith.select` of a loaded tile that `value` is, directly or through one `tawa.trans`
+    (`where(mask, x, 0.0).T`, as a load through a view that ends gives `x.T`), that transpose or None), or None."""
+    op = defining_op(value)
     trans = None
-    if op is not None and op.name == TransOp.NAME and op.block == dot.block and \
-            len(list(op.results[0].uses)) == 1:
+    if op is not None and op.name == TransOp.NAME:
         trans, op = op, defining_op(op.operands[0])
-    if op is None or op.name != "arith.select" or op.block != dot.block:
-        return None
-    mask, x, _ = op.operands
-    if not isinstance(mask.type, ir.RankedTensorType) or not loaded(x) or len(list(op.results[0].uses)) != 1:
+    if op is None or op.name != "arith.select" or not loaded(op.operands[1]):
         return None
     return op, trans
+
+
+def _masked_operand(dot, operand: int):
+    """`_masked_load` of the dot's A or B operand where the mask is a tile and the select (and transpose) sit in
+    the dot's block and nothing else uses them, else None."""
+    found = _masked_load(dot.operands[operand])
+    if found is None or not isinstance(found[0].operands[0].type, ir.RankedTensorType) or \
+            any(op is not None and (op.block != dot.block or len(list(op.results[0].uses)) != 1) for op in found):
+        return None
+    return found
 
 
 def branch(dot) -> bool:
@@ -59,25 +64,23 @@ def branch(dot) -> bool:
     found = {i: m for i in (0, 1) for m in [_masked_operand(dot, i)] if m is not None}
     if not found:
         return False
-    selects = {i: sel for i, (sel, _) in found.items()}
     with ir.InsertionPoint(dot), dot.location:
         bounds = Bounds()
-        tests = {i: bounds.all_true(sel.operands[0]) for i, sel in selects.items()}
-        selects = {i: sel for i, sel in selects.items() if tests[i] is not None}
-        if not selects:
+        tests = {i: bounds.all_true(sel.operands[0]) for i, (sel, _) in found.items()}
+        found = {i: m for i, m in found.items() if tests[i] is not None}
+        if not found:
             return False
         cond = None
-        for i in selects:
+        for i in found:
             cond = tests[i] if cond is None else arith.AndIOp(cond, tests[i]).result
         test = scf.IfOp(cond, [r.type for r in dot.results], has_else=True)
         for r, b in zip(dot.results, test.results):
             r.replace_all_uses_with(b)
         with ir.InsertionPoint(test.then_block):
-            operands = {}
-            for i, sel in selects.items():
-                trans = found[i][1]
-                operands[i] = sel.operands[1] if trans is None else ir.Operation.create(
-                    TransOp.NAME, results=[trans.results[0].type], operands=[sel.operands[1]]).results[0]
+            # the loaded tiles themselves (transposed again where the mask was)
+            operands = {i: sel.operands[1] if trans is None else ir.Operation.create(
+                TransOp.NAME, results=[trans.results[0].type], operands=[sel.operands[1]]).results[0]
+                for i, (sel, trans) in found.items()}
             plain = dot.clone()
             for i, v in operands.items():
                 plain.operands[i] = v
@@ -85,7 +88,7 @@ def branch(dot) -> bool:
         with ir.InsertionPoint(test.else_block):
             done = scf.YieldOp(list(dot.results))
     # (the tests were built first: a scalar they read stays outside the branch, `mask_slice` seeing its new user)
-    moved = [op for i, sel in selects.items() for op in mask_slice(sel) + [sel] + [t for t in [found[i][1]] if t]]
+    moved = [op for sel, trans in found.values() for op in mask_slice(sel) + [sel] + ([trans] if trans else [])]
     for op in moved + [dot]:
         op.move_before(done)
     return True
@@ -102,11 +105,10 @@ def masked_before_loop_notes(func) -> list:
         if loop is None:
             continue
         for i in (DotOp.A, DotOp.B):
-            op = defining_op(dot.operands[i])
-            while op is not None and op.name == TransOp.NAME:
-                op = defining_op(op.operands[0])
-            if op is None or op.name != "arith.select" or not loaded(op.operands[1]):
+            found = _masked_load(dot.operands[i])
+            if found is None:
                 continue
+            op = found[0]
             inner = enclosing(op, (ForOp.NAME,))
             if inner is not None and inner == loop:
                 continue        # (masked in the loop: `masked-dots` branches around the mask)

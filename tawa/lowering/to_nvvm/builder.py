@@ -178,6 +178,16 @@ class Builder:
             yield
         self.line("}")
 
+    def if_else(self, cond: V, then_fn, else_fn) -> None:
+        """`scf.if` without results: then_fn/else_fn emit the two bodies."""
+        self.line(f"scf.if {cond} {{")
+        with self.indented():
+            then_fn()
+        self.line("} else {")
+        with self.indented():
+            else_fn()
+        self.line("}")
+
     def if_else_values(self, cond: V, then_fn, else_fn, types: list) -> list:
         """`scf.if` yielding values; then_fn/else_fn emit their bodies and return the values to yield."""
         base = self.fresh()

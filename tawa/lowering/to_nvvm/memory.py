@@ -24,7 +24,7 @@ from .builder import V
 from .fp8 import from_storage, storage_type, to_storage
 from tawa.ir import attrs
 from tawa.ir.location import source_location
-from tawa.ir.traversal import defining_op
+from tawa.ir.traversal import int_constant
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .global_access import (column_pairs, element_address, leading_in_bounds, load_words, paired_load, pair_aligned,
@@ -214,29 +214,22 @@ def _addressing(ctx: Ctx, op, src: ir.Value, offsets: list, layout: L.Layout, ex
 def store_extents(ctx: Ctx, op) -> list | None:
     """The bounds of a store through a view that ends (`O[h, start:end]`: `tawa.store`'s limits), one per dim:
     the tensor's extent, or the limit where it is smaller (0 for a negative one); None for a store without limits."""
-    limits = StoreOp(op).limits
-    if not limits:
+    if not StoreOp(op).limits:
         return None
     b = ctx.b
     arg = ctx.params.arg_index(StoreOp(op).dst)
     ctx.params.ptr(arg)         # parameters are numbered by first use: the pointer before the dims
-    out = []
-    for d, limit in enumerate(limits):
-        dim = ctx.params.dim(arg, d)
-        if _constant_int(limit) == NO_LIMIT:
-            out.append(dim)
-            continue
+    out = [ctx.params.dim(arg, d) for d in range(StoreOp(op).rank)]
+    for d, limit in _bounding_limits(op):
         lim = ctx.get(limit)
         lim = b.select(b.cmpi("slt", lim, 0), b.i32(0), lim)
-        out.append(b.select(b.cmpi("slt", lim, dim), lim, dim))
+        out[d] = b.select(b.cmpi("slt", lim, out[d]), lim, out[d])
     return out
 
 
-def _constant_int(value: ir.Value):
-    op = defining_op(value)
-    if op is not None and op.name == "arith.constant" and isinstance(op.attributes["value"], ir.IntegerAttr):
-        return ir.IntegerAttr(op.attributes["value"]).value
-    return None
+def _bounding_limits(op) -> list:
+    """(dim, limit value) of the limits of a `tawa.store` that bound something (not `NO_LIMIT`)."""
+    return [(d, limit) for d, limit in enumerate(StoreOp(op).limits) if int_constant(limit) != NO_LIMIT]
 
 
 def lower_register_load(ctx: Ctx, op) -> None:
@@ -409,13 +402,8 @@ def lower_store(ctx: Ctx, op) -> None:
     b = ctx.b
     drain_prefetched(ctx)     # (a TMA store takes or drains them itself; before the branch, which both sides need)
     if tma:
-        b.line(f"scf.if {_inside_limits(ctx, op, value, offsets)} {{")
-        with b.indented():
-            tma_store_tile(ctx, op, value, offsets)
-        b.line("} else {")
-        with b.indented():
-            _register_store(ctx, op, value, offsets, elem)
-        b.line("}")
+        b.if_else(_inside_limits(ctx, op, value, offsets), lambda: tma_store_tile(ctx, op, value, offsets),
+                  lambda: _register_store(ctx, op, value, offsets, elem))
         return
     _register_store(ctx, op, value, offsets, elem)
 
@@ -424,11 +412,10 @@ def _inside_limits(ctx: Ctx, op, value: Tile, offsets: list) -> V:
     """Whether the box `value` is stored to at `offsets` ends, along every dim a limit bounds, at or before its
     limit (uniform over the threads)."""
     b = ctx.b
-    limits = StoreOp(op).limits
     lead = len(offsets) - len(value.shape)
     inside = b.const(1, "i1")
-    for d, limit in enumerate(limits):
-        if d >= lead and _constant_int(limit) != NO_LIMIT:
+    for d, limit in _bounding_limits(op):
+        if d >= lead:
             end = b.add(offsets[d], value.shape[d - lead])
             inside = b.and_(inside, b.cmpi("sle", end, ctx.get(limit)))
     return inside
@@ -463,15 +450,13 @@ def _register_store(ctx: Ctx, op, value: Tile, offsets: list, elem: str) -> None
     arg, rank = ctx.params.arg_index(dst), ir.MemRefType(dst.type).rank
     lead = leading_in_bounds(ctx, arg, offsets, rank - value.layout.rank)
     raw = [_raw_bits(b, v) for v in value.regs]
-    if bounded:
-        b.line(f"scf.if {_inside_limits(ctx, op, value, offsets)} {{")
-    with b.indented() if bounded else contextlib.nullcontext():
+
+    def in_vectors():
         vector_access.store_tile_regs(ctx, arg, rank, offsets, lead, elem, value.layout, raw, runs, store_element)
     if bounded:
-        b.line("} else {")
-        with b.indented():
-            each_element()
-        b.line("}")
+        b.if_else(_inside_limits(ctx, op, value, offsets), in_vectors, each_element)
+    else:
+        in_vectors()
 
 
 def _raw_bits(b, v: V) -> V:
