@@ -94,6 +94,12 @@ def define_variants(head_dims) -> None:
                 VARIANTS[variant_name(_d, _c, 80, "two")] = (
                     {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": 80, "CAUSAL": _c},
                     {"warp_specialize": None, "ctas_per_sm": 2})
+            elif _d > 128:
+                # above head dim 128 a 128-key slot of K and V leaves room for one slot beside Q: key blocks of
+                # 64 to 96 keep two or more (FlashAttention-3 takes 80 at head dim 256)
+                for _n in (80, 96, 112):
+                    VARIANTS[variant_name(_d, _c, _n, True)] = (
+                        {"HEAD_DIM": _d, "BLOCK_M": BLOCK_M, "BLOCK_N": _n, "CAUSAL": _c}, {"warp_specialize": None})
         # The schedules side by side: one query block per CTA ("tile") and persistent CTAs looping over query blocks,
         # Q through a ring of its own ("pers").
         for _c in (0, 1):
@@ -134,7 +140,8 @@ TAWA_COLS = [("WS n64", 64, True), ("WS n128", 128, True), ("uni n64", 64, False
              ("WS 1 CTA/SM n64", 64, "one"),
              ("tile n64", 64, "tile"), ("tile n128", 128, "tile"), ("pers n64", 64, "pers"), ("pers n128", 128, "pers"),
              ("M192 n64", 64, "m192"), ("M192 n128", 128, "m192"), ("M192 tile n64", 64, "m192t"),
-             ("M192 tile n128", 128, "m192t"), ("WS n176", 176, True), ("WS 2 CTAs/SM n80", 80, "two")]
+             ("M192 tile n128", 128, "m192t"), ("WS n176", 176, True), ("WS 2 CTAs/SM n80", 80, "two"),
+             ("WS n80", 80, True), ("WS n96", 96, True), ("WS n112", 112, True)]
 ANCHORS = ["cudnn", "fa2", "triton"]
 ANCHOR_LABEL = {"cudnn": "cuDNN", "fa2": "FA2", "triton": "Triton"}
 #: Problems with at most this many score elements (B * H * S * S) get the float64 reference.

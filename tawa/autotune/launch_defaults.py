@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from tawa import tile_plan
 from tawa.elements import ELEMENT_BYTES, IR_NAMES
-from tawa.hopper import SECTOR_BYTES, THREADS_PER_WARP_GROUP, TMA_ALIGN_BYTES, WGMMA_MAX_N
+from tawa.hopper import SECTOR_BYTES, SMEM_FOR_TILES, THREADS_PER_WARP_GROUP, TMA_ALIGN_BYTES, WGMMA_MAX_N
 from tawa.options import cluster_axis, cluster_dims, cluster_name
 
 from tawa.runtime.grid import walked_tiles
@@ -469,14 +469,25 @@ ATTENTION_192_RATE, ATTENTION_192_MIN_WAVES = 1.1, 2
 ATTENTION_TILE_MIN_BLOCKS = 20
 ATTENTION_TILE = {"schedule": "tile"}
 #: Key blocks per head dim (up to the key), for an attention kernel whose own BLOCK_N is another: 64 keys up to head
-#: dim 64 (two CTAs per SM, whose four consumer warp groups hide each other's softmax), 128 above, up to 128.
+#: dim 64 (two CTAs per SM, whose four consumer warp groups hide each other's softmax), 128 above, up to 128
+#: (above 128: `wide_head_key_block`).
 #: Measured (docs/performance.md): at head dim 96, 128-key blocks ran 1.20x a user kernel's 64 (521 against 434
 #: TFLOP/s, 4x16x4096, H200); at head dim 64, 64-key blocks 1.07x a user kernel's 128 specialized at one CTA per SM
 #: (383 against 364 at 8x16x512 queries over 2048 keys). A kernel whose own 128-key block the compiler put on the
 #: uniform-warp path at head dim 64 (`CompiledKernel.uniform_by_choice`: two CTAs per SM, as the examples' own now)
-#: keeps it: 1.03-1.10x the 64-key blocks over S = 512 to 16384, causal or not (H200). Head dims above 128 keep
-#: the kernel's own blocks.
+#: keeps it: 1.03-1.10x the 64-key blocks over S = 512 to 16384, causal or not (H200).
 ATTENTION_KEY_BLOCKS = ((64, 64), (128, 128))
+#: Above head dim 128 (up to WGMMA_MAX_N) a 128-key slot of K and V can leave room for only one slot beside the
+#: 128-row Q tile (head dim 192 or 256 at 16 bits), and the producer then cannot load the next keys while the
+#: consumers work on these. Key blocks are taken in steps of WIDE_HEAD_KEY_STEP, the largest up to 128 whose two
+#: slots fit beside Q (`wide_head_key_block`: 128 at head dim 160, 112 at 192, 80 at 256, as FlashAttention-3 picks),
+#: on sequences of at least WIDE_HEAD_MIN_BLOCKS 128-key blocks; shorter ones take 64-key blocks, which leave room
+#: for Q's own ring (the persistent schedule overlaps one query block's end with the next one's start, as short key
+#: loops want). Measured (H200, one process, bf16, docs/performance.md) against the example's own 128-key blocks:
+#: 1.18-1.40x at head dims 192 and 256 from S = 1024 to 8192, causal or not (4x16x4096x256: 662 against 513 TFLOP/s,
+#: cuDNN 632); at S = 1024 64-key blocks ran 0-4% above the wide ones; at head dim 160 128-key blocks (two slots
+#: fit) ran 1.11-1.14x 64-key ones.
+WIDE_HEAD_KEY_STEP, WIDE_HEAD_MIN_BLOCKS, WIDE_HEAD_SHORT_KEY_BLOCK = 16, 16, 64
 #: Head dims above which a kernel the compiler ran on uniform warps keeps its key block (see above; at head dim 32
 #: too: 1.04-1.10x the 64-key specialized blocks over S = 1024 to 16384, causal or not, H200; head dim 16 was not
 #: measured), up to the head dim where the compiler takes that path (`occupancy.EXPONENTIAL_BOUND_HEAD_DIM`).
@@ -494,8 +505,9 @@ def is_attention_family(info: dict) -> bool:
     return bool(info.get("has_dot")) and info.get("dots") == 2 and len(tiles) == 1 and tiles[0][0] == "BLOCK_M"
 
 
-def _larger_keys_safe(info: dict, extents: dict, block: int, masked_or_divided: bool) -> bool:
-    """Whether key blocks of `block`, larger than the kernel's own, visit the same keys: the shape symbols naming
+def _other_keys_safe(info: dict, extents: dict, block: int, masked_or_divided: bool) -> bool:
+    """Whether key blocks of `block`, larger than the kernel's own or not dividing it, visit the same keys (a
+    tile-invariant kernel loops over `cdiv(S, BLOCK_N)` blocks, `tuning.tile_invariant`): the shape symbols naming
     the rows of the key tensors (their second-to-last dims; the queries' length, which BLOCK_M tiles, left out
     where other row symbols exist) are each compared against in the kernel (a mask `cols < S` of the keys past the
     end) and a multiple of `block`; with `masked_or_divided`, either suffices. A key tensor whose rows are a
@@ -527,6 +539,36 @@ def _attention_head_dim(info: dict, constants: dict):
     return max(widths)
 
 
+def wide_head_key_block(head_dim: int, elem_bytes: int) -> int:
+    """The largest key block, in steps of WIDE_HEAD_KEY_STEP up to 128, whose two slots of K and V (`elem_bytes`
+    elements) fit in shared memory beside a 128-row Q tile at this head dim; WIDE_HEAD_SHORT_KEY_BLOCK where none
+    does."""
+    q_tile = ATTENTION_OWN_ROWS * head_dim * elem_bytes
+    for block in range(128, WIDE_HEAD_SHORT_KEY_BLOCK, -WIDE_HEAD_KEY_STEP):
+        if q_tile + 2 * 2 * block * head_dim * elem_bytes <= SMEM_FOR_TILES:
+            return block
+    return WIDE_HEAD_SHORT_KEY_BLOCK
+
+
+def _attention_key_block(info: dict, constants: dict, head_dim: int, length):
+    """The key block an attention kernel launches at this head dim and sequence length (ATTENTION_KEY_BLOCKS up to
+    head dim 128, `wide_head_key_block` above for sequences of WIDE_HEAD_MIN_BLOCKS 128-key blocks), or None (keep
+    the kernel's own): head dims above WGMMA_MAX_N, or tensors whose element size is not known."""
+    if head_dim <= ATTENTION_KEY_BLOCKS[-1][0]:
+        return next(block for most, block in ATTENTION_KEY_BLOCKS if head_dim <= most)
+    if head_dim > WGMMA_MAX_N:
+        return None
+    if length is None or length < WIDE_HEAD_MIN_BLOCKS * 128:
+        return WIDE_HEAD_SHORT_KEY_BLOCK
+    symbol = info["tiles"][0][1]
+    tiled = {index for index, dims in info.get("operands", []) if symbol in dims}
+    names = [name for index, name in info.get("operand_dtypes", []) if index in tiled]
+    sizes = [_dtype_bytes(name) or _dtype_bytes(constants.get(name)) for name in names]
+    if not sizes or None in sizes:
+        return None
+    return wide_head_key_block(head_dim, max(sizes))
+
+
 def keeps_variant(info, config: dict, own, compiled) -> bool:
     """Whether the launch takes the variant compiled for `config` (else the kernel's own): a key block the attention
     rule raised to UNIFORM_KEY_BLOCK at head dim 64 only where the compiler ran it on uniform warps
@@ -556,10 +598,11 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     has query blocks of ATTENTION_OWN_ROWS and takes dynamic tiles, on sequences of at least
     ATTENTION_TILE_MIN_BLOCKS 128-key blocks.
 
-    With either, or alone, BLOCK_N from ATTENTION_KEY_BLOCKS where the kernel's own key block is another at its head
-    dim (64-key blocks up to head dim 64 are compared against 192 rows at two CTAs per SM). A key block larger than
-    the kernel's own is taken only where the kernel masks the keys' length and it divides that length; ATTENTION_192's
-    128 where either holds (as measured on the examples' ragged sequences): `_larger_keys_safe`.
+    With either, or alone, BLOCK_N from ATTENTION_KEY_BLOCKS (above head dim 128: `wide_head_key_block` on long
+    sequences) where the kernel's own key block is another at its head dim (64-key blocks up to head dim 64 are
+    compared against 192 rows at two CTAs per SM). A key block larger than the kernel's own is taken only where the
+    kernel masks the keys' length and it divides that length; a smaller one that does not divide the own block, and
+    ATTENTION_192's 128, where either holds (as measured on the examples' ragged sequences): `_other_keys_safe`.
 
     ATTENTION_192 for an attention-family kernel whose compiled configuration (`own`) chains its loop's dots and
     has query blocks of ATTENTION_OWN_ROWS, at head dims up to ATTENTION_192_MAX_HEAD_DIM (from
@@ -574,26 +617,28 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     constants = dict(getattr(own, "constants", None) or {})
     if constants.get("BLOCK_M") != ATTENTION_OWN_ROWS:
         return {}
-    symbol = info["tiles"][0][1]
     head_dim = _attention_head_dim(info, constants)
     if head_dim is None:
         return {}
-    keys = next((block for most, block in ATTENTION_KEY_BLOCKS if head_dim <= most), None)
+    symbol = info["tiles"][0][1]
+    length = extents.get(symbol)
+    keys = _attention_key_block(info, constants, head_dim, length)
     own_keys = constants.get("BLOCK_N")
     # the own configuration with the key block its head dim wants (the rules below compare against that one); a
-    # larger block only where it visits the same keys (`_larger_keys_safe`)
+    # larger block, or a smaller one that does not divide the own, only where it visits the same keys
+    # (`_other_keys_safe`)
     # (not smaller where the compiler took the uniform-warp path for the own block at head dim 64: 128-key blocks
     # there run two CTAs per SM and beat the 64-key specialized kernel, `ATTENTION_KEY_BLOCKS`; measured at 64 only)
     uniform_kept = getattr(own, "uniform_by_choice", False) and _uniform_head_dim(head_dim)
     base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and \
-        (_larger_keys_safe(info, extents, keys, masked_or_divided=False) if keys > own_keys
+        (_other_keys_safe(info, extents, keys, masked_or_divided=False) if keys > own_keys
+         else _other_keys_safe(info, extents, keys, masked_or_divided=True) if own_keys % keys
          else not uniform_kept) else {}
     # (and larger, from a smaller specialized block, where the compiler would run it on uniform warps: checked on the
     # compiled variant, `keeps_variant`)
     if not base and _raises_to_uniform(own_keys, head_dim) and not getattr(own, "uniform_by_choice", False) and \
-            _larger_keys_safe(info, extents, UNIFORM_KEY_BLOCK, masked_or_divided=False):
+            _other_keys_safe(info, extents, UNIFORM_KEY_BLOCK, masked_or_divided=False):
         base = {"BLOCK_N": UNIFORM_KEY_BLOCK}
-    length = extents.get(symbol)
     if getattr(own, "dynamic_tiles", False) and length is not None and length >= ATTENTION_TILE_MIN_BLOCKS * 128:
         return dict(ATTENTION_TILE, **base)
     least = ATTENTION_192_MIN_BLOCKS_UNEVEN if getattr(own, "uneven_programs", True) else ATTENTION_192_MIN_BLOCKS
@@ -618,7 +663,7 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     waves_own = tile_plan.cdiv(tile_plan.cdiv(length, ATTENTION_OWN_ROWS) * others, sms * per_sm)
     waves_192 = tile_plan.cdiv(programs, sms) * rows / (ATTENTION_OWN_ROWS * per_sm) / ATTENTION_192_RATE
     if isinstance(own_keys, int) and own_keys < ATTENTION_192["BLOCK_N"] and \
-            not _larger_keys_safe(info, extents, ATTENTION_192["BLOCK_N"], masked_or_divided=True):
+            not _other_keys_safe(info, extents, ATTENTION_192["BLOCK_N"], masked_or_divided=True):
         return base                     # (its 128-key blocks would be larger than the kernel's own)
     return dict(ATTENTION_192) if waves_192 <= waves_own else base
 

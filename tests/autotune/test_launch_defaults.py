@@ -496,7 +496,8 @@ def test_dynamic_tiles_asked_for_keep_the_persistent_schedule_and_false_changes_
 
 def test_attention_takes_the_key_block_its_head_dim_wants():
     """A kernel whose own BLOCK_N is not ATTENTION_KEY_BLOCKS' for its head dim launches that one: 64 keys up to head
-    dim 64, 128 up to 128; above 128, and where options were given, the kernel keeps its own."""
+    dim 64, 128 up to 128 (above: `test_attention_above_head_dim_128_keeps_two_key_slots`); where options were given
+    the kernel keeps its own."""
     info = attention_info()
     short = heads(512)
     assert choose(info, short, own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {"BLOCK_N": 128}
@@ -511,6 +512,46 @@ def test_attention_takes_the_key_block_its_head_dim_wants():
     assert choose(info, heads(16384, z=2), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == M192
     # small grids compare 192-row CTAs against the 64-key blocks at two CTAs per SM: those stay
     assert choose(info, heads(2048, z=1), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}
+
+
+def test_wide_head_key_block_is_the_largest_with_two_slots_beside_q():
+    """Two slots of K and V and a 128-row Q tile fit in the shared memory left for tiles; one step (16 keys) more
+    would not. At 16 bits: 128 keys at head dim 160, 112 at 192, 80 at 256; at 8 bits 128 keys at 256."""
+    from tawa import hopper
+    expected = {(160, 2): 128, (192, 2): 112, (224, 2): 96, (256, 2): 80, (256, 1): 128, (136, 2): 128}
+    for (d, size), block in expected.items():
+        assert launch_defaults.wide_head_key_block(d, size) == block, (d, size)
+        used = lambda n: 128 * d * size + 4 * n * d * size          # noqa: E731
+        assert used(block) <= hopper.SMEM_FOR_TILES
+        assert block == 128 or used(block + 16) > hopper.SMEM_FOR_TILES
+    assert launch_defaults.wide_head_key_block(1024, 2) == 64           # none fits: the short sequences' block
+
+
+def test_attention_above_head_dim_128_keeps_two_key_slots():
+    """Above head dim 128 the example's own 128-key blocks leave one K and V slot beside Q (192, 256 at 16 bits):
+    long sequences (from 16 blocks of 128 keys) launch the largest block with two slots, shorter ones 64-key blocks;
+    at head dim 160 two 128-key slots fit and the own blocks stay. A block that does not divide the own one needs
+    the keys masked or divided by it, as a larger one does."""
+    info = attention_info()
+    assert choose(info, heads(4096, z=4), own=own(256, ctas_per_sm=1)) == {"BLOCK_N": 80}
+    assert choose(info, heads(2048), own=own(192, ctas_per_sm=1)) == {"BLOCK_N": 112}
+    assert choose(info, heads(2047), own=own(192, ctas_per_sm=1)) == {"BLOCK_N": 64}
+    assert choose(info, heads(1024, z=16), own=own(256, ctas_per_sm=1)) == {"BLOCK_N": 64}
+    assert choose(info, heads(4096), own=own(160, ctas_per_sm=1)) == {}
+    assert choose(info, heads(1024), own=own(160, ctas_per_sm=1)) == {"BLOCK_N": 64}
+    assert choose(info, heads(4096), own=own(256, ctas_per_sm=1, BLOCK_N=80)) == {}
+    # given options keep the own blocks
+    assert choose(info, heads(4096), fixed={"BLOCK_N": 128}, own=own(256, ctas_per_sm=1)) == {}
+    # keys not masked: 80 must divide them (4000 = 50 x 80; 4096 is not a multiple)
+    unmasked = dict(info, compared_symbols=[])
+    assert choose(unmasked, heads(4096), own=own(256, ctas_per_sm=1)) == {}
+    assert choose(unmasked, heads(4000), own=own(256, ctas_per_sm=1)) == {"BLOCK_N": 80}
+    # 8-bit tensors: two 128-key slots fit at head dim 256
+    fp8 = dict(info, operand_dtypes=[[i, "f8e4m3"] for i, _ in info["operand_dtypes"]])
+    assert choose(fp8, heads(4096), own=own(256, ctas_per_sm=1)) == {}
+    # element sizes unknown (a dtype the launch cannot read): the own blocks
+    unknown = dict(info, operand_dtypes=[[i, "SOMETHING"] for i, _ in info["operand_dtypes"]])
+    assert choose(unknown, heads(4096), own=own(256, ctas_per_sm=1)) == {}
 
 
 def test_attention_at_head_dim_64_takes_128_key_blocks_for_the_uniform_warp_path():

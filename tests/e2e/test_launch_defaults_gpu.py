@@ -178,3 +178,30 @@ def test_attention_at_head_dim_64_launches_192_row_blocks_on_long_sequences(case
     import torch
     for seed in (s, s + 1):                     # twice: the variant is looked up again on the second launch
         check_attention(torch, kernel, (z, h, s, 64), causal, seed=seed, kv_heads=kv_heads)
+
+
+#: (example, causal, Z, H, S, key/value heads, head dim) -> BLOCK_N launched: above head dim 128 the largest key
+#: block with two K and V slots beside Q (112 at 192, 80 at 256) from 16 key blocks of 128 on, 64 below; ragged S
+#: (2100 and 3000 are not multiples of 80 or 112: the last key block is masked).
+WIDE_HEADS = {("flash_attention.tawa", 0, 2, 4, 3000, None, 256): 80,
+              ("flash_attention.tawa", 1, 2, 4, 2100, None, 256): 80,
+              ("flash_attention.tawa", 0, 2, 4, 2100, None, 192): 112,
+              ("flash_attention.tawa", 1, 1, 4, 1000, None, 192): 64,
+              ("gqa_attention.tawa", 1, 1, 8, 3000, 2, 256): 80}
+
+
+@pytest.mark.parametrize("case", list(WIDE_HEADS),
+                         ids=lambda c: f"{c[0][:-5]}-c{c[1]}-{c[2]}x{c[3]}x{c[4]}x{c[6]}-kv{c[5]}")
+def test_attention_above_head_dim_128_launches_key_blocks_with_two_slots(case):
+    import tawa
+    example, causal, z, h, s, kv_heads, d = case
+    kernel = tawa.compile(str(EXAMPLES / example), HEAD_DIM=d, CAUSAL=causal)
+    q, kv = Shaped(z, h, s, d), Shaped(z, kv_heads or h, s, d)
+    variant = kernel.variant_for(q, kv, kv, q, 0.125)
+    assert variant.compiled.constants["BLOCK_N"] == WIDE_HEADS[case]
+    assert variant is not kernel
+    if PREFILL:
+        pytest.skip("kernels compiled into the cache; the check runs on a GPU")
+    import torch
+    for seed in (s, s + 1):
+        check_attention(torch, kernel, (z, h, s, d), causal, seed=seed, kv_heads=kv_heads)
