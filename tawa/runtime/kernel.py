@@ -18,7 +18,7 @@ import contextlib
 import threading
 
 from tawa.abi import CompiledKernel
-from tawa.errors import PositiveScaleError, RequirementError, TawaPerformanceWarning, TmaAlignmentError
+from tawa.errors import PositiveScaleError, RequirementError, TawaError, TawaPerformanceWarning, TmaAlignmentError
 
 
 class _DryRun(threading.local):
@@ -206,6 +206,8 @@ class Kernel:
         self._general_kernel = None
         #: Per-shape variants (`ShapeVariants`) of a kernel compiled without tile constants, or None.
         self._shapes = shape_variants
+        #: argument signature (`GpuLauncher.read_arguments`) -> the launcher a call with it launched through
+        self._known_launchers: dict = {}
 
     # -- introspection -------------------------------------------------------------------------------------
     @property
@@ -277,6 +279,32 @@ class Kernel:
             return self                     # (no variant to be had: the launch raises, saying why)
 
     def __call__(self, /, *args, **kw):
+        signature = None
+        read = None
+        if not kw and not _dry.depth and self.target == "cuda":
+            try:
+                read = getattr(self._launcher or self._gpu_launcher(), "read_arguments", None)
+            except TawaError:               # (a kernel that cannot be launched: the full path says why)
+                read = None
+        if read is not None:
+            # The steady state: the arguments are read once (types, shapes, strides, addresses), and a signature
+            # seen before launches the kernel an earlier call with it launched (this one or a shape variant) with
+            # that call's checked plan. The plan checks the addresses' TMA alignment and the scalars' values
+            # again; where those fail, the full path below decides, as on the first call.
+            signature, ptrs, stream_value = read(args)
+            known = self._known_launchers.get(signature) if signature is not None else None
+            if known is not None:
+                try:
+                    if known.launch_planned(signature, args, ptrs, stream_value):
+                        return None
+                except (TmaAlignmentError, PositiveScaleError):
+                    pass
+        result = self._full_call(args, kw)
+        if signature is not None:
+            self._remember_launcher(args, signature)
+        return result
+
+    def _full_call(self, args, kw: dict):
         if self._shapes is not None and not _dry.depth:
             variant = self._shapes.pick(args, self.target, self.compiled)
             if variant is not None:
@@ -295,6 +323,24 @@ class Kernel:
             except PositiveScaleError as error:
                 return self._without_assumption(error)(*args)
         return self._launch(args, None, kw)
+
+    def _gpu_launcher(self):
+        """This kernel's `GpuLauncher`, made on first need (it reads the compiled kernel only: no driver call)."""
+        if self._launcher is None:
+            from tawa.runtime.launcher import GpuLauncher
+            self._launcher = GpuLauncher(self.compiled)
+        return self._launcher
+
+    def _remember_launcher(self, args, signature) -> None:
+        """After a full call that launched: remember for `signature` the launcher that call's shape rule chose
+        (this kernel's, or a variant's), once it holds the plan (so that a variant refused here, or a launch
+        that went to a fallback kernel, is not remembered)."""
+        variant = self._shapes.pick(args, self.target, self.compiled) if self._shapes is not None else None
+        chosen = (variant if variant is not None else self)._launcher
+        if signature in getattr(chosen, "_plans", ()):
+            if len(self._known_launchers) >= 256:
+                self._known_launchers.clear()
+            self._known_launchers[signature] = chosen
 
     def _unaligned(self, error) -> "Kernel":
         """The variant without TMA, for a launch whose arguments break TMA's 16-byte rules; or the error, when
@@ -357,11 +403,8 @@ class Kernel:
             return None
         if self.target == "cpu":
             return self._launch_cpu(list(args), grid, seed)
-        if self._launcher is None:
-            from tawa.runtime.launcher import GpuLauncher
-            self._launcher = GpuLauncher(self.compiled)
         try:
-            return self._launcher.launch(args, grid=grid, stream=stream)
+            return self._gpu_launcher().launch(args, grid=grid, stream=stream)
         except TmaAlignmentError as error:
             fallback = self._unaligned(error)
             return fallback._launch(args, grid, kw)

@@ -231,6 +231,35 @@ class GpuLauncher:
         if len(args) != nparams:
             names = ", ".join(self._names)
             raise LaunchError(f"kernel '{self.kernel.name}' takes {nparams} arguments ({names}), got {len(args)}")
+        signature, ptrs, stream_value = self.read_arguments(args, grid, stream)
+        plan = self._plans.get(signature) if signature is not None else None
+        if plan is None:
+            plan = self._make_plan(args, grid, stream_value)
+            if signature is not None:
+                if len(self._plans) >= 256:
+                    self._plans.clear()
+                self._plans[signature] = plan
+        self._launch_plan(plan, args, ptrs, stream_value or 0, stream is not None)
+
+    __call__ = launch
+
+    def launch_planned(self, signature, args: Sequence[Any], ptrs: list, stream_value) -> bool:
+        """Launch on the default stream with the plan of an earlier launch of this `signature` (from
+        `read_arguments` of a launcher of the same parameters: a `Kernel` reads its arguments once for itself and
+        its shape variants); False, launching nothing, where there is no such plan."""
+        plan = self._plans.get(signature)
+        if plan is None:
+            return False
+        self._launch_plan(plan, args, ptrs, stream_value or 0)
+        return True
+
+    def read_arguments(self, args: Sequence[Any], grid=None, stream=None) -> tuple:
+        """(signature, data addresses, stream value) of a launch: the signature (per array its type, dtype, shape,
+        strides and device; per scalar its type; the grid asked for) keys the checked plan, and the stream value
+        (None: the legacy default stream) is torch's or CuPy's current stream on the arrays' device where none is
+        given. The signature is None where the arguments are not one per parameter or the grid is unhashable."""
+        if len(args) != len(self.params):
+            return None, None, None
         torch = sys.modules.get("torch")
         tensor_type = torch.Tensor if torch is not None else _NotATensor
         stream_value = stream_handle(stream) if stream is not None else None
@@ -241,7 +270,7 @@ class GpuLauncher:
                 keys.append(type(a))
                 ptrs.append(0)
             elif isinstance(a, tensor_type):
-                dev = a.get_device() if a.is_cuda else -1
+                dev = a.get_device()                  # (-1 on the host)
                 ptr = a.data_ptr() if dev >= 0 else 0
                 keys.append((a.dtype, a.shape, a.stride(), dev))
                 ptrs.append(ptr)
@@ -264,20 +293,14 @@ class GpuLauncher:
                 else:
                     keys[i] = ("info", info.shape, info.strides, info.dtype, info.device, info.host)
                     ptrs[i] = info.ptr
-        signature = (tuple(keys), grid if grid is None or isinstance(grid, int) else tuple(grid))
+        if grid is None or isinstance(grid, int):
+            return (tuple(keys), grid), ptrs, stream_value
+        signature = (tuple(keys), tuple(grid))
         try:
-            plan = self._plans.get(signature)
+            hash(signature)
         except TypeError:                             # an unhashable grid: the full path says what is wrong
-            plan, signature = None, None
-        if plan is None:
-            plan = self._make_plan(args, grid, stream_value)
-            if signature is not None:
-                if len(self._plans) >= 256:
-                    self._plans.clear()
-                self._plans[signature] = plan
-        self._launch_plan(plan, args, ptrs, stream_value or 0, stream is not None)
-
-    __call__ = launch
+            signature = None
+        return signature, ptrs, stream_value
 
     def _launch_plan(self, plan: _Plan, args, ptrs: list, stream_value: int, explicit_stream: bool = False) -> None:
         for i, name in plan.tma_checks:
