@@ -14,6 +14,9 @@ on the GPU machine. Timed, per launch, over N launches after a warm-up, the medi
     tawa launcher.launch      GpuLauncher directly (what kernel(*args) adds on top is the difference)
     torch x.add_(1)           one small torch op on a 1 x 1024 tensor
     triton add                a 1-CTA Triton kernel on the same tensor (when triton imports)
+    tawa GEMM kernel(*args)   `examples/gemm.tawa` compiled without tile constants on a small bf16 GEMM (GEMM_SHAPE,
+                              a few µs of GPU work): the call that picks the shape's variant and launches it
+    torch.matmul              the same GEMM through cuBLAS
 
 Prints microseconds per launch (host time of the launch loop, and with the final synchronize) and ratios to the
 torch op. Exits with a message (status 0) when there is no GPU.
@@ -32,6 +35,33 @@ sys.path.insert(0, ROOT)
 SOFTMAX = os.path.join(ROOT, "examples", "softmax.tawa")
 CONSTANTS = {"BLOCK_M": 4, "BLOCK_N": 1024}
 ROWS, COLS = 1, 1024
+GEMM = os.path.join(ROOT, "examples", "gemm.tawa")
+#: M, N, K of a GEMM whose GPU time (under 10 µs) is shorter than a launch's host time
+GEMM_SHAPE = (872, 784, 296)
+
+
+class _Shaped:
+    """An argument's shape and byte strides (a contiguous bf16 tensor), for choosing the variant at build time."""
+
+    def __init__(self, *shape):
+        self.shape = shape
+        self.strides = tuple(2 * _product(shape[i + 1:]) for i in range(len(shape)))
+
+
+def _product(extents) -> int:
+    out = 1
+    for e in extents:
+        out *= e
+    return out
+
+
+def compile_gemm():
+    """The GEMM example without tile constants, its variant for GEMM_SHAPE compiled (or read from the cache)."""
+    import tawa
+    kernel = tawa.compile(GEMM)
+    m, n, k = GEMM_SHAPE
+    kernel.variant_for(_Shaped(m, k), _Shaped(k, n), _Shaped(m, n))
+    return kernel
 
 
 def compile_kernel():
@@ -125,6 +155,16 @@ def run(n: int, rounds: int, profile: bool) -> None:
         cases.append(("triton add (1 CTA)", triton_fn))
     else:
         print("(triton not importable: its row is skipped)")
+    gemm = compile_gemm()
+    m, n, k = GEMM_SHAPE
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gemm(a, b, c)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
+    cases += [(f"tawa GEMM kernel(*args) {m}x{n}x{k}", lambda: gemm(a, b, c)),
+              ("torch.matmul, same GEMM", lambda: torch.matmul(a, b, out=c))]
 
     print(f"{n} launches per round, median of {rounds} rounds; kernel from cache: {kernel.from_cache}")
     print(f"{'case':28s} {'host us/launch':>15s} {'with sync':>10s} {'vs torch':>9s}")
@@ -153,8 +193,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the Tawa launches")
     opts = ap.parse_args()
     if opts.mode == "build":
-        kernel = compile_kernel()
-        print(f"compiled {kernel.name} into the kernel cache (from cache: {kernel.from_cache})")
+        for kernel in (compile_kernel(), compile_gemm()):
+            print(f"compiled {kernel.name} into the kernel cache (from cache: {kernel.from_cache})")
         return
     run(opts.n, opts.rounds, opts.profile)
 
