@@ -442,6 +442,9 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         wider = _with_two_warp_groups(retry, module.context, options, kernel.spill_bytes)
         if wider is not None:
             return wider
+    slot = _kernel_info(module).get("one_slot_ring")
+    if slot:
+        notes = notes + [one_slot_note(kernel.name, slot)]
     overlaps = _register_overlaps(module)
     if overlaps:
         notes = notes + [f"kernel '{kernel.name}' holds registers to overlap work with the tensor cores: "
@@ -527,6 +530,14 @@ def _compile_with_fewer_slots(retry: str, context, options: CompileOptions, erro
             f"beforehand, {error.message}"]
         return kernel
     raise error
+
+
+def one_slot_note(name: str, slot: int) -> str:
+    """The note for a pipelined loop whose ring has room for one slot beside the kernel's other tiles."""
+    return (f"kernel '{name}' has room for one slot ({slot // 1024} KiB) of its loop's aref ring beside its other "
+            f"tiles: the producer copies the next blocks only once the consumers release these, so the copies do "
+            f"not overlap the math; smaller blocks (BLOCK_N or BLOCK_K) that leave room for two slots usually run "
+            f"faster (attention at head dim 256: 80-key blocks ran 1.2-1.4x 128-key ones, docs/performance.md)")
 
 
 def _kernel_info(module) -> dict:

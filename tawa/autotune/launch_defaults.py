@@ -552,21 +552,34 @@ def wide_head_key_block(head_dim: int, elem_bytes: int) -> int:
 
 def _attention_key_block(info: dict, constants: dict, head_dim: int, length):
     """The key block an attention kernel launches at this head dim and sequence length (ATTENTION_KEY_BLOCKS up to
-    head dim 128, `wide_head_key_block` above for sequences of WIDE_HEAD_MIN_BLOCKS 128-key blocks), or None (keep
-    the kernel's own): head dims above WGMMA_MAX_N, or tensors whose element size is not known."""
+    head dim 128, `wide_head_key_block` above: where that is below 128, only on sequences of WIDE_HEAD_MIN_BLOCKS
+    128-key blocks and in kernels that compare no block offsets, else WIDE_HEAD_SHORT_KEY_BLOCK), or None (keep the
+    kernel's own): head dims above WGMMA_MAX_N, or tensors whose element size is not known."""
     if head_dim <= ATTENTION_KEY_BLOCKS[-1][0]:
         return next(block for most, block in ATTENTION_KEY_BLOCKS if head_dim <= most)
     if head_dim > WGMMA_MAX_N:
         return None
-    if length is None or length < WIDE_HEAD_MIN_BLOCKS * 128:
-        return WIDE_HEAD_SHORT_KEY_BLOCK
+    # (the widest element of the tensors the grid tiles: an f32 output counts as f32 operands, which only errs
+    # towards smaller blocks)
     symbol = info["tiles"][0][1]
     tiled = {index for index, dims in info.get("operands", []) if symbol in dims}
     names = [name for index, name in info.get("operand_dtypes", []) if index in tiled]
     sizes = [_dtype_bytes(name) or _dtype_bytes(constants.get(name)) for name in names]
     if not sizes or None in sizes:
         return None
-    return wide_head_key_block(head_dim, max(sizes))
+    block = wide_head_key_block(head_dim, max(sizes))
+    if block < 128 and (length is None or length < WIDE_HEAD_MIN_BLOCKS * 128 or
+                        not _blocks_divide(info, ATTENTION_OWN_ROWS, block)):
+        return WIDE_HEAD_SHORT_KEY_BLOCK
+    return block
+
+
+def _blocks_divide(info: dict, rows: int, keys: int) -> bool:
+    """Whether query blocks of `rows` and key blocks of `keys` may run the kernel: where `keys` divides `rows`, and
+    otherwise only where the kernel compares no block offsets
+    (`tuning.block_offsets_compared`: `j * BLOCK_N < pid_m * BLOCK_M` is exact only while BLOCK_N divides
+    BLOCK_M)."""
+    return rows % keys == 0 or not info.get("block_offsets_compared", True)
 
 
 def keeps_variant(info, config: dict, own, compiled) -> bool:
@@ -631,6 +644,7 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     # there run two CTAs per SM and beat the 64-key specialized kernel, `ATTENTION_KEY_BLOCKS`; measured at 64 only)
     uniform_kept = getattr(own, "uniform_by_choice", False) and _uniform_head_dim(head_dim)
     base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and \
+        _blocks_divide(info, ATTENTION_OWN_ROWS, keys) and \
         (_other_keys_safe(info, extents, keys, masked_or_divided=False) if keys > own_keys
          else _other_keys_safe(info, extents, keys, masked_or_divided=True) if own_keys % keys
          else not uniform_kept) else {}
@@ -665,6 +679,8 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     if isinstance(own_keys, int) and own_keys < ATTENTION_192["BLOCK_N"] and \
             not _other_keys_safe(info, extents, ATTENTION_192["BLOCK_N"], masked_or_divided=True):
         return base                     # (its 128-key blocks would be larger than the kernel's own)
+    if not _blocks_divide(info, ATTENTION_192["BLOCK_M"], ATTENTION_192["BLOCK_N"]):
+        return base                     # (128 does not divide 192: a test of block offsets would be wrong)
     return dict(ATTENTION_192) if waves_192 <= waves_own else base
 
 

@@ -625,6 +625,45 @@ def _walk(roots):
         todo.extend(reversed([c for c in children if isinstance(c, (list, S.Node))]))
 
 
+def block_offsets_compared(kernel: S.Kernel, constants: dict) -> bool:
+    """Whether the program compares a block's offset rather than its elements' indices: a comparison one of whose
+    sides (through the names assigned to it) multiplies by a tile constant and adds no `arange`, as
+    `j * BLOCK_N < pid_m * BLOCK_M` (key block j wholly below the diagonal) does. Such a test can be exact only
+    while one block size divides the other (here BLOCK_N divides BLOCK_M), which the source does not say; a launch
+    rule reads it before taking blocks that do not divide each other (`launch_defaults`). A comparison of element
+    indices (`cols[None, :] <= rows[:, None]`, `cols = j * BLOCK_N + arange(0, BLOCK_N)`) holds whatever the
+    blocks."""
+    tiles = {name for name, value in constants.items() if isinstance(value, int) and not isinstance(value, bool)}
+    assigned: dict = {}
+    for n in _walk(kernel.body):
+        if isinstance(n, S.Assign):
+            assigned.setdefault(n.target, []).append(n.value)
+
+    def traits(expr, seen) -> tuple:
+        """(multiplies by a tile constant, adds an arange) over `expr` and the values of the names it reads."""
+        scaled = arange = False
+        for n in _walk([expr]):
+            if isinstance(n, S.BinOp) and n.op == "*" and any(isinstance(side, S.Name) and side.id in tiles
+                                                             for side in (n.left, n.right)):
+                scaled = True
+            elif isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "arange":
+                arange = True
+            elif isinstance(n, S.Name) and n.id in assigned and n.id not in seen:
+                seen.add(n.id)
+                for value in assigned[n.id]:
+                    more = traits(value, seen)
+                    scaled, arange = scaled or more[0], arange or more[1]
+        return scaled, arange
+
+    for n in _walk(kernel.body):
+        if isinstance(n, S.BinOp) and n.op in ("<", "<=", ">", ">="):
+            for side in (n.left, n.right):
+                scaled, arange = traits(side, set())
+                if scaled and not arange:
+                    return True
+    return False
+
+
 def compared_symbols(kernel: S.Kernel, symbols) -> list:
     """The shape symbols a comparison reads directly (`cols[None, :] < S`: a mask of the elements past a tensor's
     extent), in declaration order. A launch rule reads it: a key block larger than the kernel's own, which may not
@@ -667,6 +706,7 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "has_dot": has_dot(k),
         "tile_invariant": tile_invariant(k, constants, symbols),
         "compared_symbols": compared_symbols(k, symbols),
+        "block_offsets_compared": block_offsets_compared(k, constants),
         "dots": dot_count(k),
         "epilogue_loads": loads_after_loop(k),
         "computed_b": computed_b(k),

@@ -13,6 +13,7 @@ or `LAYOUT.set(op, desc)`. Who sets each attribute and who reads it:
 | `tawa.first_warp_group` (i32) | warp-group region | assign-warp-groups | conversion |
 | `tawa.max_registers` (i32) | warp-group region | register-realloc | conversion (`setmaxnreg`) |
 | `tawa.aref_name` (str) | `tawa.aref_create` | aref-insertion | diagnostics |
+| `tawa.one_slot_ring` (i32: bytes of a slot) | kernel | aref-insertion | convert-to-nvvm (kernel info), compile notes |
 | `tawa.aref_load` (unit) | `tawa.load` | assign-warp-groups | layouts, conversion (the put issues it) |
 | `tawa.pingpong` (unit) | consumer region of 2+ warp groups | assign-warp-groups | conversion (named-barrier ping-pong) |
 | `tawa.lookahead` (unit) | a consumer's `scf.for` | assign-warp-groups | conversion (next iteration's first dot issued early) |
@@ -129,6 +130,9 @@ NUM_WARP_GROUPS = I32Attr("tawa.num_warp_groups", 1)
 FIRST_WARP_GROUP = I32Attr("tawa.first_warp_group", None)
 MAX_REGISTERS = I32Attr("tawa.max_registers", None)
 AREF_NAME = StrAttr("tawa.aref_name", None)
+#: On a kernel whose pipelined loops' ring got one slot where the depth was left to the compiler: the bytes of a
+#: slot (a compile note says the copies then wait for the math; `aref-insertion`).
+ONE_SLOT_RING = I32Attr("tawa.one_slot_ring", None)
 AREF_LOAD = UnitAttr("tawa.aref_load")
 PINGPONG = UnitAttr("tawa.pingpong")
 LOOKAHEAD = UnitAttr("tawa.lookahead")
@@ -166,6 +170,6 @@ KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 
 #: Every `tawa.*` attribute, for the verifier and the docs.
 ALL = (KERNEL, PARAMS, GRID, CONSTANTS, REQUIRES, POSITIVE_PARAMS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
-       AREF_NAME, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, STREAM_K, TILE_SHARE, CLUSTER,
+       AREF_NAME, ONE_SLOT_RING, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, STREAM_K, TILE_SHARE, CLUSTER,
        TILE_GROUP, DYNAMIC_TILES, MULTICAST, UNIT_SCALE_OPERAND, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
        KERNEL_INFO)

@@ -36,6 +36,7 @@ from mlir import ir
 
 from tawa import hopper
 from tawa.errors import CompilationError
+from tawa.ir import attrs
 from tawa.ir.kernel_info import body_block, kernels
 from tawa.ir.location import source_location
 from tawa.ir.ops import (ArefCreateOp, DotOp, ForOp, LoadOp, StoreOp, create_aref, create_consumed, create_get,
@@ -387,6 +388,8 @@ def run(module: ir.Module, options) -> ir.Module:
             depth = choose_depth(slot, func, options, heavy, q_depth)
             if plans:
                 check_depth(depth, slot, options, plans[0].loop)
+                if depth == 1 and options.num_buffers is None:
+                    attrs.ONE_SLOT_RING.set(func, slot)
             lookahead = getattr(options, "consumer_lookahead", None) is not False
             for p in plans:
                 insert_for_loop(p, depth, lookahead)

@@ -270,7 +270,7 @@ class GpuLauncher:
                 keys.append(type(a))
                 ptrs.append(0)
             elif isinstance(a, tensor_type):
-                dev = a.get_device()                  # (-1 on the host)
+                dev = a.get_device() if a.is_cuda else -1
                 ptr = a.data_ptr() if dev >= 0 else 0
                 keys.append((a.dtype, a.shape, a.stride(), dev))
                 ptrs.append(ptr)

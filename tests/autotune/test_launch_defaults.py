@@ -538,7 +538,7 @@ def test_attention_above_head_dim_128_keeps_two_key_slots():
     assert choose(info, heads(2047), own=own(192, ctas_per_sm=1)) == {"BLOCK_N": 64}
     assert choose(info, heads(1024, z=16), own=own(256, ctas_per_sm=1)) == {"BLOCK_N": 64}
     assert choose(info, heads(4096), own=own(160, ctas_per_sm=1)) == {}
-    assert choose(info, heads(1024), own=own(160, ctas_per_sm=1)) == {"BLOCK_N": 64}
+    assert choose(info, heads(1024), own=own(160, ctas_per_sm=1)) == {}          # (two 128-key slots fit)
     assert choose(info, heads(4096), own=own(256, ctas_per_sm=1, BLOCK_N=80)) == {}
     # given options keep the own blocks
     assert choose(info, heads(4096), fixed={"BLOCK_N": 128}, own=own(256, ctas_per_sm=1)) == {}
@@ -552,6 +552,28 @@ def test_attention_above_head_dim_128_keeps_two_key_slots():
     # element sizes unknown (a dtype the launch cannot read): the own blocks
     unknown = dict(info, operand_dtypes=[[i, "SOMETHING"] for i, _ in info["operand_dtypes"]])
     assert choose(unknown, heads(4096), own=own(256, ctas_per_sm=1)) == {}
+
+
+def test_blocks_that_do_not_divide_the_query_block_need_element_comparisons():
+    """`j * BLOCK_N < pid_m * BLOCK_M` (key block j wholly below the diagonal, its causal test skipped) is exact
+    only while BLOCK_N divides BLOCK_M: with 80-key blocks row 128 would see keys 129 to 159. A kernel comparing
+    block offsets launches no key block that does not divide its query block (64 instead of 80 at head dim 256)
+    and no 192-row blocks with 128 keys; comparing element indices (`cols[None, :] <= rows[:, None]`) it does."""
+    source = (EXAMPLES / "flash_attention.tawa").read_text()
+    old = "            mask = mask & (cols[None, :] <= rows[:, None])"
+    assert old in source
+    skipping = source.replace(old, old[:-1] + " | (j * BLOCK_N < pid_m * BLOCK_M))")
+    info, plain = attention_info(source=skipping), attention_info()
+    assert info["block_offsets_compared"] and info["tile_invariant"] and not plain["block_offsets_compared"]
+    # through a name too
+    named = skipping.replace("(j * BLOCK_N < pid_m * BLOCK_M)", "(start_n < pid_m * BLOCK_M)").replace(
+        "        k = load(K[z, h], (j, 0), (BLOCK_N, HEAD_DIM))",
+        "        start_n = j * BLOCK_N\n        k = load(K[z, h], (j, 0), (BLOCK_N, HEAD_DIM))")
+    assert attention_info(source=named)["block_offsets_compared"]
+    assert choose(info, heads(4096, z=4), own=own(256, ctas_per_sm=1)) == {"BLOCK_N": 64}
+    assert choose(plain, heads(4096, z=4), own=own(256, ctas_per_sm=1)) == {"BLOCK_N": 80}
+    assert choose(info, heads(16384, z=2), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}
+    assert choose(plain, heads(16384, z=2), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == M192
 
 
 def test_attention_at_head_dim_64_takes_128_key_blocks_for_the_uniform_warp_path():

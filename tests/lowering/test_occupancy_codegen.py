@@ -231,3 +231,15 @@ def test_persistent_staging_lies_above_the_main_loops_scratch():
     ctx = types.SimpleNamespace(smem=smem, stagings={}, scratch=lambda n: smem.alloc(n))
     off, _ = persistent_staging(ctx, (16384, 2), barriers=False)
     assert off >= scratch + 16384
+
+
+def test_a_ring_of_one_slot_is_noted():
+    """At head dim 256, 128-key blocks leave room for one slot of K and V beside Q: the compiler says so and what
+    helps; 80-key blocks get two and no such note, nor does a depth the user asked for."""
+    one = compile_example("flash_attention", HEAD_DIM=256, BLOCK_N=128)
+    notes = [n for n in one.notes if "room for one slot (128 KiB) of its loop's aref ring" in n]
+    assert len(notes) == 1 and "BLOCK_N or BLOCK_K" in notes[0]
+    assert not any("room for one slot" in n for n in compile_example("flash_attention", HEAD_DIM=256,
+                                                                     BLOCK_N=80).notes)
+    assert not any("room for one slot" in n for n in compile_example("flash_attention", HEAD_DIM=256,
+                                                                     BLOCK_N=128, num_buffers=1).notes)

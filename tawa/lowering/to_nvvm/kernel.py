@@ -193,6 +193,7 @@ def convert_kernel(module: ir.Module, options) -> ir.Module:
         # (a consumer loop given the lookahead: `compiler._without_lookahead` may build the kernel again without it)
         "lookahead": any(attrs.LOOKAHEAD.get(op) for op in walk(func) if op.name == "scf.for"),
         "positive_params": list(attrs.POSITIVE_PARAMS.get(func)),
+        "one_slot_ring": attrs.ONE_SLOT_RING.get(func),
     }
     try:
         out = ir.Module.parse(text, module.context)
