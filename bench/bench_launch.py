@@ -162,14 +162,14 @@ def run(n: int, rounds: int, profile: bool) -> None:
               "Run `python bench/bench_launch.py build` on a machine with MLIR and reuse its kernel cache "
               "(TAWA_CACHE_DIR).")
         sys.exit(1)
-    m, n, k = GEMM_SHAPE
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gm, gn, gk = GEMM_SHAPE
+    a = torch.randn(gm, gk, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(gk, gn, device="cuda", dtype=torch.bfloat16)
+    c = torch.full((gm, gn), float("nan"), device="cuda", dtype=torch.bfloat16)
     gemm(a, b, c)
     torch.cuda.synchronize()
     torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
-    cases += [(f"tawa GEMM kernel(*args) {m}x{n}x{k}", lambda: gemm(a, b, c)),
+    cases += [(f"tawa GEMM kernel(*args) {gm}x{gn}x{gk}", lambda: gemm(a, b, c)),
               ("torch.matmul, same GEMM", lambda: torch.matmul(a, b, out=c))]
 
     print(f"{n} launches per round, median of {rounds} rounds; kernel from cache: {kernel.from_cache}")

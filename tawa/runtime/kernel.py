@@ -281,16 +281,18 @@ class Kernel:
     def __call__(self, /, *args, **kw):
         signature = None
         read = None
-        if not kw and not _dry.depth and self.target == "cuda":
+        if self._shapes is not None and not kw and not _dry.depth and self.target == "cuda":
             try:
                 read = getattr(self._launcher or self._gpu_launcher(), "read_arguments", None)
             except TawaError:               # (a kernel that cannot be launched: the full path says why)
                 read = None
         if read is not None:
-            # The steady state: the arguments are read once (types, shapes, strides, addresses), and a signature
-            # seen before launches the kernel an earlier call with it launched (this one or a shape variant) with
-            # that call's checked plan. The plan checks the addresses' TMA alignment and the scalars' values
-            # again; where those fail, the full path below decides, as on the first call.
+            # The steady state of a kernel with shape variants: the arguments are read once (types, shapes,
+            # strides, addresses), and a signature seen before launches the kernel an earlier call with it launched
+            # (this one or a shape variant) with that call's checked plan, without asking the shape rule again.
+            # The plan checks the addresses' TMA alignment and the scalars' values again; where those fail, the
+            # full path below decides, as on the first call. (A kernel without variants goes to its launcher,
+            # which keeps its plans per signature itself.)
             signature, ptrs, stream_value = read(args)
             known = self._known_launchers.get(signature) if signature is not None else None
             if known is not None:
