@@ -52,6 +52,16 @@ def _static_int(L, v, node, what) -> int:
     return v
 
 
+def _round_up_note(d: int) -> str | None:
+    """How to get a tile of `d` elements along a dim: a larger tile, whose elements past the tensor read as 0."""
+    if d <= 0:
+        return None
+    larger = next(e for e in range(d + 1, 2 * d + 17) if is_tile_extent(e))
+    return (f"use a tile of {larger} there: elements past a tensor's extent read as 0 and are not stored, so a "
+            f"tensor dim of {d} (an attention head dim of {d}, say) is declared as a shape symbol (X: bf16[S, D]) "
+            f"and loaded and stored in tiles of {larger}")
+
+
 def _tile_shape(L, v, node, what) -> list:
     dims = list(v) if isinstance(v, tuple) else [v]
     if not dims:
@@ -59,7 +69,8 @@ def _tile_shape(L, v, node, what) -> list:
     for d in dims:
         _static_int(L, d, node, f"{what}: tile dimension")
         if not is_tile_extent(d):
-            raise L.diag.error(node, f"{what}: tile dimension {d} is not a power of two or a multiple of 16")
+            raise L.diag.error(node, f"{what}: tile dimension {d} is not a power of two or a multiple of 16",
+                               note=_round_up_note(d))
     check_tile_size(L.diag, dims, node, what)
     return dims
 

@@ -617,6 +617,16 @@ def attn_softcap(rng, shape, D=128, **_):
     return [q, k, v, Out("bf16", softmax(scores) @ f64(v), ATTENTION), scale, cap]
 
 
+def attn_head_pad(rng, shape, BLOCK_D=48, **_):
+    """(Z, H, S) at head dim BLOCK_D - 8 (40 in tiles of 48, 72 in tiles of 80)."""
+    z, h, s = shape
+    d = BLOCK_D - 8
+    q, k, v = _qkv(rng, z, h, s, d, "bf16")
+    scale = d ** -0.5
+    scores = f64(q) @ f64(k).swapaxes(-1, -2) * scale
+    return [q, k, v, Out("bf16", softmax(scores) @ f64(v), ATTENTION), scale]
+
+
 def rmsnorm(rng, shape, **_):
     m, n = shape
     x, w = randn(rng, (m, n), "bf16", scale=2.0), randn(rng, (n,), "bf16")
@@ -821,6 +831,8 @@ CASES = [
     Case("attn_window", [(1, 1, 24, 8), (2, 3, 1100, 300), (2, 8, 1100, 2000)], [{}, {"D": 64, "BLOCK_N": 64}],
          interpret_shapes=[(1, 1, 24, 8), (1, 2, 333, 150)]),
     Case("attn_softcap", ATTN, [{}, {"D": 64, "BLOCK_N": 64}]),
+    # head dims of 40 and 72 in tiles of 48 and 80 (docs/language.md: a dim that is not a tile size)
+    Case("attn_head_pad", ATTN, [{}, {"BLOCK_D": 80}, {"BLOCK_D": 80, "BLOCK_N": 64}]),
     # (odd row lengths take the element-by-element branch of the vector accesses: these kernels have no TMA)
     Case("rmsnorm", ROWS + [(70, 4096), (5, 1001)], [{}, {"BLOCK_M": 1, "BLOCK_N": 8192}]),
     Case("layernorm", ROWS + [(71, 1024), (6, 1023)]),
