@@ -568,18 +568,16 @@ def _attention_key_block(info: dict, constants: dict, head_dim: int, length):
     if not sizes or None in sizes:
         return None
     block = wide_head_key_block(head_dim, max(sizes))
-    if block < 128 and (length is None or length < WIDE_HEAD_MIN_BLOCKS * 128 or
-                        not _blocks_divide(info, ATTENTION_OWN_ROWS, block)):
+    if block < 128 and (length is None or length < WIDE_HEAD_MIN_BLOCKS * 128):
         return WIDE_HEAD_SHORT_KEY_BLOCK
     return block
 
 
-def _blocks_divide(info: dict, rows: int, keys: int) -> bool:
-    """Whether query blocks of `rows` and key blocks of `keys` may run the kernel: where `keys` divides `rows`, and
-    otherwise only where the kernel compares no block offsets
-    (`tuning.block_offsets_compared`: `j * BLOCK_N < pid_m * BLOCK_M` is exact only while BLOCK_N divides
-    BLOCK_M)."""
-    return rows % keys == 0 or not info.get("block_offsets_compared", True)
+def _block_sizes_free(info: dict) -> bool:
+    """Whether an attention kernel may run on blocks of other sizes than its own (`tuning.block_sizes_free`: it
+    compares element indices, not block offsets, and its loops count whole blocks); a kernel recorded before the
+    field existed counts as not."""
+    return bool(info.get("block_sizes_free", False))
 
 
 def keeps_variant(info, config: dict, own, compiled) -> bool:
@@ -643,14 +641,15 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     # (not smaller where the compiler took the uniform-warp path for the own block at head dim 64: 128-key blocks
     # there run two CTAs per SM and beat the 64-key specialized kernel, `ATTENTION_KEY_BLOCKS`; measured at 64 only)
     uniform_kept = getattr(own, "uniform_by_choice", False) and _uniform_head_dim(head_dim)
-    base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and \
-        _blocks_divide(info, ATTENTION_OWN_ROWS, keys) and \
+    free = _block_sizes_free(info)
+    base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and free and \
         (_other_keys_safe(info, extents, keys, masked_or_divided=False) if keys > own_keys
          else _other_keys_safe(info, extents, keys, masked_or_divided=True) if own_keys % keys
          else not uniform_kept) else {}
     # (and larger, from a smaller specialized block, where the compiler would run it on uniform warps: checked on the
     # compiled variant, `keeps_variant`)
-    if not base and _raises_to_uniform(own_keys, head_dim) and not getattr(own, "uniform_by_choice", False) and \
+    if not base and free and _raises_to_uniform(own_keys, head_dim) and \
+            not getattr(own, "uniform_by_choice", False) and \
             _other_keys_safe(info, extents, UNIFORM_KEY_BLOCK, masked_or_divided=False):
         base = {"BLOCK_N": UNIFORM_KEY_BLOCK}
     if getattr(own, "dynamic_tiles", False) and length is not None and length >= ATTENTION_TILE_MIN_BLOCKS * 128:
@@ -679,8 +678,8 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     if isinstance(own_keys, int) and own_keys < ATTENTION_192["BLOCK_N"] and \
             not _other_keys_safe(info, extents, ATTENTION_192["BLOCK_N"], masked_or_divided=True):
         return base                     # (its 128-key blocks would be larger than the kernel's own)
-    if not _blocks_divide(info, ATTENTION_192["BLOCK_M"], ATTENTION_192["BLOCK_N"]):
-        return base                     # (128 does not divide 192: a test of block offsets would be wrong)
+    if not free:
+        return base                     # (its results may depend on the blocks' sizes)
     return dict(ATTENTION_192) if waves_192 <= waves_own else base
 
 

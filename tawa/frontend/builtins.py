@@ -52,14 +52,23 @@ def _static_int(L, v, node, what) -> int:
     return v
 
 
-def _round_up_note(d: int) -> str | None:
-    """How to get a tile of `d` elements along a dim: a larger tile, whose elements past the tensor read as 0."""
+def _round_up_note(d: int, what: str) -> str | None:
+    """The tile sizes next above `d` (the next multiple of 16 and the next power of two), and how a tensor dim of
+    `d` is read in them; None where they pass the largest tile dim."""
+    from .ops import MAX_TILE_DIM
     if d <= 0:
         return None
-    larger = next(e for e in range(d + 1, 2 * d + 17) if is_tile_extent(e))
-    return (f"use a tile of {larger} there: elements past a tensor's extent read as 0 and are not stored, so a "
-            f"tensor dim of {d} (an attention head dim of {d}, say) is declared as a shape symbol (X: bf16[S, D]) "
-            f"and loaded and stored in tiles of {larger}")
+    power = 1 << (d - 1).bit_length()
+    sixteens = next(e for e in range(d + 1, d + 17) if is_tile_extent(e))
+    if power > MAX_TILE_DIM:
+        return None
+    sizes = f"{sixteens} or {power}" if sixteens != power else f"{power}"
+    if not what.startswith("load"):
+        return f"the next tile sizes are {sizes} (a register tile outside a dot takes a power of two)"
+    return (f"read a tensor dim of {d} in tiles of {sizes}, declared as a shape symbol (X: bf16[S, D]): elements "
+            f"past a tensor's extent read as 0 and are not stored, which a dot's sums take as they are (attention "
+            f"at a head dim of 40 or 72); before a max, sum or exp, mask them with where(), and outside a dot a "
+            f"register tile takes the power of two")
 
 
 def _tile_shape(L, v, node, what) -> list:
@@ -70,7 +79,7 @@ def _tile_shape(L, v, node, what) -> list:
         _static_int(L, d, node, f"{what}: tile dimension")
         if not is_tile_extent(d):
             raise L.diag.error(node, f"{what}: tile dimension {d} is not a power of two or a multiple of 16",
-                               note=_round_up_note(d))
+                               note=_round_up_note(d, what))
     check_tile_size(L.diag, dims, node, what)
     return dims
 

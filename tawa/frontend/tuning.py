@@ -625,43 +625,106 @@ def _walk(roots):
         todo.extend(reversed([c for c in children if isinstance(c, (list, S.Node))]))
 
 
-def block_offsets_compared(kernel: S.Kernel, constants: dict) -> bool:
-    """Whether the program compares a block's offset rather than its elements' indices: a comparison one of whose
-    sides (through the names assigned to it) multiplies by a tile constant and adds no `arange`, as
-    `j * BLOCK_N < pid_m * BLOCK_M` (key block j wholly below the diagonal) does. Such a test can be exact only
-    while one block size divides the other (here BLOCK_N divides BLOCK_M), which the source does not say; a launch
-    rule reads it before taking blocks that do not divide each other (`launch_defaults`). A comparison of element
-    indices (`cols[None, :] <= rows[:, None]`, `cols = j * BLOCK_N + arange(0, BLOCK_N)`) holds whatever the
-    blocks."""
+def block_sizes_free(kernel: S.Kernel, constants: dict) -> bool:
+    """Whether the program visits the same elements and compares them alike whatever its block sizes, as far as
+    a whitelist read on the syntax shows; a launch rule reads it before running an attention kernel on blocks of
+    other sizes (`launch_defaults`), since `tile_invariant` lets that family shift indices by block offsets:
+    - every comparison (`<`, `<=`, `>`, `>=`, `==`, `!=`) of values that, through the names assigned to them,
+      involve a tile constant compares element indices: each such side adds an `arange` that no reduction (`min`,
+      `max`, `sum`) has folded away (`cols[None, :] <= rows[:, None]` with `cols = j * BLOCK_N + arange(0,
+      BLOCK_N)`). A test of block offsets, `j * BLOCK_N < pid_m * BLOCK_M` (key block j wholly below the
+      diagonal), is exact only for some pairs of block sizes, which the source does not say;
+    - every loop bound that involves a tile constant counts whole blocks: `cdiv(E, C)` of an expression free of
+      the loop's constant C, or the `min` of such counts (`min(cdiv(S, BLOCK_N), cdiv((pid_m + 1) * BLOCK_M,
+      BLOCK_N))`); `cdiv(pid_m * BLOCK_M, BLOCK_N) + 1` visits other keys for other blocks.
+    False wherever anything else is found."""
     tiles = {name for name, value in constants.items() if isinstance(value, int) and not isinstance(value, bool)}
     assigned: dict = {}
     for n in _walk(kernel.body):
         if isinstance(n, S.Assign):
             assigned.setdefault(n.target, []).append(n.value)
 
-    def traits(expr, seen) -> tuple:
-        """(multiplies by a tile constant, adds an arange) over `expr` and the values of the names it reads."""
-        scaled = arange = False
-        for n in _walk([expr]):
-            if isinstance(n, S.BinOp) and n.op == "*" and any(isinstance(side, S.Name) and side.id in tiles
-                                                             for side in (n.left, n.right)):
-                scaled = True
-            elif isinstance(n, S.Call) and isinstance(n.func, S.Name) and n.func.id == "arange":
-                arange = True
-            elif isinstance(n, S.Name) and n.id in assigned and n.id not in seen:
-                seen.add(n.id)
-                for value in assigned[n.id]:
-                    more = traits(value, seen)
-                    scaled, arange = scaled or more[0], arange or more[1]
-        return scaled, arange
+    def is_call(node, *names):
+        return isinstance(node, S.Call) and isinstance(node.func, S.Name) and node.func.id in names
+
+    def traits(expr, seen, folded=False) -> tuple:
+        """(involves a tile constant, adds an arange not under a reduction) over `expr` and the values of the names
+        it reads; loaded and constant tiles are data, whose shapes name tile constants as extents, not indices."""
+        tiled = arange = False
+        todo = [(expr, folded)]
+        while todo:
+            node, under = todo.pop()
+            if isinstance(node, list):
+                todo.extend((x, under) for x in node)
+                continue
+            if not isinstance(node, S.Node):
+                continue
+            if isinstance(node, S.Name):
+                if node.id in tiles:
+                    tiled = True
+                elif node.id in assigned and node.id not in seen:
+                    seen.add(node.id)
+                    for value in assigned[node.id]:
+                        more = traits(value, seen, under)
+                        tiled, arange = tiled or more[0], arange or more[1]
+                continue
+            if is_call(node, "arange"):
+                arange = arange or not under
+                continue
+            if is_call(node, "load", "zeros", "full"):
+                continue                    # (data, or constant tiles: their shapes are not indices)
+            if isinstance(node, S.BinOp) and node.op in _COMPARISONS:
+                continue                    # (a mask: its comparison is checked on its own)
+            if is_call(node, "where") and node.args:
+                todo.extend((arg, under) for arg in node.args[1:])     # (the values chosen, not the mask)
+                continue
+            inner = under or is_call(node, "min", "max", "sum", "argmax", "argmin")
+            todo.extend((getattr(node, f.name), inner) for f in dataclasses.fields(node))
+        return tiled, arange
+
+    def whole_blocks(bound, seen=()) -> bool:
+        if isinstance(bound, _NoBlocks):
+            return not traits(bound.expr, set())[0]
+        if isinstance(bound, S.Name) and bound.id in assigned and bound.id not in seen:
+            return all(whole_blocks(value, seen + (bound.id,)) for value in assigned[bound.id])
+        if is_call(bound, "min"):
+            return all(whole_blocks(arg, seen) for arg in bound.args)
+        if is_call(bound, "cdiv") and len(bound.args) == 2 and isinstance(bound.args[1], S.Name) and \
+                bound.args[1].id in tiles:
+            return bound.args[1].id not in {n.id for n in _walk([bound.args[0]]) if isinstance(n, S.Name)}
+        return not traits(bound, set())[0]
 
     for n in _walk(kernel.body):
-        if isinstance(n, S.BinOp) and n.op in ("<", "<=", ">", ">="):
+        if isinstance(n, S.BinOp) and n.op in _COMPARISONS:
             for side in (n.left, n.right):
-                scaled, arange = traits(side, set())
-                if scaled and not arange:
-                    return True
-    return False
+                tiled, arange = traits(side, set())
+                if tiled and not arange:
+                    return False
+        if isinstance(n, S.For) and not all(whole_blocks(arg) for arg in _range_args(n)):
+            return False
+    return True
+
+
+_COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+
+
+def _range_args(loop) -> list:
+    """The bounds of a `for` statement's `range`: its stop must count whole blocks; a start or a step (wrapped in
+    `_NoBlocks`) must be free of tile constants, since one counted in blocks (`range(cdiv(pid_m * BLOCK_M,
+    BLOCK_N), n)`) starts at other keys for other blocks."""
+    it = loop.iter
+    if not (isinstance(it, S.Call) and isinstance(it.func, S.Name) and it.func.id == "range" and it.args):
+        return [_NoBlocks(it)]
+    if len(it.args) == 1:
+        return list(it.args)
+    return [_NoBlocks(it.args[0]), it.args[1]] + [_NoBlocks(arg) for arg in it.args[2:]]
+
+
+class _NoBlocks:
+    """A loop argument that must not involve a tile constant at all (`block_sizes_free`)."""
+
+    def __init__(self, expr):
+        self.expr = expr
 
 
 def compared_symbols(kernel: S.Kernel, symbols) -> list:
@@ -706,7 +769,7 @@ def space_info(source: str, filename: str = "<string>") -> dict:
         "has_dot": has_dot(k),
         "tile_invariant": tile_invariant(k, constants, symbols),
         "compared_symbols": compared_symbols(k, symbols),
-        "block_offsets_compared": block_offsets_compared(k, constants),
+        "block_sizes_free": block_sizes_free(k, constants),
         "dots": dot_count(k),
         "epilogue_loads": loads_after_loop(k),
         "computed_b": computed_b(k),

@@ -554,26 +554,65 @@ def test_attention_above_head_dim_128_keeps_two_key_slots():
     assert choose(unknown, heads(4096), own=own(256, ctas_per_sm=1)) == {}
 
 
-def test_blocks_that_do_not_divide_the_query_block_need_element_comparisons():
+#: Attention kernels, exact at their own 128x128 blocks, whose results change with other block sizes (the key
+#: loop's mask line of the example replaced): each must keep its own blocks.
+BLOCK_DEPENDENT = {
+    # key block j wholly below the diagonal: exact only while BLOCK_N divides BLOCK_M
+    "offsets compared": ("mask = mask & ((cols[None, :] <= rows[:, None]) | (j * BLOCK_N < pid_m * BLOCK_M))", ""),
+    # the same through a name, and with <=, where BLOCK_M must divide BLOCK_N
+    "through a name": ("mask = mask & ((cols[None, :] <= rows[:, None]) | (start_n < pid_m * BLOCK_M))",
+                       "        start_n = j * BLOCK_N\n"),
+    "less or equal": ("mask = mask & ((cols[None, :] <= rows[:, None]) | (j * BLOCK_N <= pid_m * BLOCK_M))", ""),
+    # only the diagonal block masked
+    "diagonal only": ("mask = mask & ((cols[None, :] <= rows[:, None]) | (j * BLOCK_N != pid_m * BLOCK_M))", ""),
+    # element indices folded into a block offset by a reduction
+    "reduced indices": ("mask = mask & ((cols[None, :] <= rows[:, None]) | (max(cols) < min(rows)))", ""),
+}
+
+
+@pytest.mark.parametrize("case", list(BLOCK_DEPENDENT))
+def test_kernels_whose_results_depend_on_block_sizes_keep_their_own(case):
     """`j * BLOCK_N < pid_m * BLOCK_M` (key block j wholly below the diagonal, its causal test skipped) is exact
-    only while BLOCK_N divides BLOCK_M: with 80-key blocks row 128 would see keys 129 to 159. A kernel comparing
-    block offsets launches no key block that does not divide its query block (64 instead of 80 at head dim 256)
-    and no 192-row blocks with 128 keys; comparing element indices (`cols[None, :] <= rows[:, None]`) it does."""
+    only while BLOCK_N divides BLOCK_M: with 80-key blocks row 128 would see keys 129 to 159 (interpreter: errors of
+    0.2 to 3.5 against float64, found in review). Such kernels (`space_info`'s `block_sizes_free` False) launch
+    neither other key blocks (80 at head dim 256, 64, 128) nor 192-row blocks; the schedule rule still applies."""
     source = (EXAMPLES / "flash_attention.tawa").read_text()
     old = "            mask = mask & (cols[None, :] <= rows[:, None])"
     assert old in source
-    skipping = source.replace(old, old[:-1] + " | (j * BLOCK_N < pid_m * BLOCK_M))")
-    info, plain = attention_info(source=skipping), attention_info()
-    assert info["block_offsets_compared"] and info["tile_invariant"] and not plain["block_offsets_compared"]
-    # through a name too
-    named = skipping.replace("(j * BLOCK_N < pid_m * BLOCK_M)", "(start_n < pid_m * BLOCK_M)").replace(
-        "        k = load(K[z, h], (j, 0), (BLOCK_N, HEAD_DIM))",
-        "        start_n = j * BLOCK_N\n        k = load(K[z, h], (j, 0), (BLOCK_N, HEAD_DIM))")
-    assert attention_info(source=named)["block_offsets_compared"]
-    assert choose(info, heads(4096, z=4), own=own(256, ctas_per_sm=1)) == {"BLOCK_N": 64}
+    line, before = BLOCK_DEPENDENT[case]
+    changed = source.replace(old, "            " + line)
+    if before:
+        changed = changed.replace("        k = load(K[z, h], (j, 0), (BLOCK_N, HEAD_DIM))",
+                                  before + "        k = load(K[z, h], (j, 0), (BLOCK_N, HEAD_DIM))")
+    info, plain = attention_info(source=changed), attention_info()
+    assert info["tile_invariant"] and not info["block_sizes_free"] and plain["block_sizes_free"]
+    assert choose(info, heads(4096, z=4), own=own(256, ctas_per_sm=1)) == {}
     assert choose(plain, heads(4096, z=4), own=own(256, ctas_per_sm=1)) == {"BLOCK_N": 80}
-    assert choose(info, heads(16384, z=2), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {"BLOCK_N": 64}
+    assert choose(info, heads(16384, z=2), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == {}
     assert choose(plain, heads(16384, z=2), own=own(64, ctas_per_sm=1, BLOCK_N=128)) == M192
+    assert choose(info, heads(512), own=own(96, ctas_per_sm=1, BLOCK_N=64)) == {}
+    dyn = own(128, uneven=True, ctas_per_sm=1, dynamic_tiles=True, BLOCK_N=64)
+    assert choose(info, heads(8192), own=dyn) == {"schedule": "tile"}
+
+
+def test_loop_bounds_must_count_whole_blocks():
+    """A key loop of `cdiv(E, BLOCK_N)` blocks (or the min of such counts) visits the same keys for any block;
+    one more block, or a loop starting at a block count, does not."""
+    from tawa.frontend.tuning import space_info
+    source = (EXAMPLES / "flash_attention.tawa").read_text()
+    old = "num_kv = min(cdiv(S, BLOCK_N), cdiv((pid_m + 1) * BLOCK_M, BLOCK_N))"
+    assert old in source
+    for bound, free in ((old, True), ("num_kv = cdiv(pid_m * BLOCK_M, BLOCK_N) + 1", False),
+                        ("num_kv = min(cdiv(S, BLOCK_N), cdiv((pid_m + 1) * BLOCK_M, BLOCK_N) + 1)", False)):
+        assert space_info(source.replace(old, bound), "k.tawa")["block_sizes_free"] is free, bound
+    started = source.replace("for j in range(num_kv):", "for j in range(cdiv(pid_m * BLOCK_M, BLOCK_N), num_kv):")
+    assert not space_info(started, "k.tawa")["block_sizes_free"]
+    zero = source.replace("for j in range(num_kv):", "for j in range(0, num_kv):")
+    assert space_info(zero, "k.tawa")["block_sizes_free"]
+    # data compared is no block offset: a key padding mask loaded per block, a row maximum that stayed -inf
+    for name in ("attn_keypad", "attn_segments"):
+        path = EXAMPLES.parent / "tests" / "e2e" / "kernels" / "user" / f"{name}.tawa"
+        assert space_info(path.read_text(), str(path))["block_sizes_free"], name
 
 
 def test_attention_at_head_dim_64_takes_128_key_blocks_for_the_uniform_warp_path():
