@@ -335,8 +335,10 @@ class Kernel:
 
     def _remember_launcher(self, args, signature) -> None:
         """After a full call that launched: remember for `signature` the launcher that call's shape rule chose
-        (this kernel's, or a variant's), once it holds the plan (so that a variant refused here, or a launch
-        that went to a fallback kernel, is not remembered)."""
+        (this kernel's, or a variant's), once it holds the plan. A variant refused when its plan was made (a
+        `@requires` condition, TMA's stride rules) holds none and is not remembered; one whose per-launch checks
+        (an address off TMA's alignment, a scalar assumed positive) sent the call to a fallback kernel is, and
+        those checks send the next such call down the full path again."""
         variant = self._shapes.pick(args, self.target, self.compiled) if self._shapes is not None else None
         chosen = (variant if variant is not None else self)._launcher
         if signature in getattr(chosen, "_plans", ()):
