@@ -433,7 +433,8 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
     if fallback is not None and why:
         # Half the register file, or a ping-pong group's share, was too little after all: compile again without.
         return _compile_fallback(retry, module.context, fallback, why)
-    if lookahead_retry and kernel.spill_bytes and _kernel_info(module).get("lookahead"):
+    info = _kernel_info(module)
+    if lookahead_retry and kernel.spill_bytes and info.get("lookahead"):
         without = _without_lookahead(retry, module.context, options, kernel.spill_bytes)
         if without is not None:
             return without
@@ -442,10 +443,9 @@ def compile_module(module, options: CompileOptions, tile_level_only: bool = Fals
         wider = _with_two_warp_groups(retry, module.context, options, kernel.spill_bytes)
         if wider is not None:
             return wider
-    slot = _kernel_info(module).get("one_slot_ring")
-    if slot:
-        notes = notes + [one_slot_note(kernel.name, slot)]
-    overlaps = _register_overlaps(module)
+    if info.get("one_slot_ring"):
+        notes = notes + [one_slot_note(kernel.name, info["one_slot_ring"])]
+    overlaps = info.get("register_overlaps", [])        # (named)
     if overlaps:
         notes = notes + [f"kernel '{kernel.name}' holds registers to overlap work with the tensor cores: "
                          f"{', '.join(overlaps)} (register_overlap=False leaves them out)"]
@@ -545,11 +545,6 @@ def _kernel_info(module) -> dict:
     import json
     attr = module.operation.attributes
     return json.loads(attr["tawa.kernel_info"].value) if "tawa.kernel_info" in attr else {}
-
-
-def _register_overlaps(module) -> list:
-    """The register overlaps `convert-to-nvvm` took for the kernel, named."""
-    return _kernel_info(module).get("register_overlaps", [])
 
 
 def chained_dots(module) -> bool:

@@ -369,6 +369,14 @@ def _dtype_bytes(name):
     return ELEMENT_BYTES.get(IR_NAMES.get(name, name)) if isinstance(name, str) else None
 
 
+def _element_bytes(info: dict, operands, constants: dict):
+    """Bytes of the elements of these operands (by index; a dtype may be a constant's name, read in `constants`),
+    or None where one is not known."""
+    dtypes = dict((index, name) for index, name in info.get("operand_dtypes", []))
+    sizes = [_dtype_bytes(dtypes.get(index)) or _dtype_bytes(constants.get(dtypes.get(index))) for index in operands]
+    return None if None in sizes else sizes
+
+
 def _wide_slot_bytes(info: dict, fixed: dict):
     """Bytes of one K step's A and B tiles at 128x320 (BLOCK_K and the operands' dtypes, as compiled: the constants
     given at compile time over the source's), or None where unknown."""
@@ -383,8 +391,8 @@ def _wide_slot_bytes(info: dict, fixed: dict):
     if derived and any(name in consts for name in fixed):
         return None
     block_k = consts.get("BLOCK_K")
-    sizes = [_dtype_bytes(name) or _dtype_bytes(consts.get(name)) for name in names]
-    if not isinstance(block_k, int) or isinstance(block_k, bool) or not operands or None in sizes:
+    sizes = _element_bytes(info, operands, consts)
+    if not isinstance(block_k, int) or isinstance(block_k, bool) or not operands or sizes is None:
         return None
     return block_k * (128 + 320) * max(sizes)
 
@@ -562,22 +570,13 @@ def _attention_key_block(info: dict, constants: dict, head_dim: int, length):
     # (the widest element of the tensors the grid tiles: an f32 output counts as f32 operands, which only errs
     # towards smaller blocks)
     symbol = info["tiles"][0][1]
-    tiled = {index for index, dims in info.get("operands", []) if symbol in dims}
-    names = [name for index, name in info.get("operand_dtypes", []) if index in tiled]
-    sizes = [_dtype_bytes(name) or _dtype_bytes(constants.get(name)) for name in names]
-    if not sizes or None in sizes:
+    sizes = _element_bytes(info, [index for index, dims in info.get("operands", []) if symbol in dims], constants)
+    if not sizes:
         return None
     block = wide_head_key_block(head_dim, max(sizes))
     if block < 128 and (length is None or length < WIDE_HEAD_MIN_BLOCKS * 128):
         return WIDE_HEAD_SHORT_KEY_BLOCK
     return block
-
-
-def _block_sizes_free(info: dict) -> bool:
-    """Whether an attention kernel may run on blocks of other sizes than its own (`tuning.block_sizes_free`: it
-    compares element indices, not block offsets, and its loops count whole blocks); a kernel recorded before the
-    field existed counts as not."""
-    return bool(info.get("block_sizes_free", False))
 
 
 def keeps_variant(info, config: dict, own, compiled) -> bool:
@@ -641,7 +640,9 @@ def attention_defaults(info: dict, extents: dict, fixed: dict, own=None, sms: in
     # (not smaller where the compiler took the uniform-warp path for the own block at head dim 64: 128-key blocks
     # there run two CTAs per SM and beat the 64-key specialized kernel, `ATTENTION_KEY_BLOCKS`; measured at 64 only)
     uniform_kept = getattr(own, "uniform_by_choice", False) and _uniform_head_dim(head_dim)
-    free = _block_sizes_free(info)
+    # (other blocks only where the results cannot depend on them, `tuning.block_sizes_free`; a kernel recorded
+    # before the field existed counts as dependent)
+    free = bool(info.get("block_sizes_free", False))
     base = {"BLOCK_N": keys} if isinstance(own_keys, int) and keys is not None and own_keys != keys and free and \
         (_other_keys_safe(info, extents, keys, masked_or_divided=False) if keys > own_keys
          else _other_keys_safe(info, extents, keys, masked_or_divided=True) if own_keys % keys

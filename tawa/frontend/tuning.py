@@ -578,9 +578,9 @@ def loads_after_loop(kernel: S.Kernel) -> bool:
     return False
 
 
-def _calls(node, name: str) -> bool:
-    """Whether a syntax node is a call of the builtin `name`."""
-    return isinstance(node, S.Call) and isinstance(node.func, S.Name) and node.func.id == name
+def _calls(node, *names: str) -> bool:
+    """Whether a syntax node is a call of one of the builtins `names`."""
+    return isinstance(node, S.Call) and isinstance(node.func, S.Name) and node.func.id in names
 
 
 def computed_b(kernel: S.Kernel) -> bool:
@@ -625,6 +625,9 @@ def _walk(roots):
         todo.extend(reversed([c for c in children if isinstance(c, (list, S.Node))]))
 
 
+_COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+
+
 def block_sizes_free(kernel: S.Kernel, constants: dict) -> bool:
     """Whether the program visits the same elements and compares them alike whatever its block sizes, as far as
     a whitelist read on the syntax shows; a launch rule reads it before running an attention kernel on blocks of
@@ -643,9 +646,6 @@ def block_sizes_free(kernel: S.Kernel, constants: dict) -> bool:
     for n in _walk(kernel.body):
         if isinstance(n, S.Assign):
             assigned.setdefault(n.target, []).append(n.value)
-
-    def is_call(node, *names):
-        return isinstance(node, S.Call) and isinstance(node.func, S.Name) and node.func.id in names
 
     def traits(expr, seen, folded=False) -> tuple:
         """(involves a tile constant, adds an arange not under a reduction) over `expr` and the values of the names
@@ -668,28 +668,26 @@ def block_sizes_free(kernel: S.Kernel, constants: dict) -> bool:
                         more = traits(value, seen, under)
                         tiled, arange = tiled or more[0], arange or more[1]
                 continue
-            if is_call(node, "arange"):
+            if _calls(node, "arange"):
                 arange = arange or not under
                 continue
-            if is_call(node, "load", "zeros", "full"):
+            if _calls(node, "load", "zeros", "full"):
                 continue                    # (data, or constant tiles: their shapes are not indices)
             if isinstance(node, S.BinOp) and node.op in _COMPARISONS:
                 continue                    # (a mask: its comparison is checked on its own)
-            if is_call(node, "where") and node.args:
+            if _calls(node, "where") and node.args:
                 todo.extend((arg, under) for arg in node.args[1:])     # (the values chosen, not the mask)
                 continue
-            inner = under or is_call(node, "min", "max", "sum", "argmax", "argmin")
+            inner = under or _calls(node, "min", "max", "sum", "argmax", "argmin")
             todo.extend((getattr(node, f.name), inner) for f in dataclasses.fields(node))
         return tiled, arange
 
     def whole_blocks(bound, seen=()) -> bool:
-        if isinstance(bound, _NoBlocks):
-            return not traits(bound.expr, set())[0]
         if isinstance(bound, S.Name) and bound.id in assigned and bound.id not in seen:
             return all(whole_blocks(value, seen + (bound.id,)) for value in assigned[bound.id])
-        if is_call(bound, "min"):
+        if _calls(bound, "min"):
             return all(whole_blocks(arg, seen) for arg in bound.args)
-        if is_call(bound, "cdiv") and len(bound.args) == 2 and isinstance(bound.args[1], S.Name) and \
+        if _calls(bound, "cdiv") and len(bound.args) == 2 and isinstance(bound.args[1], S.Name) and \
                 bound.args[1].id in tiles:
             return bound.args[1].id not in {n.id for n in _walk([bound.args[0]]) if isinstance(n, S.Name)}
         return not traits(bound, set())[0]
@@ -700,31 +698,17 @@ def block_sizes_free(kernel: S.Kernel, constants: dict) -> bool:
                 tiled, arange = traits(side, set())
                 if tiled and not arange:
                     return False
-        if isinstance(n, S.For) and not all(whole_blocks(arg) for arg in _range_args(n)):
-            return False
+        if isinstance(n, S.For):
+            # the stop of a range counts whole blocks; a start or a step counted in blocks (`range(cdiv(pid_m *
+            # BLOCK_M, BLOCK_N), n)`) starts at other keys for other blocks, so they are free of tile constants
+            if _calls(n.iter, "range") and n.iter.args:
+                others = list(n.iter.args)
+                stop = others.pop(1 if len(others) > 1 else 0)
+            else:
+                stop, others = None, [n.iter]
+            if (stop is not None and not whole_blocks(stop)) or any(traits(a, set())[0] for a in others):
+                return False
     return True
-
-
-_COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
-
-
-def _range_args(loop) -> list:
-    """The bounds of a `for` statement's `range`: its stop must count whole blocks; a start or a step (wrapped in
-    `_NoBlocks`) must be free of tile constants, since one counted in blocks (`range(cdiv(pid_m * BLOCK_M,
-    BLOCK_N), n)`) starts at other keys for other blocks."""
-    it = loop.iter
-    if not (isinstance(it, S.Call) and isinstance(it.func, S.Name) and it.func.id == "range" and it.args):
-        return [_NoBlocks(it)]
-    if len(it.args) == 1:
-        return list(it.args)
-    return [_NoBlocks(it.args[0]), it.args[1]] + [_NoBlocks(arg) for arg in it.args[2:]]
-
-
-class _NoBlocks:
-    """A loop argument that must not involve a tile constant at all (`block_sizes_free`)."""
-
-    def __init__(self, expr):
-        self.expr = expr
 
 
 def compared_symbols(kernel: S.Kernel, symbols) -> list:
