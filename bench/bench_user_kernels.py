@@ -3,7 +3,7 @@
 The GEMM benchmarks measure the examples; these are kernels written the way a Triton or CUDA user writes them
 (epilogues with alpha/beta, masks, residuals of other types, an A scaled in registers, tf32, fp8 in and out, a dual
 GEMM, a batched GEMM, attention with a bias, without a scale, at head dims 96 and 256, cross attention, a sliding window,
-soft-capped logits). Each is launched as a user
+soft-capped logits, fp8). Each is launched as a user
 would, `kernel(*args)`, so the launch defaults pick its tile per shape.
 
 Two steps, so that compilation (which needs MLIR) and execution (which needs a Hopper GPU) may run on different
@@ -45,7 +45,8 @@ ATTENTION = {"attn_bias": [(4, 16, 2048, 64)], "attn_noscale": [(4, 16, 4096, 96
              "attn_causal_scale": [(4, 16, 2048, 256)],
              "attn_cross": [(4, 16, 1024, 4096, 128), (2, 16, 4096, 1024, 128), (8, 16, 512, 2048, 64)],
              "attn_window": [(2, 16, 8192, 2048, 128), (4, 32, 4096, 1024, 128), (4, 16, 8192, 4096, 64)],
-             "attn_softcap": [(4, 16, 4096, 128), (8, 16, 2048, 64)]}
+             "attn_softcap": [(4, 16, 4096, 128), (8, 16, 2048, 64)],
+             "attn_fp8": [(4, 16, 4096, 128), (2, 16, 8192, 128)]}
 #: The attention kernels whose head dim is a constant `D` taken from the shape, and whose anchors are not SDPA alone
 #: (`_attention_variant`); their softmax scale.
 VARIANTS, VARIANT_SCALE = ("attn_cross", "attn_window", "attn_softcap"), 0.088
@@ -87,6 +88,8 @@ def attention_arguments(name, *shape) -> list:
         return act * 3 + [((s, s), 4), ((z, h, s, d), 2), 0.125]
     if name == "attn_noscale":
         return act * 4
+    if name == "attn_fp8":                  # Q, K and V transposed in e4m3, O in bf16
+        return [((z, h, s, d), 1), ((z, h, s, d), 1), ((z, h, d, s), 1), ((z, h, s, d), 2), d ** -0.5, 1.0]
     return act * 4 + [0.0625]
 
 
@@ -138,6 +141,8 @@ def _inputs(torch, name, shape):
 
     if name in VARIANTS:
         return _attention_variant(torch, name, shape, rnd, empty)
+    if name == "attn_fp8":
+        return _fp8_attention(torch, shape)
     if name in ATTENTION:
         z, h, s, d = shape
         dt = torch.float16 if name == "attn_causal_scale" else bf
@@ -244,6 +249,30 @@ def _inputs(torch, name, shape):
                 {"unfused": lambda: (torch.nn.functional.linear(a, w.to(bf)) * scale).to(bf),
                  "gemm_bf16_weight": lambda: torch.nn.functional.linear(a, wb)}, flops, 2e-2)
     raise KeyError(name)
+
+
+def _fp8_attention(torch, shape):
+    """_inputs of fp8 attention (Q, K, V in e4m3, V stored transposed, P rounded to e4m3). torch has no fp8
+    attention: the anchors are SDPA's cuDNN and FlashAttention-2 backends on the same values in bf16."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    z, h, s, d = shape
+    scale = d ** -0.5
+    q, k, v = (torch.randn(z, h, s, d, device="cuda").to(torch.float8_e4m3fn) for _ in range(3))
+    vt = v.transpose(-1, -2).contiguous()
+    o = torch.empty(z, h, s, d, device="cuda", dtype=torch.bfloat16)
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=scale)
+    qb, kb, vb = q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
+
+    def backend(b):
+        def call():
+            with sdpa_kernel([b]):
+                return F.scaled_dot_product_attention(qb, kb, vb, scale=scale)
+        return call
+
+    return ([q, k, vt, o, scale, 1.0], o, ref, {"cudnn_bf16": backend(SDPBackend.CUDNN_ATTENTION),
+                                                 "fa2_bf16": backend(SDPBackend.FLASH_ATTENTION)},
+            4 * z * h * s * s * d, 5e-2)
 
 
 def _attention_variant(torch, name, shape, rnd, empty):

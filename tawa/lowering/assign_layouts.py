@@ -20,7 +20,10 @@ that uses one reads it into registers in the `blocked` layout (or straight into 
 holds no register tiles (its `tawa.aref_load` loads are issued by the puts).
 
 A register A operand of a dot takes wgmma's A fragment layout (`layouts.wgmma_a`: the accumulator layout for
-16-bit operands, its own for tf32 and fp8).
+16-bit operands, its own for tf32 and fp8). An fp8 A rounded from a dot's result (attention's P) is the exception:
+the rounding keeps the accumulator layout, and its bytes move to the fragment layout by shuffles inside each warp
+(`layouts.quad_shuffle_plan`), instead of the f32 math before it running in the fragment layout after a
+shared-memory conversion of the scores.
 """
 from __future__ import annotations
 
@@ -207,6 +210,21 @@ def _generic_layout(shape, num_warps: int):
 def _elementwise(op) -> bool:
     return (op.name.startswith("arith.") or op.name.startswith("math.")) and op.results and \
         _is_tile(op.results[0])
+
+
+def _shuffled_bytes(op, wanted, anchor: dict):
+    """For a rounding to 1-byte elements (`.to(f8e4m3)`) whose result is wanted in `wanted`: the layout its
+    operand is anchored in, where the bytes can move from it to `wanted` by shuffles inside each warp
+    (`layouts.quad_shuffle_plan`: fp8 attention's P, from the scores' accumulator layout to wgmma A fragments);
+    else None. The rounding then runs in the operand's layout and its bytes are converted, rather than the f32
+    values converted through shared memory before it (a barrier over the consumer threads every iteration)."""
+    if wanted is None or op.name != "arith.truncf" or elem_bytes(elem_type(op.results[0].type)) != 1:
+        return None
+    src = op.operands[0]
+    lay = anchor.get(src)
+    if lay is None or lay.shape != wanted.shape:
+        return None
+    return lay if L.quad_shuffle_plan(lay, wanted) is not None else None
 
 
 #: Accumulator registers per thread a uniform-warp kernel may carry through a loop before it is given a second warp
@@ -404,7 +422,7 @@ def _assign(ops: list, W: int, ctx) -> None:
                     want.setdefault(dot.a, L.wgmma_a(m, k, W, elem_bytes(elem_type(dot.a.type))))
         elif _elementwise(op):
             w = want.get(op.results[0]) or anchor.get(op.results[0])
-            if w is not None:
+            if w is not None and _shuffled_bytes(op, want.get(op.results[0]), anchor) is None:
                 for v in op.operands:
                     if _is_tile(v) and _shape(v) == w.shape:
                         want.setdefault(v, w)
@@ -521,7 +539,7 @@ def _assign(ops: list, W: int, ctx) -> None:
         elif name == SplitKSumOp.NAME:      # the partials are summed as the threads hold them
             put(op, lay_of(SplitKSumOp(op).value))
         elif _elementwise(op) and name != "arith.constant":
-            w = want.get(res)
+            w = _shuffled_bytes(op, want.get(res), anchor) or want.get(res)
             if w is None:
                 # Take the layout of an operand that holds data rather than of a splatted constant: the
                 # constant costs nothing in any layout, the data would need a conversion through shared memory.

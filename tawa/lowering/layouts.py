@@ -174,6 +174,55 @@ def wgmma_a(m: int, k: int, num_warps: int, elem_bytes: int) -> Layout:
                   acc.groups, acc.group)
 
 
+@lru_cache(maxsize=None)
+def quad_shuffle_plan(src: Layout, dst: Layout):
+    """How the four lanes of each quad trade a 1-byte tile from layout `src` into `dst` (to_nvvm.warp_shuffle):
+    for each destination register of four bytes, two shuffles, each as (the two pairs of consecutive source
+    registers every lane sends, the quad lane read per reader lane % 4, the half kept per reader lane % 4).
+
+    None unless the conversion has that form: the same warps; both layouts without replicated lanes; each
+    destination pair one source lane's two consecutive registers; per shuffle at most two pairs sent, the same in
+    every lane; the lane read and the half kept depending only on the reader's lane within its quad. fp8
+    attention's P, from the first dot's accumulator (`mma`) to wgmma A fragments of bytes (`wgmma_a`), has it."""
+    if src.shape != dst.shape or (src.warps, src.groups, src.group) != (dst.warps, dst.groups, dst.group) or \
+            len(src.regs) != len(dst.regs) or len(dst.regs) % 4 or len(src.regs) % 2:
+        return None
+    if any(not any(v) for v in (*src.lanes, *dst.lanes)):
+        return None                                     # (replicated lanes: a copy could come from several)
+    where = {}
+    for lane in range(32):
+        for reg, c in enumerate(coords_of(src, lane, 0)):
+            where[c] = (lane, reg)
+    held = [coords_of(dst, lane, 0) for lane in range(32)]
+    plan = []
+    for word in range(len(dst.regs) // 4):
+        rounds = []
+        for half in (0, 1):
+            needs = []                                  # per reader lane: (source lane, source pair)
+            for lane in range(32):
+                a = where.get(held[lane][4 * word + 2 * half])
+                b = where.get(held[lane][4 * word + 2 * half + 1])
+                if a is None or b is None or a[0] != b[0] or a[1] % 2 or b[1] != a[1] + 1:
+                    return None
+                needs.append((a[0], a[1] // 2))
+            pairs = sorted({pair for _, pair in needs})
+            if len(pairs) > 2:
+                return None
+            sent = (pairs[0], pairs[-1])
+            source, kept = [None] * 4, [None] * 4
+            for lane, (from_lane, pair) in enumerate(needs):
+                q = lane % 4
+                if from_lane // 4 != lane // 4:
+                    return None
+                pick = sent.index(pair)
+                if source[q] not in (None, from_lane % 4) or kept[q] not in (None, pick):
+                    return None
+                source[q], kept[q] = from_lane % 4, pick
+            rounds.append((sent, tuple(source), tuple(kept)))
+        plan.append(tuple(rounds))
+    return tuple(plan)
+
+
 def blocked(shape: tuple, num_warps: int) -> Layout:
     """A generic layout for tiles that feed no dot: 4 contiguous elements per thread along the last dim,
     lanes then warps fill the last dim first, then the others; what is left is covered by registers. Over three
@@ -374,7 +423,7 @@ def _parse(text: str) -> Layout:
 
 
 def coords_of(layout: Layout, lane: int, warp: int):
-    """Concrete coordinates of every register of one thread (tests and documentation)."""
+    """Concrete coordinates of every register of one thread (tests, documentation, `quad_shuffle_plan`)."""
     base = [0] * layout.rank
     for b, v in enumerate(layout.lanes):
         if lane >> b & 1:

@@ -727,9 +727,9 @@ CASES = [
     # a paged KV cache: the page of each key block read from a block table in the loop (the producer reads it;
     # on the uniform path the loop is not pipelined)
     Case("attn_paged_decode", [(2, 4, 1, 64, 333), (1, 8, 1000, 77)], [{}, {"PAGE": 32}]),
-    # fp8 attention: the ring depth chosen beforehand overflows shared memory once laid out, one slot fewer fits
-    # (2x8x2048: more tiles than SMs, where 64-key blocks under the persistent schedule once raced: the epilogue's
-    # staging lay over P's conversion scratch)
+    # fp8 attention: P rounded to e4m3 in the scores' layout, its bytes shuffled into wgmma A fragments (2x8x2048:
+    # more tiles than SMs, where 64-key blocks under the persistent schedule once raced: the epilogue's staging lay
+    # over P's conversion scratch, when P went through shared memory)
     Case("attn_fp8", [(1, 1, 16), (2, 3, 336), (1, 2, 1008), (2, 8, 2048)],
          [{}, {"BLOCK_N": 64}, {"BLOCK_N": 64, "num_buffers": 2}, {"BLOCK_N": 64, "dynamic_tiles": True}],
          interpret_shapes=[(1, 1, 16), (2, 3, 336)]),

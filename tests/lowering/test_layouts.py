@@ -100,3 +100,29 @@ def test_a_free_tile_of_a_non_power_of_two_extent_takes_the_accumulator_layout()
     assert not _generic_layout((128, 256), 8).desc.startswith("mma<")
     with pytest.raises(CompilationError, match="not a power of two"):
         _generic_layout((128, 100), 8)
+
+
+@pytest.mark.parametrize("m,k,warps", [(64, 64, 4), (64, 128, 4), (128, 128, 8), (128, 64, 4), (192, 128, 12)])
+def test_quad_shuffles_move_fp8_scores_into_a_fragments(m, k, warps):
+    # Play the plan's shuffles: in each, every lane sends two of its register pairs; the reader takes the lane and
+    # half its quad position says. Each reader must end up with the bytes of its wgmma A fragment, in order.
+    src, dst = L.mma(m, k, warps), L.wgmma_a(m, k, warps, 1)
+    plan = L.quad_shuffle_plan(src, dst)
+    assert plan is not None and len(plan) == len(dst.regs) // 4
+    for warp in range(warps):
+        held = [L.coords_of(src, lane, warp) for lane in range(32)]
+        for lane in range(32):
+            q, quad = lane % 4, lane - lane % 4
+            got = []
+            for rounds in plan:
+                for pairs, source, kept in rounds:
+                    sender, pair = held[quad + source[q]], pairs[kept[q]]
+                    got += [sender[2 * pair], sender[2 * pair + 1]]
+            assert got == L.coords_of(dst, lane, warp)
+
+
+def test_quad_shuffles_only_where_quads_trade_register_pairs():
+    # a generic layout spreads a row over more than a quad; a transposed one puts columns on the lanes' row bits
+    assert L.quad_shuffle_plan(L.blocked((64, 64), 4), L.wgmma_a(64, 64, 4, 1)) is None
+    assert L.quad_shuffle_plan(L.mma(64, 64, 4), L.transpose(L.mma(64, 64, 4))) is None
+    assert L.quad_shuffle_plan(L.mma(64, 64, 4), L.mma(128, 64, 8)) is None

@@ -202,17 +202,19 @@ def test_shared_memory_short_at_two_falls_back_to_one(monkeypatch):
 
 
 def test_ring_depth_chosen_beforehand_too_deep_keeps_fewer_slots():
-    # fp8 attention: the ring depth is chosen (5) from an estimate of the other shared memory made before the
-    # passes, and the laid-out kernel needs 289 KiB; the compiler keeps fewer slots instead of refusing.
-    path = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels" / "user" / "attn_fp8.tawa"
+    # A dot on a masked loaded tile (masked-dots computes the masked A in registers, beside its ring slot): the ring
+    # depth is chosen (6) from an estimate of the other shared memory made before the passes, and the laid-out
+    # kernel needs 229 KiB; the compiler keeps fewer slots instead of refusing. (fp8 attention, whose scores were
+    # converted through shared memory for its P V dot, was the case until P moved by shuffles.)
+    path = pathlib.Path(__file__).resolve().parents[1] / "passes" / "masked-dots.tawa"
     k = compile_source(path.read_text(), str(path), CompileOptions())
-    assert any("keeps 3 slots per aref ring: with the 5 chosen beforehand, the kernel needs" in n for n in k.notes)
+    assert any("keeps 5 slots per aref ring: with the 6 chosen beforehand, the kernel needs" in n for n in k.notes)
     assert k.shared_bytes <= hopper.smem_per_block(1)
-    # asked for five, the error stands, with the deepest ring's depth
+    # asked for six, the error stands, with the deepest ring's depth
     from tawa.errors import SharedMemoryError
     with pytest.raises(SharedMemoryError, match="shared memory") as e:
-        compile_source(path.read_text(), str(path), CompileOptions(num_buffers=5))
-    assert e.value.ring_depth == 5 and "num_buffers below 5" in e.value.note
+        compile_source(path.read_text(), str(path), CompileOptions(num_buffers=6))
+    assert e.value.ring_depth == 6 and "num_buffers below 6" in e.value.note
 
 
 def test_persistent_staging_lies_above_the_main_loops_scratch():

@@ -433,16 +433,18 @@ def fragment_registers(m: int, kdim: int, elem: str, num_warps: int) -> int:
     return 4 * len(fragment_keys(m, kdim, elem, num_warps))
 
 
-def a_fragments(ctx: Ctx, a) -> dict:
+def a_fragments(ctx: Ctx, a, copied: bool = False) -> dict:
     """wgmma A fragments of a register tile, or of a shared tile read into registers (the warps that hold copies
-    of rows read the same rows), every register pinned before `wgmma.fence`."""
+    of rows read the same rows), every register pinned before `wgmma.fence` -- or, `copied`, copied into new
+    registers here (`sync.copy_registers`: fragments that replace ones a wgmma in flight until just before may
+    still read)."""
     from .shape import convert, read_smem
     m, kdim = a.shape
     lay = L.wgmma_a(m, kdim, ctx.num_warps, elem_bytes(a.elem))
     a = read_smem(ctx, a, lay, sync_after=False) if isinstance(a, SmemTile) else convert(ctx, a, lay)
     frags = _fragments(ctx, a)
     keys = list(frags)
-    flat = sync.fence_registers(ctx.b, [r for k in keys for r in frags[k]])
+    flat = (sync.copy_registers if copied else sync.fence_registers)(ctx.b, [r for k in keys for r in frags[k]])
     return {k: flat[4 * i: 4 * i + 4] for i, k in enumerate(keys)}
 
 

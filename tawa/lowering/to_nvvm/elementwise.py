@@ -19,7 +19,7 @@ from .builder import Builder, V
 from tawa.ir.types import elem_type, is_tile
 
 from .context import Ctx, LazyTile, Tile
-from .fp8 import float_cast, fp8_constant, fp8_to_f32, f32_to_fp8, is_fp8, widen_fp8_pairs
+from .fp8 import float_cast, fp8_constant, fp8_to_f32, f32_to_fp8, is_fp8, narrow_fp8_pairs, widen_fp8_pairs
 
 _MATH_VIA_F32 = {"math.exp", "math.exp2", "math.log", "math.log2", "math.sqrt", "math.rsqrt", "math.tanh",
                  "math.sin", "math.cos", "math.erf", "math.absf"}
@@ -149,6 +149,10 @@ def lower_elementwise(ctx: Ctx, op) -> None:
         return
     if name == "arith.extf" and is_fp8(tiles[0].elem) and rtype in ("f16", "bf16", "f32"):
         ctx.set(result, Tile(widen_fp8_pairs(b, tiles[0].regs, rtype), layout, rtype))
+        return
+    if name == "arith.truncf" and is_fp8(rtype) and tiles[0].elem in ("f16", "bf16", "f32"):
+        wide = [r if r.type == "f32" else b.cast("extf", r, "f32") for r in tiles[0].regs]
+        ctx.set(result, Tile(narrow_fp8_pairs(b, wide, rtype), layout, rtype))
         return
     regs = [_scalar_op(b, name, props, [t.regs[i] for t in tiles], rtype) for i in range(len(layout.regs))]
     ctx.set(result, Tile(regs, layout, rtype))

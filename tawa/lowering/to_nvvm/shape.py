@@ -127,7 +127,8 @@ def as_tile(ctx: Ctx, value, layout: L.Layout, elem: str, op=None) -> Tile:
 
 
 def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
-    """Redistribute a register tile to another layout through shared memory (a barrier on each side)."""
+    """Redistribute a register tile to another layout: inside each warp by shuffles where `warp_shuffle` has a plan
+    for the two layouts (fp8 P into wgmma A fragments), else through shared memory (a barrier on each side)."""
     if not isinstance(tile, Tile):   # callers pass register tiles (`register_tile` refuses the others)
         raise InternalCompilerError(f"a layout conversion of a {type(tile).__name__}, not a register tile")
     if tile.layout.same_mapping(layout):
@@ -140,6 +141,11 @@ def convert(ctx: Ctx, tile: Tile, layout: L.Layout) -> Tile:
     from .fp8 import from_storage, storage_type, to_storage
     b = ctx.b
     es = elem_bytes(tile.elem)
+    if es == 1:
+        from .warp_shuffle import convert_by_shuffles
+        shuffled = convert_by_shuffles(ctx, tile, layout)
+        if shuffled is not None:
+            return shuffled
     total = 1
     for s in tile.shape:
         total *= s

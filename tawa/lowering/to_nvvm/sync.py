@@ -162,6 +162,12 @@ def shfl(b: Builder, value: V, lane: int, kind: str, prelude: bool = False) -> V
                 prelude=prelude)
 
 
+def shfl_idx(b: Builder, value: V, lane: V) -> V:
+    """`shfl.sync.idx` over the full warp from a lane computed per thread."""
+    return b.op(f'"nvvm.shfl.sync"({b.i32(-1)}, {value}, {lane}, {b.i32(31)}) '
+                f'<{{kind = #nvvm<shfl_kind idx>}}> : (i32, {value.type}, i32, i32) -> {value.type}', value.type)
+
+
 def shfl_xor(b: Builder, value: V, lane_mask: int) -> V:
     return shfl(b, value, lane_mask, "bfly")
 
@@ -212,6 +218,21 @@ def fence_registers(b: Builder, regs: list) -> list:
     out = list(regs)
     for j, i in enumerate(fenced):
         out[i] = b.op(f"llvm.extractvalue {res}[{j}] : {struct}", ins[j].type)
+    return out
+
+
+def copy_registers(b: Builder, regs: list) -> list:
+    """i32 registers copied into new ones by a side-effecting `mov` each, in program order after the inline asm
+    before it (a `wgmma.wait_group`).
+
+    Where `fence_registers` would tie each output to its input, LLVM may compute the input -- a value assembled
+    by pure instructions, such as fp8 bytes packed by `prmt` -- straight into the output's register, and schedule
+    that above the wait. When that register is a loop-carried wgmma A fragment, it is still being read by the
+    group in flight: ptxas then serializes every wgmma (C7513). Copies defined at the asm cannot move."""
+    out = []
+    for r in regs:
+        out.append(b.op(f'"llvm.inline_asm"({r.name}) <{{asm_string = "mov.b32 $0, $1;", constraints = "=r,r", '
+                        f'has_side_effects}}> : (i32) -> i32', "i32") if r.type == "i32" else r)
     return out
 
 

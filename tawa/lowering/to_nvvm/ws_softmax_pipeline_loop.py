@@ -37,6 +37,7 @@ from __future__ import annotations
 from tawa.ir import attrs
 from tawa.ir.ops import DotOp, ForOp, aref_of, untransposed
 from tawa.ir.traversal import defining_op, ops_of
+from tawa.ir.types import elem_bytes
 
 from .. import layouts as L
 from ..assign_warp_groups import pipelined_second_dot
@@ -206,7 +207,10 @@ class SoftmaxPipelineLoop(LookaheadConsumerLoop):
         else:
             sync.wgmma_wait(b, 0)
             acc = Tile(sync.fence_registers(b, self.d2_regs), self.d2_layout, "f32")
-        frags = a_fragments(ctx, a)
+        # P_k replaces P_{k-1}, which D2_{k-1} read until the wait above. fp8 bytes are packed by permutes that LLVM
+        # may compute into P_{k-1}'s registers before the wait (C7513); a 16-bit P is packed by one conversion
+        # per register, which stays after it.
+        frags = a_fragments(ctx, a, copied=self.prologue_done and elem_bytes(a.elem) == 1)
         self.frag_keys = list(frags)
         flat = [r for key in self.frag_keys for r in frags[key]]
         self.pending = (flat, bt.offset, [ctx.get(v) for v in self.carried])
