@@ -32,3 +32,23 @@ def test_fp8_attention_trades_p_by_shuffles(block_n):
     report = " ".join(n for n in k.notes if n.startswith("ptxas:"))
     assert "0 bytes spill stores, 0 bytes spill loads" in report, report
     assert "C75" not in report, report
+
+
+MASKED_FP8_P = """
+@grid(1)
+def masked_p(A: f8e4m3[64, 64], B: f8e4m3[64, 64], O: f32[64, 64]):
+    a = load(A, (0, 0), (64, 64))
+    b = load(B, (0, 0), (64, 64))
+    s = dot(a, b.T)
+    m = s > 0.0
+    p = where(m, s.to(f8e4m3), zeros((64, 64), f8e4m3))
+    t = where(m, s, 0.0)
+    store(O, (0, 0), dot(p, b.T, t))
+"""
+
+
+def test_a_mask_wanted_in_fp8_fragments_is_not_shuffled_as_bytes():
+    # The mask `m` (i1, one byte wide too) is wanted both in the fp8 A fragments (`where` on the rounded P) and in
+    # the accumulator layout: it moves through shared memory (it was taken for i8 bytes and failed to compile).
+    k = compile_source(MASKED_FP8_P, "masked_p.tawa", CompileOptions())
+    assert k.ptx and "wgmma.mma_async" in k.ptx
