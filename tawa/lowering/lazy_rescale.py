@@ -17,14 +17,22 @@ operand). The loop's final `m` must be unused after the loop.
 
 Why: the maximum only keeps the exponentials in range; any value that every scaled quantity (the exponentials,
 the row sum l, the accumulator acc) shares cancels in acc / l. Keeping a stale maximum lets the exponentials
-reach 2^THRESHOLD at most (256: no overflow in f32, bf16 or f16), and makes alpha exactly 1.0 on most
+reach 2^THRESHOLD at most (256: no overflow in f32, bf16 or f16; e^THRESHOLD for `exp`), and makes alpha exactly 1.0 on most
 iterations: after the first key blocks a row's maximum rarely grows by that much. The GPU lowering then skips
 the marked multiplies when every alpha a warp holds is 1.0 (a warp vote and a branch), which removes one multiply
 per accumulator element and key block (at head dim 128 and 128-key blocks, a sixth of the softmax's
 instructions). The decision is per row and exact, so results do not depend on how rows are spread over warps.
 This is the conditional rescaling of FlashAttention-4; the program stays as written.
+
+Exponentials rounded to fp8 (fp8 attention's `p.to(f8e4m3)`, whose largest finite value is 448) may grow only to
+FP8_GROWTH: the threshold is log(FP8_GROWTH) in the exponential's base (e^8 = 2981 rounded to e4m3 NaN for every
+row whose maximum grew by 6.2 to 8 after its first key blocks). Exponentials that reach a rounding to fp8 or f16
+through other math first (a product could grow them past the type's range) keep the exact maximum: the pass
+leaves that loop alone.
 """
 from __future__ import annotations
+
+import math
 
 from mlir import ir
 from mlir.dialects import arith
@@ -37,6 +45,12 @@ from tawa.ir.traversal import as_op, defining_op, users, walk
 #: Growth of the row maximum (in the exponential's units) that forces a rescale: the exponentials stay <= 2^8
 #: (or e^8 < 2^12 for `exp`), well inside f16's range.
 THRESHOLD = 8.0
+#: The most exponentials rounded straight to fp8 may grow to (e4m3's largest finite value is 448).
+FP8_GROWTH = 256.0
+#: Float types narrower than f32 whose range a stale maximum could exceed, and whether a rounding straight from the
+#: exponential must also cap its growth at FP8_GROWTH (fp8) or is safe as it is (f16: e^8 < 65504). A rounding to
+#: one of them after other math leaves the loop exact.
+_NARROW = {"f8E4M3FN": True, "f8E5M2": True, "f16": False}
 _EXP = ("math.exp2", "math.exp")
 # arith.CmpFPredicate: ogt = 2.
 _OGT = 2
@@ -59,6 +73,8 @@ class _Match:
         self.alpha = None       # exp2(m - m_new)
         self.scaled = []        # (mulf, index of alpha's operand) of tile multiplies by alpha[:, None]
         self.exps = set()       # the exponentials' kind: one base for all, or the maximum would not cancel
+        self.exp_ops = []       # the exponentials of the scores
+        self.threshold = THRESHOLD
 
     def find(self) -> bool:
         t = self.m.type
@@ -85,7 +101,30 @@ class _Match:
                     return False
             else:
                 return False
-        return bool(self.shifts) and self.alpha_sub is not None and self._alpha()
+        return bool(self.shifts) and self.alpha_sub is not None and self._alpha() and self._rounding_allows()
+
+    def _rounding_allows(self) -> bool:
+        """Whether the exponentials may grow by the threshold where they are rounded to a narrow float type, and the
+        threshold that keeps them in range (module docstring)."""
+        for exp in self.exp_ops:
+            seen, frontier = set(), [(exp.results[0], True)]
+            while frontier:
+                value, direct = frontier.pop()
+                for user in users(value):
+                    if user.name == "arith.truncf":
+                        narrow = _NARROW.get(str(ir.RankedTensorType(user.results[0].type).element_type)
+                                             if isinstance(user.results[0].type, ir.RankedTensorType)
+                                             else str(user.results[0].type))
+                        if narrow is not None and not direct:
+                            return False
+                        if narrow:
+                            base = 2.0 if exp.name == "math.exp2" else math.e
+                            self.threshold = min(self.threshold, math.log(FP8_GROWTH, base))
+                    elif (user.name.startswith("arith.") or user.name.startswith("math.")) and user.results and \
+                            id(user) not in seen:
+                        seen.add(id(user))
+                        frontier.append((user.results[0], False))
+        return True
 
     def _shift(self, expand) -> bool:
         """m_new[:, None] broadcast, subtracted from scores that go straight into an exponential."""
@@ -102,6 +141,7 @@ class _Match:
                 if not exps or any(u.name not in _EXP for u in exps):
                     return False
                 self.exps.update(u.name for u in exps)
+                self.exp_ops.extend(exps)
                 self.shifts.append(sub)
         return True
 
@@ -132,7 +172,7 @@ class _Match:
         top = defining_op(self.m_new)
         t = self.m.type
         with ir.InsertionPoint.after(top), top.location:
-            threshold, one = _splat(THRESHOLD, t), _splat(1.0, t)
+            threshold, one = _splat(self.threshold, t), _splat(1.0, t)
             growth = arith.SubFOp(self.m_new, self.m)
             grows = arith.CmpFOp(_OGT, growth.result, threshold).result
             m_used = arith.SelectOp(grows, self.m_new, self.m)

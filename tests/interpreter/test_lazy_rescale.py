@@ -61,3 +61,26 @@ def test_the_pass_fires_on_the_example():
                               CompileOptions(target="cpu", constants={"HEAD_DIM": 32, "BLOCK_M": 32,
                                                                       "BLOCK_N": 16}), emit="mlir"))
     assert text.count("tawa.unit_scale_operand") == 1 and "arith.cmpf ogt" in text
+
+
+def test_fp8_probabilities_stay_finite_when_the_maximum_grows():
+    """fp8 attention (P rounded to e4m3, largest finite value 448) whose row maxima grow by about 7 (in the
+    exponential's units, base e) at the second key block: a stale maximum kept up to growth 8 made P reach
+    e^7 > 448 and every row NaN. The threshold is ln(256) there."""
+    f8 = ml_dtypes.float8_e4m3fn
+    kernel_path = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels" / "user" / "attn_fp8.tawa"
+    rng = np.random.default_rng(7)
+    z, h, s, d = 1, 1, 256, 128
+    q = (rng.standard_normal((z, h, s, d)) * 0.1).astype(f8)
+    k = (rng.standard_normal((z, h, s, d)) * 0.1).astype(f8)
+    v = rng.standard_normal((z, h, s, d)).astype(f8)
+    q[..., 0], k[..., 130, :], k[..., 130, 0] = 8.0, 0.0, 10.0      # one key of the second block scores ~7.07
+    scale = d ** -0.5
+    logits = np.einsum("zhqd,zhkd->zhqk", q.astype(np.float64), k.astype(np.float64)) * scale
+    assert (logits[..., 128:].max(-1) - logits[..., :128].max(-1) > math.log(448)).all()
+    o = np.full((z, h, s, d), np.nan, BF16)
+    tawa.compile(str(kernel_path), target="cpu")(q, k, np.ascontiguousarray(v.swapaxes(-1, -2)), o, scale, 1.0)
+    ref = reference(q, k, v, scale, 0)
+    got = o.astype(np.float64)
+    assert not np.isnan(got).any()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 5e-2
