@@ -52,3 +52,16 @@ def test_a_mask_wanted_in_fp8_fragments_is_not_shuffled_as_bytes():
     # the accumulator layout: it moves through shared memory (it was taken for i8 bytes and failed to compile).
     k = compile_source(MASKED_FP8_P, "masked_p.tawa", CompileOptions())
     assert k.ptx and "wgmma.mma_async" in k.ptx
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not installed")
+def test_a_delivered_row_is_read_straight_into_its_broadcast_layout():
+    # Document masking (`segq == segk`, segk a [1, BLOCK_N] row of segment ids the producer delivers each key block):
+    # the consumers read the row straight into the layout its broadcast onto the scores wants (one barrier), not in
+    # the generic one and then through shared memory (three more barriers a key block, over both consumer warp
+    # groups). At head dim 64 the conversion's registers had kept the kernel from two CTAs per SM.
+    path = pathlib.Path(__file__).resolve().parents[1] / "e2e" / "kernels" / "user" / "attn_segments.tawa"
+    k = compile_source(path.read_text(), str(path), CompileOptions())
+    assert k.ctas_per_sm == 2 and not any("keeps 1 CTA per SM" in n for n in k.notes), k.notes
+    k = compile_source(path.read_text(), str(path), CompileOptions(constants={"D": 128}))
+    assert k.ptx.count("bar.sync") <= 8, k.ptx.count("bar.sync")          # 14 with the conversion
