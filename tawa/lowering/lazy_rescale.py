@@ -26,9 +26,10 @@ This is the conditional rescaling of FlashAttention-4; the program stays as writ
 
 Exponentials rounded to fp8 (fp8 attention's `p.to(f8e4m3)`, whose largest finite value is 448) may grow only to
 FP8_GROWTH: the threshold is log(FP8_GROWTH) in the exponential's base (e^8 = 2981 rounded to e4m3 NaN for every
-row whose maximum grew by 6.2 to 8 after its first key blocks). Exponentials that reach a rounding to fp8 or f16
-through other math first (a product could grow them past the type's range) keep the exact maximum: the pass
-leaves that loop alone.
+row whose maximum grew by 6.2 to 8 after its first key blocks). Every use of the exponentials is followed (through
+math, shape ops, branches' and loops' yields): where they reach a rounding to fp8 or f16 through other math first
+(a product or a mask could grow them past the type's range, or hide a rounding), f16 math, or a use the walk does
+not know, the pass leaves that loop alone.
 """
 from __future__ import annotations
 
@@ -40,17 +41,26 @@ from mlir.dialects import arith
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
 from tawa.ir.ops import BroadcastOp, ExpandDimsOp, ForOp, SplatOp
-from tawa.ir.traversal import as_op, defining_op, users, walk
+from tawa.ir.traversal import as_op, defining_op, parent_op, users, walk
 
 #: Growth of the row maximum (in the exponential's units) that forces a rescale: the exponentials stay <= 2^8
 #: (or e^8 < 2^12 for `exp`), well inside f16's range.
 THRESHOLD = 8.0
 #: The most exponentials rounded straight to fp8 may grow to (e4m3's largest finite value is 448).
 FP8_GROWTH = 256.0
-#: Float types narrower than f32 whose range a stale maximum could exceed, and whether a rounding straight from the
-#: exponential must also cap its growth at FP8_GROWTH (fp8) or is safe as it is (f16: e^8 < 65504). A rounding to
-#: one of them after other math leaves the loop exact.
-_NARROW = {"f8E4M3FN": True, "f8E5M2": True, "f16": False}
+_FP8 = ("f8E4M3FN", "f8E5M2")
+#: Uses where a grown exponential is safe: reductions and dots compute in f32, a store writes the value as it is
+#: (its type is the tensor's: a narrower one is reached through an explicit rounding, which the walk checks); an f16
+#: reduction is not safe.
+_SAFE_ENDS = ("tawa.reduce", "tawa.dot", "tawa.store")
+#: Ops that move values without computing on them.
+_SHAPE_OPS = ("tawa.broadcast", "tawa.expand_dims", "tawa.trans")
+#: Values followed at most (a loop body's uses; beyond it the loop is left exact).
+_WALK_LIMIT = 10000
+
+
+def _elem(t) -> str:
+    return str(ir.RankedTensorType(t).element_type) if isinstance(t, ir.RankedTensorType) else str(t)
 _EXP = ("math.exp2", "math.exp")
 # arith.CmpFPredicate: ogt = 2.
 _OGT = 2
@@ -104,26 +114,50 @@ class _Match:
         return bool(self.shifts) and self.alpha_sub is not None and self._alpha() and self._rounding_allows()
 
     def _rounding_allows(self) -> bool:
-        """Whether the exponentials may grow by the threshold where they are rounded to a narrow float type, and the
-        threshold that keeps them in range (module docstring)."""
-        for exp in self.exp_ops:
-            seen, frontier = set(), [(exp.results[0], True)]
-            while frontier:
-                value, direct = frontier.pop()
-                for user in users(value):
-                    if user.name == "arith.truncf":
-                        narrow = _NARROW.get(str(ir.RankedTensorType(user.results[0].type).element_type)
-                                             if isinstance(user.results[0].type, ir.RankedTensorType)
-                                             else str(user.results[0].type))
-                        if narrow is not None and not direct:
-                            return False
-                        if narrow:
-                            base = 2.0 if exp.name == "math.exp2" else math.e
-                            self.threshold = min(self.threshold, math.log(FP8_GROWTH, base))
-                    elif (user.name.startswith("arith.") or user.name.startswith("math.")) and user.results and \
-                            id(user) not in seen:
-                        seen.add(id(user))
-                        frontier.append((user.results[0], False))
+        """Whether the exponentials may grow by the threshold everywhere they flow, and the threshold that keeps
+        them in range (module docstring). Every use is followed -- through math, shape ops, branches' and loops'
+        yields, roundings to bf16 or f16 -- and must end where a grown value is safe: an f32 or bf16 value, a
+        reduction or a dot operand (f32 results), a store, or a rounding to fp8 straight from the exponential (the
+        threshold capped). f16 reached straight from the exponential takes e^8 but no further math; a rounding
+        to fp8 or f16 after other math, or a use of another kind, refuses the loop."""
+        base = 2.0 if next(iter(self.exps)) == "math.exp2" else math.e
+        seen = []               # (value, direct, f16) already followed; MLIR values compare by identity
+        frontier = [(exp.results[0], True, False) for exp in self.exp_ops]
+        while frontier:
+            item = frontier.pop()
+            if item in seen:
+                continue
+            seen.append(item)
+            if len(seen) > _WALK_LIMIT:
+                return False
+            value, direct, f16 = item
+            for use in value.uses:
+                user = as_op(use.owner)
+                name = user.name
+                if name == "arith.truncf":
+                    to = _elem(user.results[0].type)
+                    if to in _FP8 and direct:
+                        self.threshold = min(self.threshold, math.log(FP8_GROWTH, base))
+                    elif to in _FP8 or (to == "f16" and not direct):
+                        return False
+                    elif to == "f16":
+                        frontier.append((user.results[0], False, True))
+                    else:
+                        frontier.append((user.results[0], False, f16))
+                elif name in _SAFE_ENDS and not (f16 and name == "tawa.reduce"):
+                    continue                # (an f16 sum could overflow; dots and stores of f16 hold e^8)
+                elif name in _SHAPE_OPS:
+                    frontier.extend((r, direct, f16) for r in user.results)
+                elif name == "scf.yield":
+                    parent = parent_op(user)
+                    targets = [parent.results[use.operand_number]]
+                    if parent.name == ForOp.NAME:
+                        targets.append(ForOp(parent).iter_args[use.operand_number])
+                    frontier.extend((t, direct, f16) for t in targets)
+                elif (name.startswith("arith.") or name.startswith("math.")) and not f16:
+                    frontier.extend((r, False, False) for r in user.results)
+                else:
+                    return False
         return True
 
     def _shift(self, expand) -> bool:
