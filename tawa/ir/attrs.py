@@ -21,6 +21,7 @@ or `LAYOUT.set(op, desc)`. Who sets each attribute and who reads it:
 | `tawa.split_k` (i32, default 1) | kernel | split-k | conversion, backend and runtime (grid axis 2 times it), interpreter |
 | `tawa.stream_k` (unit) | kernel | stream-k | conversion, backend and runtime (a workspace record per CTA) |
 | `tawa.unit_scale_operand` (i32) | tile `arith.mulf` | lazy-rescale | conversion (skipped when that operand is all 1.0 in a warp) |
+| `tawa.at_most` (i32) | tile `arith.truncf` to fp8 | lazy-rescale | conversion (rounded without the overflow check) |
 | `tawa.tile_share` (array of two i32) | ping-pong consumer region | partition | protocol-check, persistent-tiles, conversion, interpreter |
 | `tawa.smem` (unit) | `tawa.load`, `tawa.trans` | assign-layouts, assign-warp-groups | software-pipeline, conversion |
 | `tawa.layout` (str) | op with a tile result | assign-layouts | conversion |
@@ -157,6 +158,11 @@ MULTICAST = UnitAttr("tawa.multicast")
 #: rescale factor after `lazy-rescale`); the GPU lowering skips the multiply where a warp vote finds it so.
 UNIT_SCALE_OPERAND = I32Attr("tawa.unit_scale_operand", None)
 
+#: On a rounding to fp8: a bound `lazy-rescale` proved for its operand, 0 <= x <= the value (exponentials of scores
+#: less a row maximum that is at most 2^8 stale); where it is below the type's overflow range, the GPU lowering
+#: rounds without the overflow check.
+AT_MOST = I32Attr("tawa.at_most", None)
+
 #: Warp-group roles.
 PRODUCER, CONSUMER = "producer", "consumer"
 
@@ -171,5 +177,5 @@ KERNEL_INFO = StrAttr("tawa.kernel_info", None)
 #: Every `tawa.*` attribute, for the verifier and the docs.
 ALL = (KERNEL, PARAMS, GRID, CONSTANTS, REQUIRES, POSITIVE_PARAMS, NUM_WARPS, WARP_GROUP, NUM_WARP_GROUPS, FIRST_WARP_GROUP, MAX_REGISTERS,
        AREF_NAME, ONE_SLOT_RING, AREF_LOAD, PINGPONG, LOOKAHEAD, PERSISTENT, SPLIT_K, STREAM_K, TILE_SHARE, CLUSTER,
-       TILE_GROUP, DYNAMIC_TILES, MULTICAST, UNIT_SCALE_OPERAND, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
+       TILE_GROUP, DYNAMIC_TILES, MULTICAST, UNIT_SCALE_OPERAND, AT_MOST, SMEM, LAYOUT, LAYOUTS, NUM_STAGES, PIPELINED,
        KERNEL_INFO)

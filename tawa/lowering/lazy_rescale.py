@@ -40,7 +40,7 @@ from mlir.dialects import arith
 
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
-from tawa.ir.ops import BroadcastOp, ExpandDimsOp, ForOp, SplatOp
+from tawa.ir.ops import BroadcastOp, ExpandDimsOp, ForOp, ReduceOp, SplatOp
 from tawa.ir.traversal import as_op, defining_op, parent_op, users, walk
 
 #: Growth of the row maximum (in the exponential's units) that forces a rescale: the exponentials stay <= 2^8
@@ -84,6 +84,7 @@ class _Match:
         self.scaled = []        # (mulf, index of alpha's operand) of tile multiplies by alpha[:, None]
         self.exps = set()       # the exponentials' kind: one base for all, or the maximum would not cancel
         self.exp_ops = []       # the exponentials of the scores
+        self.fp8_roundings = []  # roundings to fp8 straight from them
         self.threshold = THRESHOLD
 
     def find(self) -> bool:
@@ -138,6 +139,7 @@ class _Match:
                     to = _elem(user.results[0].type)
                     if to in _FP8 and direct:
                         self.threshold = min(self.threshold, math.log(FP8_GROWTH, base))
+                        self.fp8_roundings.append(user)
                     elif to in _FP8 or (to == "f16" and not direct):
                         return False
                     elif to == "f16":
@@ -218,6 +220,21 @@ class _Match:
         alpha.replace_all_uses_except(exact.result, exact.operation)
         for mul, operand in self.scaled:
             attrs.UNIT_SCALE_OPERAND.set(mul, operand)
+        if self._shifts_own_maximum():
+            # the exponentials are of scores less a maximum at most `threshold` below theirs: 0 <= p <= 256
+            for rounding in self.fp8_roundings:
+                attrs.AT_MOST.set(rounding, int(FP8_GROWTH))
+
+    def _shifts_own_maximum(self) -> bool:
+        """Whether every exponential's scores are the tile whose row maximum the new maximum takes (`m_new =
+        maximum(m, max(e, axis=1))`, `exp(e - m_new[:, None])`), so that they never exceed it."""
+        top = defining_op(self.m_new)
+        other = [v for v in top.operands if v != self.m]
+        reduce = defining_op(other[0]) if len(other) == 1 else None
+        if reduce is None or reduce.name != ReduceOp.NAME or ReduceOp(reduce).kind != "max" or \
+                ReduceOp(reduce).axis != 1:
+            return False
+        return all(sub.operands[0] == ReduceOp(reduce).src for sub in self.shifts)
 
 
 def _splat(value: float, t) -> ir.Value:

@@ -152,7 +152,7 @@ def lower_elementwise(ctx: Ctx, op) -> None:
         return
     if name == "arith.truncf" and is_fp8(rtype) and tiles[0].elem in ("f16", "bf16", "f32"):
         wide = [r if r.type == "f32" else b.cast("extf", r, "f32") for r in tiles[0].regs]
-        ctx.set(result, Tile(narrow_fp8_pairs(b, wide, rtype), layout, rtype))
+        ctx.set(result, Tile(narrow_fp8_pairs(b, wide, rtype, attrs.AT_MOST.get(op)), layout, rtype))
         return
     regs = [_scalar_op(b, name, props, [t.regs[i] for t in tiles], rtype) for i in range(len(layout.regs))]
     ctx.set(result, Tile(regs, layout, rtype))

@@ -63,15 +63,19 @@ def f32_to_fp8(b: Builder, x: V, elem: str) -> V:
     return from_storage(b, b.select(over, b.or_(sign, special), bits), elem)
 
 
-def narrow_fp8_pairs(b: Builder, regs: list, elem: str) -> list:
+def narrow_fp8_pairs(b: Builder, regs: list, elem: str, at_most=None) -> list:
     """f32 registers rounded to the fp8 type `elem`, two to one `cvt.rn.satfinite` (one conversion an element and
     its overflow check, `f32_to_fp8`, cost about six instructions an element: in an fp8 attention kernel's
     softmax, P's conversion outweighed the exponentials). The saturation the paired conversion applies is undone
     as `f32_to_fp8` does, register by register, on a branch taken only where some register's magnitude reaches
-    the overflow range (NaN inputs convert to NaN on either path)."""
+    the overflow range (NaN inputs convert to NaN on either path). `at_most`: a bound a pass proved for every
+    magnitude (`attrs.AT_MOST`); below the overflow range there is nothing to undo and no check is emitted (in fp8
+    attention the check cost a tenth of the loop: 684 against 751 TFLOP/s, H200)."""
+    limit, pred, _ = _FP8_OVERFLOW[elem]
+    if at_most is not None and at_most < limit and len(regs) % 2 == 0:
+        return [from_storage(b, v, elem) for v in _paired(b, regs, elem)]
     if len(regs) < 2:
         return [f32_to_fp8(b, r, elem) for r in regs]
-    limit, pred, _ = _FP8_OVERFLOW[elem]
     level = [b.op(f"math.absf {r} : f32", "f32") for r in regs]
     while len(level) > 1:               # (a tree: independent maxima issue back to back)
         level = [b.op(f"arith.maxnumf {level[i]}, {level[i + 1]} : f32", "f32") if i + 1 < len(level) else level[i]
@@ -79,14 +83,7 @@ def narrow_fp8_pairs(b: Builder, regs: list, elem: str) -> list:
     over = b.op(f"arith.cmpf {pred}, {level[0]}, {b.const(limit, 'f32')} : f32", "i1")
 
     def paired():
-        out = []
-        for i in range(0, len(regs) - 1, 2):
-            # (the first operand goes to the upper byte)
-            pair = b.op(f'"llvm.inline_asm"({regs[i + 1]}, {regs[i]}) <{{asm_string = '
-                        f'"cvt.rn.satfinite.{_FP8_PTX[elem]}.f32 $0, $1, $2;", constraints = "=h,f,f"}}> : '
-                        f'(f32, f32) -> i16', "i16")
-            out.append(b.cast("trunci", pair, "i8"))
-            out.append(b.cast("trunci", b.op(f"arith.shrui {pair}, {b.const(8, 'i16')} : i16", "i16"), "i8"))
+        out = _paired(b, regs[:len(regs) - len(regs) % 2], elem)
         if len(regs) % 2:
             out.append(to_storage(b, f32_to_fp8(b, regs[-1], elem)))
         return out
@@ -94,6 +91,19 @@ def narrow_fp8_pairs(b: Builder, regs: list, elem: str) -> list:
     bits = b.if_else_values(over, lambda: [to_storage(b, f32_to_fp8(b, r, elem)) for r in regs], paired,
                             ["i8"] * len(regs))
     return [from_storage(b, v, elem) for v in bits]
+
+
+def _paired(b: Builder, regs: list, elem: str) -> list:
+    """The i8 bits of an even number of f32 registers rounded to fp8, two per `cvt.rn.satfinite` (saturating)."""
+    out = []
+    for i in range(0, len(regs) - 1, 2):
+        # (the first operand goes to the upper byte)
+        pair = b.op(f'"llvm.inline_asm"({regs[i + 1]}, {regs[i]}) <{{asm_string = '
+                    f'"cvt.rn.satfinite.{_FP8_PTX[elem]}.f32 $0, $1, $2;", constraints = "=h,f,f"}}> : '
+                    f'(f32, f32) -> i16', "i16")
+        out.append(b.cast("trunci", pair, "i8"))
+        out.append(b.cast("trunci", b.op(f"arith.shrui {pair}, {b.const(8, 'i16')} : i16", "i16"), "i8"))
+    return out
 
 
 def fp8_pair_to_f16(b: Builder, lo: V, hi: V) -> tuple:
