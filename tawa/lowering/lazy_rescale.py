@@ -40,15 +40,16 @@ from mlir.dialects import arith
 
 from tawa.ir import attrs
 from tawa.ir.kernel_info import kernels
+from tawa.elements import FP8
 from tawa.ir.ops import BroadcastOp, ExpandDimsOp, ForOp, ReduceOp, SplatOp
 from tawa.ir.traversal import as_op, defining_op, parent_op, users, walk
+from tawa.ir.types import elem_type
 
 #: Growth of the row maximum (in the exponential's units) that forces a rescale: the exponentials stay <= 2^8
 #: (or e^8 < 2^12 for `exp`), well inside f16's range.
 THRESHOLD = 8.0
 #: The most exponentials rounded straight to fp8 may grow to (e4m3's largest finite value is 448).
 FP8_GROWTH = 256.0
-_FP8 = ("f8E4M3FN", "f8E5M2")
 #: Uses where a grown exponential is safe: reductions and dots compute in f32, a store writes the value as it is
 #: (its type is the tensor's: a narrower one is reached through an explicit rounding, which the walk checks); an f16
 #: reduction is not safe.
@@ -58,9 +59,6 @@ _SHAPE_OPS = ("tawa.broadcast", "tawa.expand_dims", "tawa.trans")
 #: Values followed at most (a loop body's uses; beyond it the loop is left exact).
 _WALK_LIMIT = 10000
 
-
-def _elem(t) -> str:
-    return str(ir.RankedTensorType(t).element_type) if isinstance(t, ir.RankedTensorType) else str(t)
 _EXP = ("math.exp2", "math.exp")
 # arith.CmpFPredicate: ogt = 2.
 _OGT = 2
@@ -136,11 +134,11 @@ class _Match:
                 user = as_op(use.owner)
                 name = user.name
                 if name == "arith.truncf":
-                    to = _elem(user.results[0].type)
-                    if to in _FP8 and direct:
+                    to = elem_type(user.results[0].type)
+                    if to in FP8 and direct:
                         self.threshold = min(self.threshold, math.log(FP8_GROWTH, base))
                         self.fp8_roundings.append(user)
-                    elif to in _FP8 or (to == "f16" and not direct):
+                    elif to in FP8 or (to == "f16" and not direct):
                         return False
                     elif to == "f16":
                         frontier.append((user.results[0], False, True))

@@ -395,7 +395,7 @@ def _finish(ctx: Ctx, op, regs: list, layout, register_a: bool = False, staged_b
     ctx.set(op.results[0], Tile(regs, layout, "f32"))
 
 
-def _pack(b: Builder, elems: list) -> V:
+def pack_word(b: Builder, elems: list) -> V:
     """One 32-bit register of a wgmma A fragment from its 1, 2 or 4 elements (lowest address first)."""
     if len(elems) == 1:
         return b.op(f"arith.bitcast {elems[0]} : {elems[0].type} to i32", "i32")
@@ -418,7 +418,7 @@ def _fragments(ctx: Ctx, a: Tile) -> dict:
     packed = []
     for i in range(len(keys)):
         r = a.regs[4 * per * i: 4 * per * (i + 1)]
-        packed.extend(_pack(b, r[per * j: per * (j + 1)]) for j in range(4))
+        packed.extend(pack_word(b, r[per * j: per * (j + 1)]) for j in range(4))
     return {key: packed[4 * i: 4 * i + 4] for i, key in enumerate(keys)}
 
 

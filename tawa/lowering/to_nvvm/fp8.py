@@ -9,10 +9,11 @@ e5m2 gives infinity, with the input's sign.
 """
 from __future__ import annotations
 
+from tawa.elements import FP8
+
 from .builder import Builder, V
 
 
-FP8 = ("f8E4M3FN", "f8E5M2")
 _FP8_PTX = {"f8E4M3FN": "e4m3x2", "f8E5M2": "e5m2x2"}
 #: (|x| limit, comparison that overflows, magnitude bits of the overflow value) of ml_dtypes' rounding: e4m3 rounds
 #: up to 448 until 464 and to NaN above; e5m2 rounds to infinity from 61440 (a tie, to the even infinity) up.

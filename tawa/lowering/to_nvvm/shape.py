@@ -206,10 +206,10 @@ def lower_broadcast(ctx: Ctx, op) -> None:
     lazy = ctx.get_lazy(BroadcastOp(op).src)
     if isinstance(lazy, LazyTile) and lazy.layout.same_mapping(need):
         src = lazy
-    elif isinstance(ctx.get(BroadcastOp(op).src), SmemTile):
+    elif isinstance(delivered := ctx.get(BroadcastOp(op).src), SmemTile):
         # a tile an aref delivered (a consumer loop's row of segment ids): read straight into the broadcast's
         # layout, one barrier, rather than in the generic one and moved through shared memory (three more)
-        src = read_smem(ctx, ctx.get(BroadcastOp(op).src), need)
+        src = read_smem(ctx, delivered, need)
     else:
         src = convert(ctx, register_tile(ctx.get(BroadcastOp(op).src), op, ctx), need)
     index = {c: i for i, c in enumerate(src.layout.regs)}

@@ -155,17 +155,13 @@ def wgmma_wait(b: Builder, pending: int) -> None:
     b.generic("nvvm.wgmma.wait.group.sync.aligned", props=f"group = {pending} : i64")
 
 
-def shfl(b: Builder, value: V, lane: int, kind: str, prelude: bool = False) -> V:
-    """`shfl.sync.{kind}` over the full warp (`kind`: bfly, idx, up, down)."""
-    return b.op(f'"nvvm.shfl.sync"({b.i32(-1)}, {value}, {b.i32(lane)}, {b.i32(31)}) '
+def shfl(b: Builder, value: V, lane, kind: str, prelude: bool = False) -> V:
+    """`shfl.sync.{kind}` over the full warp (`kind`: bfly, idx, up, down); `lane` a constant or a value computed
+    per thread."""
+    lane = lane if isinstance(lane, V) else b.i32(lane)
+    return b.op(f'"nvvm.shfl.sync"({b.i32(-1)}, {value}, {lane}, {b.i32(31)}) '
                 f'<{{kind = #nvvm<shfl_kind {kind}>}}> : (i32, {value.type}, i32, i32) -> {value.type}', value.type,
                 prelude=prelude)
-
-
-def shfl_idx(b: Builder, value: V, lane: V) -> V:
-    """`shfl.sync.idx` over the full warp from a lane computed per thread."""
-    return b.op(f'"nvvm.shfl.sync"({b.i32(-1)}, {value}, {lane}, {b.i32(31)}) '
-                f'<{{kind = #nvvm<shfl_kind idx>}}> : (i32, {value.type}, i32, i32) -> {value.type}', value.type)
 
 
 def shfl_xor(b: Builder, value: V, lane_mask: int) -> V:

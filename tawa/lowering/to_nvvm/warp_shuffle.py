@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from .. import layouts as L
 from .builder import Builder, V
-from .fp8 import from_storage, storage_type, to_storage
+from .fp8 import from_storage, storage_type
 
 
 def convert_by_shuffles(ctx, tile, layout):
     """`tile` (1-byte elements) in `layout` through warp shuffles, or None where there is no plan."""
     from .context import Tile
-    from .sync import shfl_idx
+    from .dot import pack_word
+    from .sync import shfl
     # (bytes of data only: an i1 mask, also one byte wide, is no i8 in the emitted code)
     if storage_type(tile.elem) != "i8" or tile.uniform or len(tile.regs) != len(tile.layout.regs):
         return None
@@ -34,14 +35,14 @@ def convert_by_shuffles(ctx, tile, layout):
     lane = ctx.lane()
     quad = b.op(f"arith.andi {lane}, {b.i32(3)} : i32", "i32")
     quad_base = b.op(f"arith.andi {lane}, {b.i32(~3)} : i32", "i32")
+    quad_bits = b.op(f"arith.shli {quad}, {b.i32(3)} : i32", "i32")
     by_quad = {}
 
     def per_quad(table: tuple, scale: int) -> V:
         """table[lane % 4] * scale for this lane (one shift of a packed constant)."""
         if (table, scale) not in by_quad:
             packed = sum((v * scale) << (8 * q) for q, v in enumerate(table))
-            shift = b.op(f"arith.shli {quad}, {b.i32(3)} : i32", "i32")
-            value = b.op(f"arith.shrui {b.i32(packed)}, {shift} : i32", "i32")
+            value = b.op(f"arith.shrui {b.i32(packed)}, {quad_bits} : i32", "i32")
             by_quad[(table, scale)] = b.op(f"arith.andi {value}, {b.i32(255)} : i32", "i32")
         return by_quad[(table, scale)]
 
@@ -50,7 +51,7 @@ def convert_by_shuffles(ctx, tile, layout):
     def sent(pairs: tuple) -> V:
         if pairs not in sent_words:
             regs = [tile.regs[2 * p + e] for p in pairs for e in (0, 1)]
-            sent_words[pairs] = _pack_bytes(b, regs)
+            sent_words[pairs] = pack_word(b, regs)
         return sent_words[pairs]
 
     out = []
@@ -58,20 +59,13 @@ def convert_by_shuffles(ctx, tile, layout):
         halves = []
         for pairs, source, kept in rounds:
             from_lane = b.op(f"arith.ori {quad_base}, {per_quad(source, 1)} : i32", "i32")
-            got = shfl_idx(b, sent(pairs), from_lane)
+            got = shfl(b, sent(pairs), from_lane, "idx")
             halves.append(b.op(f"arith.andi {b.op(f'arith.shrui {got}, {per_quad(kept, 16)} : i32', 'i32')}, "
                                f"{b.i32(0xFFFF)} : i32", "i32"))
         word = b.op(f"arith.ori {halves[0]}, {b.op(f'arith.shli {halves[1]}, {b.i32(16)} : i32', 'i32')} : i32",
                     "i32")
         out.extend(from_storage(b, byte, tile.elem) for byte in _unpack_bytes(b, word))
     return Tile(out, layout, tile.elem)
-
-
-def _pack_bytes(b: Builder, regs: list) -> V:
-    vec = b.op("llvm.mlir.undef : vector<4xi8>", "vector<4xi8>")
-    for i, r in enumerate(regs):
-        vec = b.op(f"llvm.insertelement {to_storage(b, r)}, {vec}[{b.i32(i)} : i32] : vector<4xi8>", "vector<4xi8>")
-    return b.op(f"llvm.bitcast {vec} : vector<4xi8> to i32", "i32")
 
 
 def _unpack_bytes(b: Builder, word: V) -> list:
