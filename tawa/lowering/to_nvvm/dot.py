@@ -39,7 +39,7 @@ from tawa.ir.ops import DotOp
 from tawa.ir.types import elem_bytes, elem_type, tile_shape
 
 from .context import SWIZZLE_BYTES, Ctx, SmemTile, Tile, box_offset
-from .fp8 import storage_type, to_storage
+from .fp8 import pack_word, storage_type, to_storage
 
 _PTX_TYPE = {"bf16": "bf16", "f16": "f16", "f8E4M3FN": "e4m3", "f8E5M2": "e5m2", "f32": "tf32"}
 #: Element types whose shared-memory operands wgmma may read MN-major (transposed).
@@ -393,20 +393,6 @@ def _finish(ctx: Ctx, op, regs: list, layout, register_a: bool = False, staged_b
     if not pending:
         regs = sync.fence_registers(b, regs)
     ctx.set(op.results[0], Tile(regs, layout, "f32"))
-
-
-def pack_word(b: Builder, elems: list) -> V:
-    """One 32-bit register of a wgmma A fragment from its 1, 2 or 4 elements (lowest address first)."""
-    if len(elems) == 1:
-        return b.op(f"arith.bitcast {elems[0]} : {elems[0].type} to i32", "i32")
-    from .fp8 import to_storage
-    elems = [to_storage(b, e) for e in elems]
-    t = elems[0].type
-    vec = f"vector<{len(elems)}x{t}>"
-    u = b.op(f"llvm.mlir.undef : {vec}", vec)
-    for i, e in enumerate(elems):
-        u = b.op(f"llvm.insertelement {e}, {u}[{b.i32(i)} : i32] : {vec}", vec)
-    return b.op(f"llvm.bitcast {u} : {vec} to i32", "i32")
 
 
 def _fragments(ctx: Ctx, a: Tile) -> dict:

@@ -64,6 +64,19 @@ def f32_to_fp8(b: Builder, x: V, elem: str) -> V:
     return from_storage(b, b.select(over, b.or_(sign, special), bits), elem)
 
 
+def pack_word(b: Builder, elems: list) -> V:
+    """One 32-bit register of a wgmma A fragment from its 1, 2 or 4 elements (lowest address first)."""
+    if len(elems) == 1:
+        return b.op(f"arith.bitcast {elems[0]} : {elems[0].type} to i32", "i32")
+    elems = [to_storage(b, e) for e in elems]
+    t = elems[0].type
+    vec = f"vector<{len(elems)}x{t}>"
+    u = b.op(f"llvm.mlir.undef : {vec}", vec)
+    for i, e in enumerate(elems):
+        u = b.op(f"llvm.insertelement {e}, {u}[{b.i32(i)} : i32] : {vec}", vec)
+    return b.op(f"llvm.bitcast {u} : {vec} to i32", "i32")
+
+
 def narrow_fp8_pairs(b: Builder, regs: list, elem: str, at_most=None) -> list:
     """f32 registers rounded to the fp8 type `elem`, two to one `cvt.rn.satfinite` (one conversion an element and
     its overflow check, `f32_to_fp8`, cost about six instructions an element: in an fp8 attention kernel's

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from .. import layouts as L
 from .builder import Builder, V
-from .fp8 import from_storage, storage_type
+from .fp8 import from_storage, pack_word, storage_type
 
 
 def convert_by_shuffles(ctx, tile, layout):
     """`tile` (1-byte elements) in `layout` through warp shuffles, or None where there is no plan."""
     from .context import Tile
-    from .dot import pack_word
     from .sync import shfl
     # (bytes of data only: an i1 mask, also one byte wide, is no i8 in the emitted code)
     if storage_type(tile.elem) != "i8" or tile.uniform or len(tile.regs) != len(tile.layout.regs):
